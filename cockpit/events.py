@@ -1,0 +1,226 @@
+"""The event schema shared by the pilot process and its readers.
+
+Pure Python on purpose: the TUI and the CLI import this module, and they must
+never pay for (or depend on) torch. One event is one JSON object on one line of
+``events.jsonl``; every object carries the schema version ``v``, a wall-clock
+time ``t`` and a ``kind``. Writers flush after every line so that a reader
+tailing the file sees events live; readers tolerate a torn last line (a writer
+killed mid-line), which is simply not returned until it is complete.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+SCHEMA_VERSION = 1
+EVENTS_FILE = "events.jsonl"
+
+# Event kinds. A pilot writes run_start first and run_end last; everything
+# between is phase_start/gate pairs, samples, steps, evals and log lines.
+RUN_START = "run_start"
+PHASE_START = "phase_start"
+GATE = "gate"  # a phase's end: its checks, measurements and verdict
+SAMPLE = "sample"  # background counters for live charts
+STEP = "step"  # one optimizer update's metrics
+EVAL = "eval"  # one validation point during a series run
+LOG = "log"
+RUN_END = "run_end"
+
+KINDS = (RUN_START, PHASE_START, GATE, SAMPLE, STEP, EVAL, LOG, RUN_END)
+
+
+class Verdict(str, enum.Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIPPED = "skipped"
+
+
+class Status(str, enum.Enum):
+    """What a run is, derived from its events (and whether its process lives)."""
+
+    CREATED = "created"  # folder written, process not started yet
+    RUNNING = "running"
+    PASSED = "passed"  # pilot: every gate passed (warnings allowed)
+    FAILED = "failed"  # a gate failed
+    COMPLETED = "completed"  # series run: ended by its budget or a stop rule other than failure
+    DIVERGED = "diverged"
+    OOM = "oom"
+    ERROR = "error"  # exception in user code or in Cockpit
+    STOPPED = "stopped"  # SIGINT / SIGTERM / manual stop
+    CRASHED = "crashed"  # process gone without a run_end event (SIGKILL, power, ...)
+
+
+FINAL_STATUSES = frozenset(s for s in Status if s not in (Status.CREATED, Status.RUNNING))
+
+
+class ExitCode(enum.IntEnum):
+    """Distinct exit codes per outcome, so scripts can branch on them."""
+
+    OK = 0
+    GATE_FAILED = 1
+    USAGE = 2  # bad command line, notebook or task reference
+    OOM = 3
+    NONFINITE = 4  # non-finite loss or gradient, or divergence
+    USER_ERROR = 5  # exception raised in the task's code
+    INTERNAL = 6  # a bug in Cockpit itself
+    STOPPED = 7  # SIGINT or SIGTERM
+
+
+STATUS_EXIT = {
+    Status.PASSED: ExitCode.OK,
+    Status.COMPLETED: ExitCode.OK,
+    Status.FAILED: ExitCode.GATE_FAILED,
+    Status.OOM: ExitCode.OOM,
+    Status.DIVERGED: ExitCode.NONFINITE,
+    Status.ERROR: ExitCode.USER_ERROR,
+    Status.STOPPED: ExitCode.STOPPED,
+}
+
+
+def make(kind: str, **payload: Any) -> dict[str, Any]:
+    if kind not in KINDS:
+        raise ValueError(f"unknown event kind {kind!r}")
+    return {"v": SCHEMA_VERSION, "t": time.time(), "kind": kind, **payload}
+
+
+class EventWriter:
+    """Append-only, line-buffered writer. Safe to share between threads.
+
+    Each event is written with one ``write`` call on a file opened in append
+    mode, then flushed, so a concurrent reader never sees half of an event
+    except as a torn last line (which readers skip until it is complete).
+    """
+
+    def __init__(self, path: Path | str, rank: int | None = None):
+        import threading
+
+        self.path = Path(path)
+        self.rank = rank
+        self._lock = threading.Lock()
+        self._fh: TextIO = open(self.path, "a", encoding="utf-8", buffering=1)
+
+    def emit(self, kind: str, **payload: Any) -> dict[str, Any]:
+        event = make(kind, **payload)
+        if self.rank is not None and "rank" not in event:
+            event["rank"] = self.rank
+        line = json.dumps(event, separators=(",", ":"), allow_nan=False, default=_jsonable) + "\n"
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.write(line)
+                self._fh.flush()
+        return event
+
+    def sync(self) -> None:
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.flush()
+                self._fh.close()
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, float):  # pragma: no cover - json handles floats itself
+        return obj
+    if hasattr(obj, "item"):  # numpy / torch scalars
+        return obj.item()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def finite_or_none(x: float | None) -> float | None:
+    """JSON has no NaN or infinity: non-finite measurements are stored as None
+    together with a text field saying what they were."""
+    if x is None:
+        return None
+    x = float(x)
+    if x != x or x in (float("inf"), float("-inf")):
+        return None
+    return x
+
+
+@dataclass
+class Tail:
+    """Incremental reader: each ``read_new()`` returns only complete new events.
+
+    Keeps a byte offset, so re-reading a large file costs nothing; a torn last
+    line stays pending until its newline arrives. Lines that are not valid
+    JSON (a foreign write, a disk error) are counted and skipped, not fatal.
+    """
+
+    path: Path
+    offset: int = 0
+    bad_lines: int = 0
+    _pending: bytes = field(default=b"", repr=False)
+
+    def read_new(self, max_bytes: int | None = None) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read() if max_bytes is None else fh.read(max_bytes)
+        except FileNotFoundError:
+            return []
+        if not chunk:
+            return []
+        self.offset += len(chunk)
+        data = self._pending + chunk
+        lines = data.split(b"\n")
+        self._pending = lines.pop()  # b"" when data ended with a newline
+        out: list[dict[str, Any]] = []
+        for raw in lines:
+            if not raw.strip():
+                continue
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                self.bad_lines += 1
+                continue
+            if isinstance(event, dict) and "kind" in event:
+                out.append(event)
+            else:
+                self.bad_lines += 1
+        return out
+
+
+def read_events(path: Path | str) -> list[dict[str, Any]]:
+    """All complete events of a file; a torn last line is ignored."""
+    return Tail(Path(path)).read_new()
+
+
+def iter_kind(events: list[dict[str, Any]], kind: str) -> Iterator[dict[str, Any]]:
+    return (e for e in events if e.get("kind") == kind)
+
+
+def gates(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e.get("kind") == GATE]
+
+
+def last_phase(events: list[dict[str, Any]]) -> str | None:
+    """The phase the run was in (started and not ended) or last finished."""
+    phase = None
+    for e in events:
+        if e.get("kind") in (PHASE_START, GATE):
+            phase = e.get("phase")
+    return phase
+
+
+def phase_inputs(events: list[dict[str, Any]], phase: str | None) -> dict[str, Any]:
+    for e in reversed(events):
+        if e.get("kind") in (PHASE_START, GATE) and e.get("phase") == phase:
+            return dict(e.get("inputs") or {})
+    return {}
