@@ -35,6 +35,42 @@ RUN_END = "run_end"
 
 KINDS = (RUN_START, PHASE_START, GATE, SAMPLE, STEP, EVAL, LOG, RUN_END)
 
+# The pilot's phases, in the order it runs them. Readers use this to show the
+# rows still to come; a run_start event carries the list actually planned.
+PHASES = (
+    "stack",  # software stack: torch, CUDA, driver, GPUs, extensions
+    "data",  # identifiers, targets, lengths, masks; inspected examples
+    "leakage",  # splits disjoint by the task's group unit
+    "forward",  # shapes, finite loss, initial loss vs uniform
+    "backward",  # finite gradient on every trainable parameter, none on frozen
+    "update_first",  # first optimizer step: allocates optimizer state
+    "update_second",  # a later step: optimizer state resident
+    "accumulation",  # accumulated gradient == single-batch gradient
+    "worst_case",  # a full update on the largest batch the campaign can produce
+    "overfit",  # a fresh copy learns a tiny fixed subset
+    "validation",  # eval mode, no grad, whole split, complete outputs
+    "save",  # resume checkpoint: size, time
+    "resume",  # new process: state restored, next losses identical
+    "export",  # artifact exported, reloaded safely, control inputs replayed
+)
+
+# Payloads (all memory figures in bytes, times in seconds; None = not measured
+# on this machine, never 0):
+#   run_start   run_id, campaign, variant, seed, kind, pid, phases[list], params{},
+#               stack{python, torch, cuda, driver, gpus[{index,name,total,capability}], ...}
+#   phase_start phase, inputs{}
+#   gate        phase, verdict, checks[{name, ok, detail, warn?}], inputs{}, remedy,
+#               message, duration_s,
+#               mem{torch{allocated,reserved,peak_allocated,peak_reserved}|None,
+#                   nvml[{index,name,used,total}]|None, rss, rss_peak,
+#                   baseline{torch_allocated, nvml_used[], rss}}
+#   sample      phase, rss, nvml[{index,used,total,util}]|None, torch{allocated,reserved}|None
+#   step        step, loss, lr, grad_norm, examples, duration_s, phase
+#   eval        step, loss, metrics{}
+#   log         level, message
+#   run_end     status, stop_reason, phase, message, exit_code, duration_s
+# Every event may carry ``rank`` (distributed runs) and ``device``.
+
 
 class Verdict(str, enum.Enum):
     PASS = "pass"

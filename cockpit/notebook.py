@@ -10,6 +10,8 @@ Cockpit saves the file: use the ``notes`` fields instead.
 
 from __future__ import annotations
 
+from .errors import CockpitError
+
 import contextlib
 import dataclasses
 import hashlib
@@ -40,7 +42,7 @@ RUN_KINDS = ("pilot", "train")
 DECISION_KINDS = ("decision", "observation")
 
 
-class NotebookError(Exception):
+class NotebookError(CockpitError):
     """A notebook that cannot be used as it is. The message is for the user."""
 
 

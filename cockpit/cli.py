@@ -1,0 +1,90 @@
+"""The ``cockpit`` entry point.
+
+Every subcommand lives in ``cockpit/commands/<name>.py`` with two functions,
+``add_arguments(parser)`` and ``run(args) -> int``, and is imported only when
+it is chosen: ``cockpit --help`` must stay instant and import neither torch
+nor textual (a test checks ``sys.modules``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from . import __version__
+
+# name -> one-line description. The order is the order of the help text.
+COMMANDS: dict[str, str] = {
+    "tui": "open the live cockpit on a campaign (the default with no command)",
+    "new": "create a campaign folder from the template",
+    "check": "validate a campaign.toml and print its summary",
+    "batch": "batch arithmetic: examples per update, updates per epoch, what a change moves",
+    "pilot": "run every phase of the campaign once, gated and measured, in a detached process",
+    "runs": "list a campaign's runs with status, stop reason, phase and peak memory",
+    "stop": "stop a running pilot or series run (SIGTERM, then SIGKILL)",
+    "inspect": "show what reaches the loss: the examples a run's data gate recorded",
+    "series": "run variants x seeds at the campaign's fixed budget, with its stop rules",
+    "compare": "compare variants across seeds and memory variants side by side",
+    "stack": "check this machine's software stack (torch, CUDA, driver, GPUs, extensions)",
+    "sheet": "selection sheet from measured peaks: which GPU memory sizes fit",
+    "plan": "rental plan for 3, 7 and 30 days from measured phase times",
+    "report": "write the campaign's readable Markdown conclusion",
+    "archive": "gather a run's artifact, config, revisions and hashes for safekeeping",
+}
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    width = max(len(n) for n in COMMANDS)
+    listing = "\n".join(f"  {name:<{width}}  {desc}" for name, desc in COMMANDS.items())
+    parser = argparse.ArgumentParser(
+        prog="cockpit",
+        formatter_class=_Help,
+        description="Cockpit: pilot a training campaign on a rented GPU box before paying for it.",
+        epilog=f"commands:\n{listing}\n\nRun `cockpit COMMAND --help` for a command's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"cockpit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, desc in COMMANDS.items():
+        p = sub.add_parser(name, help=desc, description=desc, formatter_class=_Help)
+        if name == only:
+            _module(name).add_arguments(p)
+    return parser
+
+
+def _module(name: str):
+    return importlib.import_module(f"cockpit.commands.{name}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Find the chosen command without importing any of them.
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    if chosen is None and not any(a in ("-h", "--help", "--version") for a in argv):
+        argv = ["tui", *argv]
+        chosen = "tui"
+    if chosen is not None and chosen not in COMMANDS:
+        build_parser().print_usage(sys.stderr)
+        print(f"cockpit: unknown command {chosen!r}; run `cockpit --help` for the list.", file=sys.stderr)
+        return 2
+    parser = build_parser(only=chosen)
+    args = parser.parse_args(argv)
+    try:
+        return int(_module(args.command).run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - last line of defence: one paragraph, not a traceback
+        from .errors import CockpitError
+
+        if isinstance(exc, CockpitError):
+            print(f"cockpit {args.command}: {exc}", file=sys.stderr)
+            return exc.exit_code
+        raise
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
