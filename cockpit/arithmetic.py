@@ -7,7 +7,9 @@ disagree. These are counts: they predict neither duration nor quality.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 HELD = ("updates", "epochs", "examples")
 
@@ -62,17 +64,28 @@ class BatchPlan:
             if epochs < 0:
                 raise ValueError("epochs must be >= 0")
             whole = int(epochs)
-            frac = epochs - whole
-            return whole * self.updates_per_epoch() + int(frac * self.updates_per_epoch())
+            # The small tolerance keeps 0.29 x 100 at 29 updates, not 28.999... -> 28.
+            part = math.floor((epochs - whole) * self.updates_per_epoch() + 1e-9)
+            return whole * self.updates_per_epoch() + part
         if examples is not None:
             if examples < 0:
                 raise ValueError("examples must be >= 0")
             per = self.examples_per_update
-            return examples // per if self.drop_last else math.ceil(examples / per)
+            if self.drop_last:
+                return examples // per
+            if self.dataset_size:
+                # Keeping the incomplete batch, every epoch ends with a short update.
+                full, rest = divmod(examples, self.dataset_size)
+                return full * self.updates_per_epoch() + math.ceil(rest / per)
+            return math.ceil(examples / per)
         raise ValueError("give epochs or examples")
 
     def examples_seen(self, updates: int) -> int:
-        return updates * self.examples_per_update
+        per = self.examples_per_update
+        if self.drop_last or not self.dataset_size:
+            return updates * per
+        full, rest = divmod(updates, self.updates_per_epoch())
+        return full * self.dataset_size + rest * per
 
     def epochs_seen(self, updates: int) -> float:
         return self.examples_seen(updates) / self._need_dataset()
@@ -91,6 +104,8 @@ class Budget:
     examples_seen: int
     epochs_seen: float | None
     incomplete_dropped: int  # examples per epoch left out by drop_last
+    basis: str = "updates"  # the quantity the budget was given in: updates, epochs or examples
+    amount: float = 0  # its value as given, before rounding to whole updates
 
 
 def resolve_budget(
@@ -103,15 +118,68 @@ def resolve_budget(
     given = [x for x in (updates, epochs, examples) if x is not None]
     if len(given) != 1:
         raise ValueError("give exactly one of updates, epochs or examples")
+    basis = "updates" if updates is not None else "epochs" if epochs is not None else "examples"
+    amount = given[0]
     if updates is None:
         updates = plan.updates_for(epochs=epochs, examples=examples)
     if updates < 0:
         raise ValueError("updates must be >= 0")
-    epochs_seen = plan.epochs_seen(updates) if plan.dataset_size else None
+    seen = plan.examples_seen(updates)
+    if examples is not None and not plan.drop_last:
+        seen = examples  # the last, incomplete update sees only what is left
+    epochs_seen = seen / plan.dataset_size if plan.dataset_size else None
     dropped = 0
     if plan.dataset_size and plan.drop_last:
         dropped = plan.dataset_size - plan.examples_per_epoch()
-    return Budget(updates, plan.examples_seen(updates), epochs_seen, dropped)
+    return Budget(updates, seen, epochs_seen, dropped, basis, amount)
+
+
+def budget_from(plan: BatchPlan, params: Mapping[str, Any]) -> Budget:
+    """The budget of a campaign variant (its flat parameters, ``Notebook.params``)."""
+    return resolve_budget(
+        plan,
+        updates=params.get("updates"),
+        epochs=params.get("epochs"),
+        examples=params.get("examples"),
+    )
+
+
+def plan_from(params: Mapping[str, Any]) -> BatchPlan:
+    """The batch plan of a campaign variant (its flat parameters, ``Notebook.params``)."""
+    return BatchPlan(
+        microbatch=params["microbatch"],
+        accumulation=params.get("accumulation", 1),
+        data_replicas=params.get("data_replicas", 1),
+        model_parallel=params.get("model_parallel", 1),
+        dataset_size=params.get("dataset_size"),
+        drop_last=params.get("drop_last", True),
+    )
+
+
+def hold(held: str, variant: BatchPlan, ref_budget: Budget) -> Budget:
+    """The variant's budget when the campaign holds ``held`` at the reference's value.
+
+    Holding updates moves the examples (and epochs) seen; holding epochs or
+    examples moves the number of updates.
+    """
+    if held not in HELD:
+        raise ValueError(f"held_constant must be one of {', '.join(HELD)}")
+    if held == "updates":
+        return resolve_budget(variant, updates=ref_budget.updates)
+    if held == "epochs":
+        if ref_budget.basis == "epochs":
+            epochs = float(ref_budget.amount)
+        elif ref_budget.epochs_seen is not None:
+            epochs = ref_budget.epochs_seen
+        else:
+            raise ValueError("holding epochs constant needs the dataset size")
+        if not variant.dataset_size:
+            raise ValueError("holding epochs constant needs the dataset size")
+        return resolve_budget(variant, epochs=epochs)
+    examples = (
+        int(ref_budget.amount) if ref_budget.basis == "examples" else ref_budget.examples_seen
+    )
+    return resolve_budget(variant, examples=examples)
 
 
 def what_changes(held: str, reference: BatchPlan, variant: BatchPlan, ref_budget: Budget) -> str:
@@ -119,26 +187,30 @@ def what_changes(held: str, reference: BatchPlan, variant: BatchPlan, ref_budget
     if held not in HELD:
         raise ValueError(f"held_constant must be one of {', '.join(HELD)}")
     r, v = reference.examples_per_update, variant.examples_per_update
-    if r == v:
+    same = r == v and reference.drop_last == variant.drop_last
+    if same and reference.dataset_size == variant.dataset_size:
         return f"same effective batch ({v} examples per update): updates, epochs and examples seen all unchanged"
+    if held == "epochs" and (ref_budget.epochs_seen is None or not variant.dataset_size):
+        return f"effective batch {r} -> {v}: updates per epoch change (dataset size unknown)"
+    vb = hold(held, variant, ref_budget)
     if held == "updates":
-        seen = variant.examples_seen(ref_budget.updates)
-        return (
+        text = (
             f"effective batch {r} -> {v} at a fixed {ref_budget.updates} updates: "
-            f"examples seen change {ref_budget.examples_seen} -> {seen}"
+            f"examples seen change {ref_budget.examples_seen} -> {vb.examples_seen}"
         )
+        if ref_budget.epochs_seen is not None and vb.epochs_seen is not None:
+            text += f", epochs seen {ref_budget.epochs_seen:.4g} -> {vb.epochs_seen:.4g}"
+        return text
     if held == "epochs":
-        if ref_budget.epochs_seen is None:
-            return f"effective batch {r} -> {v}: updates per epoch change (dataset size unknown)"
-        ups = variant.updates_for(epochs=ref_budget.epochs_seen)
+        fixed = ref_budget.amount if ref_budget.basis == "epochs" else ref_budget.epochs_seen
         return (
-            f"effective batch {r} -> {v} at a fixed {ref_budget.epochs_seen:g} epochs: "
-            f"updates change {ref_budget.updates} -> {ups}"
+            f"effective batch {r} -> {v} at a fixed {fixed:g} epochs: "
+            f"updates change {ref_budget.updates} -> {vb.updates}"
         )
-    ups = variant.updates_for(examples=ref_budget.examples_seen)
+    fixed = int(ref_budget.amount) if ref_budget.basis == "examples" else ref_budget.examples_seen
     return (
-        f"effective batch {r} -> {v} at a fixed {ref_budget.examples_seen} examples: "
-        f"updates change {ref_budget.updates} -> {ups}"
+        f"effective batch {r} -> {v} at a fixed {fixed} examples: "
+        f"updates change {ref_budget.updates} -> {vb.updates}"
     )
 
 
@@ -152,15 +224,34 @@ def describe(plan: BatchPlan, budget: Budget | None = None) -> list[tuple[str, s
         )
     ]
     if plan.model_parallel > 1:
-        rows.append(("GPUs", f"{plan.gpus} (model parallel x{plan.model_parallel} does not multiply the batch)"))
+        rows.append(
+            (
+                "GPUs",
+                f"{plan.gpus} = data replicas {plan.data_replicas} x model parallel "
+                f"{plan.model_parallel} (model parallelism does not multiply the batch)",
+            )
+        )
     if plan.dataset_size:
-        tail = "incomplete last update dropped" if plan.drop_last else "incomplete last update kept"
-        rows.append(("updates per epoch", f"{plan.updates_per_epoch()} ({plan.dataset_size} examples, {tail})"))
+        tail = "incomplete last update " + ("dropped" if plan.drop_last else "kept")
+        rows.append(
+            (
+                "updates per epoch",
+                f"{plan.updates_per_epoch()} ({plan.dataset_size} examples, {tail})",
+            )
+        )
     if budget is not None:
-        rows.append(("updates", str(budget.updates)))
+        rows.append(("updates", f"{budget.updates}{_from(budget)}"))
         rows.append(("examples seen", str(budget.examples_seen)))
         if budget.epochs_seen is not None:
             rows.append(("epochs seen", f"{budget.epochs_seen:.4g}"))
         if budget.incomplete_dropped:
             rows.append(("left out per epoch", f"{budget.incomplete_dropped} examples (drop_last)"))
     return rows
+
+
+def _from(budget: Budget) -> str:
+    if budget.basis == "epochs":
+        return f" (from {budget.amount:g} epochs)"
+    if budget.basis == "examples":
+        return f" (from {int(budget.amount)} examples)"
+    return ""

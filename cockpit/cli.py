@@ -13,6 +13,7 @@ import importlib
 import sys
 
 from . import __version__
+from .errors import CockpitError
 
 # name -> one-line description. The order is the order of the help text.
 COMMANDS: dict[str, str] = {
@@ -48,16 +49,26 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         epilog=f"commands:\n{listing}\n\nRun `cockpit COMMAND --help` for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"cockpit {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", help="one of the commands below")
     for name, desc in COMMANDS.items():
-        p = sub.add_parser(name, help=desc, description=desc, formatter_class=_Help)
+        # No help= here: argparse would list the commands a second time, wrapped
+        # at the terminal width. The epilog lists each on exactly one line.
+        p = sub.add_parser(name, description=desc, formatter_class=_Help)
         if name == only:
             _module(name).add_arguments(p)
     return parser
 
 
 def _module(name: str):
-    return importlib.import_module(f"cockpit.commands.{name}")
+    try:
+        return importlib.import_module(f"cockpit.commands.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"cockpit.commands.{name}":
+            raise
+        raise CockpitError(
+            f"the command {name!r} is not part of this install of Cockpit; "
+            f"run ./setup.sh again from the repository, or `cockpit --help` for the commands."
+        ) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,17 +80,22 @@ def main(argv: list[str] | None = None) -> int:
         chosen = "tui"
     if chosen is not None and chosen not in COMMANDS:
         build_parser().print_usage(sys.stderr)
-        print(f"cockpit: unknown command {chosen!r}; run `cockpit --help` for the list.", file=sys.stderr)
+        print(
+            f"cockpit: unknown command {chosen!r}; run `cockpit --help` for the list.",
+            file=sys.stderr,
+        )
         return 2
-    parser = build_parser(only=chosen)
+    try:
+        parser = build_parser(only=chosen)
+    except CockpitError as exc:
+        print(f"cockpit {chosen}: {exc}", file=sys.stderr)
+        return exc.exit_code
     args = parser.parse_args(argv)
     try:
         return int(_module(args.command).run(args) or 0)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - last line of defence: one paragraph, not a traceback
-        from .errors import CockpitError
-
         if isinstance(exc, CockpitError):
             print(f"cockpit {args.command}: {exc}", file=sys.stderr)
             return exc.exit_code

@@ -10,8 +10,6 @@ Cockpit saves the file: use the ``notes`` fields instead.
 
 from __future__ import annotations
 
-from .errors import CockpitError
-
 import contextlib
 import dataclasses
 import hashlib
@@ -25,6 +23,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .errors import CockpitError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -302,7 +302,13 @@ def parse(raw: bytes | str, where: Path | str = NOTEBOOK_FILE) -> Notebook:
     problems: list[str] = []
     nb = _build_notebook(data, problems)
     if nb is not None:
-        _check_values(nb, problems)
+        typed = not problems
+        try:
+            _check_values(nb, problems)
+        except (TypeError, AttributeError):
+            # A value of the wrong type, already reported, stopped the value checks.
+            if typed:
+                raise
     if problems:
         lines = "\n".join(f"  - {p}" for p in problems)
         raise NotebookError(
@@ -377,7 +383,11 @@ def _convert(value: Any, typ: Any, path: str, problems: list[str]) -> Any:
             problems.append(f"{path}: expected a table, got {_tname(value)}")
             return None
         hints = typing.get_type_hints(typ)
-        fields = {f.name: f for f in dataclasses.fields(typ) if f.init and f.name not in ("path", "digest")}
+        fields = {
+            f.name: f
+            for f in dataclasses.fields(typ)
+            if f.init and f.name not in ("path", "digest")
+        }
         kwargs: dict[str, Any] = {}
         for k, v in value.items():
             if k not in fields:
@@ -448,11 +458,11 @@ def _check_values(nb: Notebook, problems: list[str]) -> None:
         return isinstance(x, (int, float)) and not isinstance(x, bool)
 
     c = nb.campaign
-    if not c.name.strip():
+    if isinstance(c.name, str) and not c.name.strip():
         bad("campaign.name", "must not be empty")
     if c.held_constant not in HELD:
         bad("campaign.held_constant", f"is {c.held_constant!r}; use one of {', '.join(HELD)}")
-    if ":" not in nb.task.entry:
+    if isinstance(nb.task.entry, str) and ":" not in nb.task.entry:
         bad(
             "task.entry",
             f"is {nb.task.entry!r}; write 'package.module:attribute' or 'path/to/file.py:attribute'",
@@ -500,8 +510,13 @@ def _check_values(nb: Notebook, problems: list[str]) -> None:
     for i, v in enumerate(nb.variants):
         if v is None:
             continue
+        if not v.id:
+            bad(f"variants[{i}].id", "is empty; give every variant a short id such as 'lr2e-4'")
         if v.id in seen:
-            bad(f"variants[{i}].id", f"duplicate variant id {v.id!r}; every variant needs its own id")
+            bad(
+                f"variants[{i}].id",
+                f"duplicate variant id {v.id!r}; every variant needs its own id",
+            )
         seen.add(v.id)
         if v.kind not in ("quality", "memory"):
             bad(f"variants[{i}].kind", f"is {v.kind!r}; use quality or memory")
@@ -509,7 +524,8 @@ def _check_values(nb: Notebook, problems: list[str]) -> None:
             if key not in settable:
                 bad(
                     f"variants[{i}].set.{key}",
-                    "is not a key of [training], [batch] or [task.params]" + _suggest(key, settable),
+                    "is not a key of [training], [batch] or [task.params]"
+                    + _suggest(key, settable),
                 )
             elif key == "lr" and num(val) and val <= 0:
                 bad(f"variants[{i}].set.lr", f"is {val}; a learning rate must be positive")
@@ -518,7 +534,10 @@ def _check_values(nb: Notebook, problems: list[str]) -> None:
             ):
                 bad(f"variants[{i}].set.{key}", f"is {val!r}; it must be a whole number >= 1")
             elif key == "precision" and val not in PRECISIONS:
-                bad(f"variants[{i}].set.precision", f"is {val!r}; use one of {', '.join(PRECISIONS)}")
+                bad(
+                    f"variants[{i}].set.precision",
+                    f"is {val!r}; use one of {', '.join(PRECISIONS)}",
+                )
     refs = [v.id for v in nb.variants if v is not None and v.reference]
     if len(refs) > 1:
         bad("variants", f"more than one reference variant ({', '.join(refs)}); mark exactly one")
@@ -542,6 +561,8 @@ def _check_values(nb: Notebook, problems: list[str]) -> None:
     for i, r in enumerate(nb.runs):
         if r is None:
             continue
+        if not r.id:
+            bad(f"runs[{i}].id", "is empty; every run needs an id")
         if r.id in run_ids:
             bad(f"runs[{i}].id", f"duplicate run id {r.id!r}; run ids are never reused")
         run_ids.add(r.id)
@@ -563,10 +584,13 @@ def _check_values(nb: Notebook, problems: list[str]) -> None:
         for rid in d.runs:
             if rid not in run_ids:
                 bad(f"decisions[{i}].runs", f"names unknown run {rid!r}")
-    if nb.rental.days is not None and nb.rental.days < 1:
+    if isinstance(nb.rental.days, int) and nb.rental.days < 1:
         bad("rental.days", f"is {nb.rental.days}; it must be >= 1")
     if nb.selection.strategy and nb.selection.strategy not in STRATEGIES:
-        bad("selection.strategy", f"is {nb.selection.strategy!r}; use one of {', '.join(STRATEGIES)}")
+        bad(
+            "selection.strategy",
+            f"is {nb.selection.strategy!r}; use one of {', '.join(STRATEGIES)}",
+        )
 
 
 def _field_names(cls: Any) -> list[str]:
@@ -627,6 +651,14 @@ def _digest_on_disk(path: Path) -> str | None:
         return None
 
 
+def _sweep_temporaries(path: Path) -> None:
+    # Every writer holds the lock, so a temporary file seen under it belongs
+    # to a writer that was killed before its os.replace: it is garbage.
+    for tmp in path.parent.glob(".campaign.*.tmp"):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
 def _write_atomic(path: Path, text: str) -> None:
     data = text.encode("utf-8")
     fd, tmp = tempfile.mkstemp(prefix=".campaign.", suffix=".tmp", dir=path.parent)
@@ -673,6 +705,7 @@ def _save_locked(nb: Notebook, target: Path, text: str, force_new: bool = False)
             f"{target}: the file changed on disk since it was read (another editor, the CLI or a "
             f"pilot wrote it). Nothing was saved. Reload it and make the change again."
         )
+    _sweep_temporaries(target)
     _write_atomic(target, text)
     nb.path = target
     nb.digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
