@@ -663,6 +663,12 @@ def _write_atomic(path: Path, text: str) -> None:
     data = text.encode("utf-8")
     fd, tmp = tempfile.mkstemp(prefix=".campaign.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file private (0600); the notebook keeps its own mode.
+        try:
+            mode = path.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o644
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -709,6 +715,24 @@ def _save_locked(nb: Notebook, target: Path, text: str, force_new: bool = False)
     _write_atomic(target, text)
     nb.path = target
     nb.digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def create(path: Path | str, text: str) -> Notebook:
+    """Write a new notebook from its text as given (a template keeps its layout).
+
+    Refuses (ConflictError) when the file exists already; never writes text
+    that does not load.
+    """
+    target = Path(path)
+    nb = parse(text, target)
+    with locked(target):
+        if target.exists():
+            raise ConflictError(f"{target}: already exists; Cockpit never overwrites a notebook.")
+        _sweep_temporaries(target)
+        _write_atomic(target, text)
+    nb.path = target
+    nb.digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return nb
 
 
 def mutate(path: Path | str, change: Callable[[Notebook], Any]) -> Any:

@@ -1,0 +1,175 @@
+"""``cockpit check CAMPAIGN``: validate a notebook and print what it says.
+
+A notebook that does not load gets one message naming the file, the TOML line
+or the key path, and what to do (exit 2). One that loads gets a summary: the
+question, what is held constant, the batch arithmetic, the variants and what
+differs, the stop rules, the validation frequency and the runs so far.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from typing import Any
+
+from .. import arithmetic, notebook
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("campaign", help="a campaign folder (campaigns/demo) or its campaign.toml")
+
+
+def run(args: argparse.Namespace) -> int:
+    nb = notebook.load(args.campaign)
+    print("\n".join(summary(nb)))
+    return 0
+
+
+def summary(nb: notebook.Notebook) -> list[str]:
+    c = nb.campaign
+    out = [f"{nb.path}: valid.", ""]
+    out += _pairs(
+        [
+            ("campaign", c.name),
+            ("question", c.question or "(none written: say what this campaign decides)"),
+            ("held constant", _held(c.held_constant)),
+            ("quality", _quality(c)),
+            ("task", nb.task.entry),
+        ]
+    )
+    if nb.task.params:
+        out.append("  task params    " + ", ".join(f"{k}={v}" for k, v in nb.task.params.items()))
+    if c.notes:
+        out.append(f"  notes          {c.notes}")
+
+    ref = nb.reference
+    ref_params = nb.params(ref.id)
+    ref_plan = arithmetic.plan_from(ref_params)
+    ref_budget, why_not = _budget(ref_plan, ref_params)
+    out += ["", f"Batch arithmetic (reference {ref.id}):"]
+    rows = arithmetic.describe(ref_plan, ref_budget)
+    if ref_budget is None:
+        rows.append(("budget", why_not))
+    elif ref_budget.epochs_seen is None:
+        rows.append(
+            ("epochs seen", "unknown: the task gives the dataset size (or set batch.dataset_size)")
+        )
+    t = nb.training
+    clip = f", grad clip {t.grad_clip:g}" if t.grad_clip else ""
+    rows.append(
+        (
+            "training",
+            f"lr {t.lr:g}, {t.optimizer}, {t.schedule} schedule, precision {t.precision}{clip}",
+        )
+    )
+    out += _pairs(rows)
+
+    out += ["", f"Variants ({len(nb.variants)}):"]
+    width = max(len(v.id) for v in nb.variants)
+    for v in nb.variants:
+        what = "reference" if v is ref else _overrides(v)
+        out.append(f"  {v.id:<{width}}  {what}" + (f" [{v.kind}]" if v.kind != "quality" else ""))
+        if v.differs and v.differs != "reference":
+            out.append(f"  {'':<{width}}    differs: {v.differs}")
+        if v.why:
+            out.append(f"  {'':<{width}}    why: {v.why}")
+        if v is not ref and ref_budget is not None:
+            out.append(f"  {'':<{width}}    batch: {_batch_change(nb, v, ref_plan, ref_budget)}")
+
+    out += ["", "Stop rules (fixed before any run):"]
+    out += [f"  {line}" for line in _stop_lines(nb.stop)]
+    every = nb.validation.every_updates
+    val = f"every {every} updates"
+    if ref_budget is not None and ref_budget.updates:
+        val += f" ({ref_budget.updates // every} validations in {ref_budget.updates} updates)"
+    out += ["", f"Validation: {val}" + (f"; {nb.validation.notes}" if nb.validation.notes else "")]
+
+    statuses = Counter(r.status for r in nb.runs)
+    runs = f"Runs: {len(nb.runs)} recorded"
+    if statuses:
+        runs += " (" + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) + ")"
+    out.append(runs)
+    out.append(f"Decisions and observations: {len(nb.decisions)}")
+    if nb.conclusion.text:
+        chosen = f" (chose {nb.conclusion.chosen_variant})" if nb.conclusion.chosen_variant else ""
+        out.append(f"Conclusion{chosen}: {nb.conclusion.text}")
+    out += ["", arithmetic.CAVEAT]
+    return out
+
+
+def _pairs(rows: list[tuple[str, str]]) -> list[str]:
+    width = max(len(k) for k, _ in rows)
+    width = max(width, 13)
+    return [f"  {k:<{width}}  {v}" for k, v in rows]
+
+
+def _held(held: str) -> str:
+    return {
+        "updates": "updates: every variant trains for the same number of optimizer updates",
+        "epochs": "epochs: every variant sees the data the same number of times",
+        "examples": "examples: every variant sees the same number of training examples",
+    }.get(held, held)
+
+
+def _quality(c: notebook.CampaignInfo) -> str:
+    way = "higher is better" if c.higher_is_better else "lower is better"
+    if c.quality_target is None:
+        return f"{c.quality_metric} ({way}; no target)"
+    sign = ">=" if c.higher_is_better else "<="
+    return f"target {c.quality_metric} {sign} {c.quality_target:g} ({way})"
+
+
+def _budget(
+    plan: arithmetic.BatchPlan, params: dict[str, Any]
+) -> tuple[arithmetic.Budget | None, str]:
+    try:
+        return arithmetic.budget_from(plan, params), ""
+    except ValueError:
+        epochs = params.get("epochs")
+        return None, (
+            f"{epochs:g} epochs; updates depend on the dataset size, which comes from the task "
+            f"(set batch.dataset_size to see them here)"
+        )
+
+
+def _overrides(v: notebook.Variant) -> str:
+    if not v.set:
+        return "no overrides (same settings as the reference)"
+    return ", ".join(f"{k}={val}" for k, val in v.set.items())
+
+
+def _batch_change(
+    nb: notebook.Notebook,
+    v: notebook.Variant,
+    ref_plan: arithmetic.BatchPlan,
+    ref_budget: arithmetic.Budget,
+) -> str:
+    held = nb.campaign.held_constant
+    params = nb.params(v.id)
+    plan = arithmetic.plan_from(params)
+    own = [k for k in ("updates", "epochs", "examples") if k in v.set]
+    if own:
+        return (
+            f"sets its own budget ({', '.join(f'{k}={v.set[k]}' for k in own)}) although the "
+            f"campaign holds {held} constant; the comparison is then not like for like"
+        )
+    try:
+        return arithmetic.what_changes(held, ref_plan, plan, ref_budget)
+    except ValueError as exc:
+        return str(exc)
+
+
+def _stop_lines(s: notebook.StopRules) -> list[str]:
+    lines = []
+    lines.append(
+        "non-finite loss or gradient: stop" if s.nonfinite else "non-finite values: not a stop rule"
+    )
+    if s.divergence_factor is not None:
+        lines.append(f"divergence: stop when the loss exceeds {s.divergence_factor:g}x its start")
+    if s.patience is not None:
+        lines.append(f"patience: stop after {s.patience} validations without improvement")
+    if s.wall_clock_minutes is not None:
+        lines.append(f"wall clock: stop after {s.wall_clock_minutes:g} minutes")
+    if s.notes:
+        lines.append(f"notes: {s.notes}")
+    return lines
