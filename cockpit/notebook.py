@@ -321,23 +321,27 @@ def parse(raw: bytes | str, where: Path | str = NOTEBOOK_FILE) -> Notebook:
 
 
 def _syntax_message(where: Path | str, text: str, exc: Exception) -> str:
-    lineno = getattr(exc, "lineno", None)
-    msg = getattr(exc, "msg", str(exc))
-    if lineno is None:  # Python < 3.14 puts the position in the text only
-        import re
+    import re
 
-        m = re.search(r"line (\d+)", str(exc))
+    lineno = getattr(exc, "lineno", None)
+    msg = str(getattr(exc, "msg", exc))
+    if lineno is None:  # before Python 3.14 the position is only in the text
+        m = re.search(r"line (\d+)", msg)
         lineno = int(m.group(1)) if m else None
+    msg = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", msg).rstrip(".")
     shown = ""
     if lineno:
         lines = text.splitlines()
         if 0 < lineno <= len(lines):
             shown = f" The line reads: {lines[lineno - 1].strip()!r}."
     at = f" at line {lineno}" if lineno else ""
+    if not lineno and "end of document" in str(getattr(exc, "msg", exc)):
+        at = " at the end of the file"
+    folder = Path(where).parent
     return (
         f"{where}: this is not valid TOML{at}: {msg}.{shown} "
-        f"Fix the syntax (strings need quotes, tables [name], arrays of tables [[name]]), "
-        f"then run `cockpit check`. Nothing was changed."
+        f"Fix the syntax there (strings need quotes, tables [name], arrays of tables [[name]]), "
+        f"then run `cockpit check {folder}`."
     )
 
 
