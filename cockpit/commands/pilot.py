@@ -1,0 +1,147 @@
+"""``cockpit pilot CAMPAIGN``: start the pilot detached, follow its gates, print the table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import events as ev
+from .. import launch, runs
+from .. import notebook as nbm
+from ..errors import UsageError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("campaign", nargs="?", default="campaigns/demo", help="campaign folder or campaign.toml")
+    p.add_argument("--variant", help="variant id (default: the reference)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--nproc", type=int, default=None, help="processes per node (torchrun); default from the notebook's strategy")
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--rdzv", default=None, help="rendezvous endpoint host:port for several nodes")
+    p.add_argument("--follows", default="", help="the run this one restarts")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter for this run only")
+    p.add_argument("--detach", action="store_true", help="start and return at once (follow later with `cockpit runs`)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    import tomllib
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UsageError(f"--set {item!r}: expected KEY=VALUE, e.g. --set microbatch=1")
+        try:
+            out[key.strip()] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def start(campaign: str | Path, variant: str | None, seed: int, *, kind: str = "pilot", follows: str = "",
+          overrides: dict[str, Any] | None = None, nproc: int | None = None, nnodes: int = 1,
+          rdzv: str | None = None, env: dict[str, str] | None = None) -> tuple[str, Path]:
+    """Create a run and start its process detached. Used by the CLI, the TUI and series."""
+    path = nbm.find(campaign)
+    runs.reconcile(path)
+    nb = nbm.load(path)
+    if nproc is None:
+        nproc = nb.batch.data_replicas if nb.selection.strategy in ("DDP", "FSDP") else 1
+    extra = {"launch": {"nproc": nproc, "nnodes": nnodes, "rdzv": rdzv or ""}}
+    rid, rdir = runs.create_run(path, variant, seed, kind=kind, follows=follows, overrides=overrides, extra=extra)
+    launch.start(rdir, nproc=nproc, nnodes=nnodes, rdzv=rdzv, env=env)
+    return rid, rdir
+
+
+def follow(rdir: Path, quiet: bool = False, poll_s: float = 0.1) -> runs.RunState:
+    """Print each gate as it lands, until the process ends."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    tail = ev.Tail(rdir / ev.EVENTS_FILE)
+    started = time.monotonic()
+    while True:
+        alive = runs.is_alive(rdir)
+        for e in tail.read_new():
+            if quiet:
+                continue
+            if e["kind"] == ev.PHASE_START and e.get("rank") in (None, 0):
+                console.print(f"[dim]{time.monotonic() - started:6.1f}s[/] {e['phase']} …", highlight=False)
+            elif e["kind"] == ev.GATE:
+                style = {"pass": "green", "warn": "yellow", "fail": "bold red"}.get(e["verdict"], "dim")
+                rank = f" rank {e['rank']}" if e.get("rank") is not None else ""
+                console.print(f"[dim]{time.monotonic() - started:6.1f}s[/] {e['phase']}{rank}: [{style}]{e['verdict']}[/] "
+                              f"({e.get('duration_s', 0):.2f} s)", highlight=False)
+        if not alive:
+            launch.reap()
+            for e in tail.read_new():
+                pass
+            break
+        time.sleep(poll_s)
+    runs.record_state(rdir.parent.parent, rdir) if runs.state(rdir).status == ev.Status.CRASHED.value else None
+    return runs.state(rdir)
+
+
+def summary(st: runs.RunState) -> dict[str, Any]:
+    from ..gatetable import row
+
+    return {
+        "run": st.id,
+        "dir": str(st.dir),
+        "status": st.status,
+        "stop_reason": st.stop_reason,
+        "phase": st.phase,
+        "peak_mib": st.peak_mib,
+        "peak_counter": st.peak_counter,
+        "duration_s": st.duration_s,
+        "exit_code": int(exit_code(st)),
+        "gates": [{k: v for k, v in row(g).items()} for g in st.gates],
+    }
+
+
+def exit_code(st: runs.RunState) -> ev.ExitCode:
+    if st.run_end and "exit_code" in st.run_end:
+        return ev.ExitCode(int(st.run_end["exit_code"]))
+    try:
+        return ev.STATUS_EXIT.get(ev.Status(st.status), ev.ExitCode.INTERNAL)
+    except ValueError:
+        return ev.ExitCode.INTERNAL
+
+
+def print_result(st: runs.RunState) -> None:
+    from rich.console import Console
+
+    from ..gatetable import notes, table
+
+    console = Console()
+    wide = console.width >= 150
+    console.print(table(st.gates, title=f"pilot {st.id}: {st.status}", wide=wide))
+    if not wide:
+        for line in notes(st.gates):
+            console.print(line, overflow="fold")
+    console.print("memory in MiB; alloc/resv/peak are torch counters (absent without CUDA), NVML per GPU, RSS of the pilot process",
+                  style="dim", highlight=False)
+    color = "green" if st.status == "passed" else "red"
+    peak = f"{st.peak_mib:,.0f} MiB ({st.peak_counter})" if st.peak_mib is not None else "absent"
+    console.print(f"[{color}]{st.status}[/]: {st.stop_reason} — phase reached: {st.phase}; peak {peak}; "
+                  f"{st.duration_s or 0:.1f} s; files in {st.dir}", highlight=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    rid, rdir = start(args.campaign, args.variant, args.seed, follows=args.follows,
+                      overrides=parse_overrides(args.set), nproc=args.nproc, nnodes=args.nnodes, rdzv=args.rdzv)
+    if args.detach:
+        print(json.dumps({"run": rid, "dir": str(rdir)}) if args.json else f"started {rid} in {rdir}")
+        return 0
+    print(f"pilot {rid} started in {rdir} (detached: closing this terminal does not stop it)", file=sys.stderr)
+    st = follow(rdir, quiet=args.json)
+    if args.json:
+        print(json.dumps(summary(st), indent=2, default=str))
+    else:
+        print_result(st)
+    return int(exit_code(st))

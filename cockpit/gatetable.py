@@ -1,0 +1,122 @@
+"""Gate rows as plain values, and the rich table the CLI prints. No torch, no textual.
+
+One row per gate event (and per rank in a distributed run): phase, its input
+parameters, torch allocated / reserved / peak, NVML used, RSS, duration,
+verdict and remedy. GPU counters that were not measured show as "absent".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+VERDICT_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skipped": "dim"}
+
+
+def mib(b: int | float | None) -> str:
+    return "absent" if b is None else f"{b / 2**20:,.0f}"
+
+
+def short_inputs(inputs: dict[str, Any], limit: int = 100) -> str:
+    parts = []
+    for k, v in inputs.items():
+        if k == "ids":
+            continue
+        if isinstance(v, list):
+            v = f"{min(v)}..{max(v)}" if v and all(isinstance(x, (int, float)) for x in v) else f"[{len(v)}]"
+        parts.append(f"{k}={v}")
+    s = " ".join(parts)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def row(gate: dict[str, Any]) -> dict[str, Any]:
+    mem = gate.get("mem") or {}
+    t = mem.get("torch")
+    nv = mem.get("nvml")
+    return {
+        "phase": gate.get("phase", "?"),
+        "rank": gate.get("rank"),
+        "inputs": short_inputs(gate.get("inputs") or {}),
+        "allocated": t["allocated"] if t else None,
+        "reserved": t["reserved"] if t else None,
+        "peak_allocated": t["peak_allocated"] if t else None,
+        "peak_reserved": t["peak_reserved"] if t else None,
+        "nvml_used": [g["used"] for g in nv] if nv else None,
+        "rss": mem.get("rss"),
+        "rss_peak": mem.get("rss_peak"),
+        "duration_s": gate.get("duration_s"),
+        "verdict": gate.get("verdict", "?"),
+        "remedy": gate.get("remedy", ""),
+        "message": gate.get("message", ""),
+        "checks": gate.get("checks", []),
+    }
+
+
+def detail(r: dict[str, Any]) -> str:
+    """For a failed or warned gate: what went wrong, then what to do."""
+    if r["verdict"] not in ("fail", "warn"):
+        return ""
+    bad = [c for c in r["checks"] if not c.get("ok")]
+    msg = r["message"] or "; ".join(f"{c['name']}: {c['detail']}" for c in bad)
+    return f"{msg} -> {r['remedy']}" if r["remedy"] else msg
+
+
+def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Table:
+    """The gate table. ``wide=False`` leaves inputs and remedies out of the
+    columns (for an 80-column terminal); print them with :func:`notes` below."""
+    tab = Table(title=title or None, show_lines=False, expand=False, pad_edge=False)
+    ranks = any(g.get("rank") is not None for g in gates)
+    tab.add_column("phase", no_wrap=True)
+    if ranks:
+        tab.add_column("rank", justify="right")
+    if wide:
+        tab.add_column("inputs", overflow="fold", max_width=32)
+    tab.add_column("alloc MiB", justify="right")
+    tab.add_column("resv MiB", justify="right")
+    tab.add_column("peak MiB", justify="right")
+    tab.add_column("NVML MiB", justify="right")
+    tab.add_column("RSS MiB", justify="right")
+    tab.add_column("time s", justify="right")
+    tab.add_column("verdict", no_wrap=True)
+    if wide:
+        tab.add_column("remedy / detail", overflow="fold", max_width=48)
+    for g in gates:
+        r = row(g)
+        peak = mib(r["peak_allocated"]) if r["peak_allocated"] is not None else "absent"
+        nv = "absent" if r["nvml_used"] is None else "/".join(mib(x) for x in r["nvml_used"])
+        verdict = Text(r["verdict"], style=VERDICT_STYLE.get(r["verdict"], ""))
+        cells = [r["phase"]]
+        if ranks:
+            cells.append("" if r["rank"] is None else str(r["rank"]))
+        if wide:
+            cells.append(r["inputs"])
+        cells += [
+            mib(r["allocated"]),
+            mib(r["reserved"]),
+            peak,
+            nv,
+            mib(r["rss"]),
+            "" if r["duration_s"] is None else f"{r['duration_s']:.2f}",
+            verdict,
+        ]
+        if wide:
+            cells.append(detail(r))
+        tab.add_row(*cells)
+    return tab
+
+
+def notes(gates: list[dict[str, Any]]) -> list[Text]:
+    """Inputs of every phase and the detail of every failed or warned gate, one line each."""
+    out = []
+    for g in gates:
+        r = row(g)
+        rank = f"[{r['rank']}]" if r["rank"] is not None else ""
+        line = Text(f"{r['phase']}{rank}: ", style="bold")
+        line.append(r["inputs"] or "no inputs", style="dim")
+        out.append(line)
+        d = detail(r)
+        if d:
+            out.append(Text(f"  {r['verdict']}: {d}", style=VERDICT_STYLE.get(r["verdict"], "")))
+    return out
