@@ -1,0 +1,160 @@
+"""A writer killed with SIGKILL at any moment leaves the old notebook or the new one, never a torn one.
+
+Writers save the notebook in a loop, alternating two versions of different
+sizes (so a mix of the two cannot parse as either), and are killed at random
+moments. After every kill the file must be byte-for-byte one of the two
+versions and load; the next writer must get the lock; leftover temporary files
+must never break a load and are swept by the next save.
+
+Most kills hit forked writers (a fork costs milliseconds where a new Python
+costs ~150 ms); a shorter loop kills fresh interpreter subprocesses the same way.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import random
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cockpit import notebook
+
+KILLS_FORKED = 300
+KILLS_SPAWNED = 25
+
+# Both larger than a page, and of different lengths.
+NOTES_A = "A" * 6_000
+NOTES_B = "B" * 11_000
+
+
+def _versions(folder: Path) -> tuple[str, str]:
+    nb = notebook.load(folder)
+    nb.campaign.notes = NOTES_A
+    text_a = notebook.dumps(nb)
+    nb.campaign.notes = NOTES_B
+    text_b = notebook.dumps(nb)
+    return text_a, text_b
+
+
+def _check_after_kill(path: Path, versions: tuple[str, str], seen: dict[str, int]) -> None:
+    raw = path.read_bytes().decode("utf-8")
+    assert raw in versions, f"torn notebook: {len(raw)} bytes, neither version"
+    nb = notebook.load(path)  # loads despite any temporary file a dead writer left
+    assert nb.campaign.notes in (NOTES_A, NOTES_B)
+    seen[nb.campaign.notes[0]] += 1
+
+
+def _temporaries(folder: Path) -> list[Path]:
+    return sorted(folder.glob(".campaign.*.tmp"))
+
+
+def _start(campaign: Path, versions: tuple[str, str]) -> Path:
+    path = campaign / "campaign.toml"
+    nb = notebook.load(campaign)
+    nb.campaign.notes = NOTES_A
+    notebook.save(nb)
+    assert path.read_text("utf-8") == versions[0]
+    return path
+
+
+def _forked_writer(path: Path, ready_fd: int, counter: mmap.mmap) -> None:
+    """Runs in the child: load, then save A, B, A, B ... until killed."""
+    try:
+        nb = notebook.load(path)
+        os.write(ready_fd, b"r")
+        saves = 0
+        while True:
+            nb.campaign.notes = NOTES_B if saves % 2 == 0 else NOTES_A
+            notebook.save(nb)
+            saves += 1
+            counter[:8] = struct.pack("q", struct.unpack("q", counter[:8])[0] + 1)
+    finally:
+        os._exit(3)  # only reached on an error: the parent sees it was not killed
+
+
+@pytest.mark.timeout(120)
+def test_forked_writers_killed_at_random_moments(campaign: Path) -> None:
+    versions = _versions(campaign)
+    path = _start(campaign, versions)
+    rng = random.Random(20250101)
+    counter = mmap.mmap(-1, 8)
+    seen = {"A": 0, "B": 0}
+    started = time.monotonic()
+    for _ in range(KILLS_FORKED):
+        read_fd, ready_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            os.close(read_fd)
+            _forked_writer(path, ready_fd, counter)
+        os.close(ready_fd)
+        try:
+            assert os.read(read_fd, 1) == b"r", "the writer died before it was ready"
+        finally:
+            os.close(read_fd)
+        time.sleep(rng.uniform(0, 0.03))
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
+            "the writer stopped by itself: a save failed"
+        )
+        _check_after_kill(path, versions, seen)
+    saves = struct.unpack("q", counter[:8])[0]
+    assert saves > KILLS_FORKED // 3, (
+        f"only {saves} saves completed: the kills did not hit writers at work"
+    )
+    assert seen["A"] and seen["B"], f"the file never alternated: {seen}"
+    # A last save by a healthy writer sweeps what killed writers left behind.
+    nb = notebook.load(path)
+    nb.conclusion.text = "after the storm"
+    notebook.save(nb)
+    assert _temporaries(campaign) == []
+    assert time.monotonic() - started < 90
+
+
+WRITER = """
+import sys
+from cockpit import notebook
+path = sys.argv[1]
+a, b = "A" * 6_000, "B" * 11_000
+nb = notebook.load(path)
+print("ready", flush=True)
+i = 0
+while True:
+    nb.campaign.notes = b if i % 2 == 0 else a
+    notebook.save(nb)
+    i += 1
+"""
+
+
+@pytest.mark.timeout(120)
+def test_writer_subprocesses_killed_at_random_moments(campaign: Path) -> None:
+    versions = _versions(campaign)
+    path = _start(campaign, versions)
+    rng = random.Random(7)
+    seen = {"A": 0, "B": 0}
+    for _ in range(KILLS_SPAWNED):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip() == "ready", proc.stderr.read() if proc.stderr else line
+        time.sleep(rng.uniform(0, 0.03))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        if proc.stderr:
+            proc.stderr.close()
+        assert proc.returncode == -signal.SIGKILL
+        _check_after_kill(path, versions, seen)
+    assert seen["A"] and seen["B"], f"the file never alternated: {seen}"
