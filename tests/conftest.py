@@ -1,14 +1,96 @@
-"""Fixtures shared by the whole suite: the repository root and a copy of the demo campaign."""
+"""Fixtures shared by the whole suite.
+
+``campaign`` is a writable campaign folder holding a frozen copy of the demo
+notebook as it was first written (three learning rates, 200 updates, no runs),
+so tests never depend on runs that a pilot appended to ``campaigns/demo``.
+"""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "campaigns" / "demo"
+
+CAMPAIGN_TEXT = """\
+# Cockpit campaign notebook. Cockpit rewrites this file when it saves: comments are not
+# kept; write free text in the notes fields instead.
+
+[campaign]
+name = "demo"
+question = "Which learning rate trains the tiny instruction-following LM best within 200 updates: the reference 1e-4, half of it or twice it?"
+held_constant = "updates"
+quality_metric = "val_loss"
+quality_target = 2.0
+higher_is_better = false
+notes = "Same architecture, data, seed set and effective batch (16 examples per update) for every variant; only the learning rate differs."
+
+[task]
+entry = "cockpit.tasks.tinylm:task"
+extensions = []
+
+[task.params]
+d_model = 64
+n_layers = 2
+n_heads = 4
+max_length = 48
+train_examples = 3200
+val_examples = 96
+test_examples = 96
+
+[batch]
+microbatch = 2
+accumulation = 8
+data_replicas = 1
+updates = 200
+drop_last = true
+eval_microbatch = 16
+
+[training]
+lr = 1e-4
+optimizer = "adamw"
+weight_decay = 0.01
+schedule = "constant"
+warmup_updates = 0
+grad_clip = 1.0
+precision = "fp32"
+device = "auto"
+
+[[variants]]
+id = "lr1e-4"
+reference = true
+differs = "reference"
+why = "the learning rate the recipe we start from uses"
+
+[[variants]]
+id = "lr5e-5"
+set = { lr = 5e-5 }
+differs = "learning rate halved"
+why = "is the reference too aggressive for 200 updates?"
+
+[[variants]]
+id = "lr2e-4"
+set = { lr = 2e-4 }
+differs = "learning rate doubled"
+why = "does a short budget reward a larger step?"
+
+[stop]
+nonfinite = true
+divergence_factor = 4.0
+patience = 3
+wall_clock_minutes = 30.0
+notes = "Fixed before any run: non-finite loss or gradient, loss above 4x its start, 3 validations without improvement, 30 minutes."
+
+[validation]
+every_updates = 50
+
+[pilot]
+updates_after_resume = 2
+overfit_examples = 16
+overfit_steps = 60
+"""
 
 
 @pytest.fixture
@@ -18,13 +100,13 @@ def repo_root() -> Path:
 
 @pytest.fixture
 def demo_text() -> str:
-    return (DEMO / "campaign.toml").read_text("utf-8")
+    return CAMPAIGN_TEXT
 
 
 @pytest.fixture
 def campaign(tmp_path: Path) -> Path:
-    """A writable copy of the demo campaign's notebook (no runs), as a folder."""
+    """A writable campaign folder (``.../campaigns/demo``) with the frozen demo notebook."""
     folder = tmp_path / "campaigns" / "demo"
     folder.mkdir(parents=True)
-    shutil.copy(DEMO / "campaign.toml", folder / "campaign.toml")
+    (folder / "campaign.toml").write_text(CAMPAIGN_TEXT, "utf-8")
     return folder

@@ -241,3 +241,25 @@ def test_save_keeps_the_file_mode_and_leaves_no_temporary(campaign: Path) -> Non
     assert path.stat().st_mode & 0o777 == 0o640
     leftovers = [p.name for p in campaign.iterdir() if re.match(r"\.campaign\..*\.tmp$", p.name)]
     assert leftovers == []
+
+
+def test_the_shipped_demo_campaign_is_what_the_issue_asks_for() -> None:
+    # Read from the repository (runs a pilot appended may be there too).
+    from conftest import DEMO
+
+    nb = notebook.load(DEMO)
+    lrs = sorted(nb.params(v.id)["lr"] for v in nb.variants)
+    assert lrs == pytest.approx([5e-5, 1e-4, 2e-4])
+    assert nb.params()["lr"] == pytest.approx(1e-4)
+    assert nb.campaign.held_constant == "updates"
+    for v in nb.variants:
+        p = nb.params(v.id)
+        assert (p["microbatch"], p["accumulation"], p["data_replicas"], p["updates"]) == (
+            2,
+            8,
+            1,
+            200,
+        )
+        assert set(v.set) <= {"lr"}, "only the learning rate may differ"
+    assert nb.validation.every_updates > 0
+    assert nb.stop.nonfinite and nb.stop.divergence_factor
