@@ -66,7 +66,9 @@ def detail(r: dict[str, Any]) -> str:
 def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Table:
     """The gate table. ``wide=False`` leaves inputs and remedies out of the
     columns (for an 80-column terminal); print them with :func:`notes` below."""
-    tab = Table(title=title or None, show_lines=False, expand=False, pad_edge=False)
+    from rich import box
+
+    tab = Table(title=title or None, show_lines=False, expand=False, pad_edge=False, box=box.SIMPLE_HEAD)
     ranks = any(g.get("rank") is not None for g in gates)
     tab.add_column("phase", no_wrap=True)
     if ranks:

@@ -1,0 +1,63 @@
+"""``cockpit runs CAMPAIGN``: every run of a campaign, failed and crashed ones included."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from .. import notebook as nbm
+from .. import runs
+
+STATUS_STYLE = {
+    "passed": "green", "completed": "green", "running": "cyan", "created": "dim",
+    "failed": "red", "diverged": "red", "oom": "red", "error": "red", "crashed": "bold red", "stopped": "yellow",
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("campaign", nargs="?", default="campaigns/demo", help="campaign folder or campaign.toml")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    nb = runs.reconcile(args.campaign)  # marks runs whose process died without a final event as crashed
+    rows = nb.runs
+    if args.json:
+        print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    wide = console.width >= 130
+    from rich import box
+
+    tab = Table(title=f"{nb.campaign.name}: {len(rows)} run{'s' if len(rows) != 1 else ''}", pad_edge=False,
+                box=box.SIMPLE_HEAD)
+    def width(values: list[str], header: str) -> int:
+        return max([len(header), *(len(v) for v in values)])
+
+    for col, kw in (("run", {"min_width": width([r.id for r in rows], "run")}),
+                    ("variant", {"min_width": width([r.variant for r in rows], "variant")}),
+                    ("seed", {"justify": "right"}), ("kind", {}),
+                    ("status", {"min_width": width([r.status for r in rows], "status")}),
+                    ("phase", {}), ("peak MiB", {"justify": "right"}), ("time s", {"justify": "right"}),
+                    ("follows", {})):
+        tab.add_column(col, no_wrap=True, **kw)
+    if wide:
+        tab.add_column("stop reason", overflow="fold")
+    for r in rows:
+        style = STATUS_STYLE.get(r.status, "")
+        cells = [r.id, r.variant, str(r.seed), r.kind, f"[{style}]{r.status}[/]", r.phase,
+                 "" if r.peak_mib is None else f"{r.peak_mib:,.0f}",
+                 "" if r.duration_s is None else f"{r.duration_s:.1f}", r.follows]
+        tab.add_row(*cells, *([r.stop_reason] if wide else []))
+    console.print(tab)
+    if not wide:
+        for r in rows:
+            if r.stop_reason:
+                console.print(f"[bold]{r.id}[/] [{STATUS_STYLE.get(r.status, '')}]{r.status}[/]: {r.stop_reason}", highlight=False)
+    if not rows:
+        print(f"no runs yet: start one with `cockpit pilot {nbm.find(args.campaign).parent}`")
+    return 0
