@@ -1,0 +1,148 @@
+"""What the GPUs of this machine are doing, read through NVML. No textual here.
+
+NVML is initialised lazily, once, under a lock (as nvitop's ``libnvml`` does);
+every field is read on its own, so one the driver does not support is shown
+as "not available" (None) instead of failing the whole reading; a missing
+library or driver becomes a snapshot with ``error`` set, never an exception.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    name: str
+    used: int | None
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    index: int
+    name: str
+    used: int | None
+    total: int | None
+    util: int | None  # percent
+    power_w: float | None
+    power_limit_w: float | None
+    temperature_c: int | None
+    processes: tuple[GpuProcess, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeviceSnapshot:
+    gpus: tuple[GpuReading, ...] = ()
+    driver: str | None = None
+    error: str | None = None  # set when there is no usable NVIDIA GPU; says why
+
+    @property
+    def available(self) -> bool:
+        return self.error is None
+
+
+class DeviceSource(Protocol):
+    def read(self) -> DeviceSnapshot: ...
+
+
+NO_GPU = "no NVIDIA GPU"
+
+
+@dataclass
+class StaticDeviceSource:
+    """A fixed reading: for tests, snapshots and machines where NVML must not be touched."""
+
+    snapshot: DeviceSnapshot = field(default_factory=lambda: DeviceSnapshot(error=f"{NO_GPU}: NVML not queried"))
+
+    def read(self) -> DeviceSnapshot:
+        return self.snapshot
+
+
+class NvmlSource:
+    """Reads NVML on demand. Safe to call from a worker thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nvml: Any = None
+        self._error: str | None = None
+        self._ready = False
+
+    def _init(self) -> None:
+        if self._ready:
+            return
+        self._ready = True
+        try:
+            import pynvml  # nvidia-ml-py
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+        except ImportError:
+            self._error = f"{NO_GPU}: the NVML bindings (nvidia-ml-py) are not installed"
+        except Exception as exc:  # pynvml.NVMLError and its many subclasses
+            self._error = f"{NO_GPU}: {_nvml_reason(exc)}"
+
+    def read(self) -> DeviceSnapshot:
+        with self._lock:
+            self._init()
+            if self._nvml is None:
+                return DeviceSnapshot(error=self._error or NO_GPU)
+            nv = self._nvml
+            try:
+                count = nv.nvmlDeviceGetCount()
+            except Exception as exc:
+                return DeviceSnapshot(error=f"{NO_GPU}: {_nvml_reason(exc)}")
+            if count == 0:
+                return DeviceSnapshot(error=f"{NO_GPU}: the driver sees no devices")
+            driver = _try(lambda: _str(nv.nvmlSystemGetDriverVersion()))
+            return DeviceSnapshot(gpus=tuple(self._gpu(i) for i in range(count)), driver=driver)
+
+    def _gpu(self, i: int) -> GpuReading:
+        nv = self._nvml
+        h = nv.nvmlDeviceGetHandleByIndex(i)
+        mem = _try(lambda: nv.nvmlDeviceGetMemoryInfo(h))
+        util = _try(lambda: nv.nvmlDeviceGetUtilizationRates(h).gpu)
+        power = _try(lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
+        limit = _try(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0)
+        temp = _try(lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
+        procs = _try(lambda: nv.nvmlDeviceGetComputeRunningProcesses(h)) or []
+        return GpuReading(
+            index=i,
+            name=_try(lambda: _str(nv.nvmlDeviceGetName(h))) or f"GPU {i}",
+            used=getattr(mem, "used", None),
+            total=getattr(mem, "total", None),
+            util=util,
+            power_w=power,
+            power_limit_w=limit,
+            temperature_c=temp,
+            processes=tuple(GpuProcess(p.pid, _proc_name(p.pid), getattr(p, "usedGpuMemory", None)) for p in procs),
+        )
+
+
+def _try(fn: Any) -> Any:
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _proc_name(pid: int) -> str:
+    try:
+        import psutil
+
+        return psutil.Process(pid).name()
+    except Exception:
+        return "?"
+
+
+def _nvml_reason(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    if "Driver Not Loaded" in text or "Library Not Found" in text or "not found" in text.lower():
+        return f"{text} (no NVIDIA driver on this machine)"
+    return text

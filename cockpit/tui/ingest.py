@@ -1,0 +1,240 @@
+"""A run's live state, folded from its events.jsonl in bounded batches. No textual here.
+
+The screen calls :meth:`RunFeed.poll` from a timer. Each call reads at most
+``max_bytes`` of new events (so a writer producing 10,000 events a second
+can never stall the UI for more than one bounded parse), folds them into
+plain Python state and returns which aspects changed, so the screen redraws
+each widget at most once per tick however many events arrived.
+
+Samples are kept for charts with a bounded memory: when a series exceeds
+``max_points`` it is halved by keeping the larger value of each pair, so a
+short peak survives downsampling (a mean would hide it).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import events as ev
+
+DEFAULT_MAX_BYTES = 512 * 1024
+MAX_POINTS = 2048
+LOG_LINES = 500
+
+
+@dataclass
+class Series:
+    """Time-stamped values, halved by pairwise max when they grow past ``limit``."""
+
+    limit: int = MAX_POINTS
+    t: list[float] = field(default_factory=list)
+    y: list[float] = field(default_factory=list)
+
+    def add(self, t: float, y: float) -> None:
+        self.t.append(t)
+        self.y.append(y)
+        if len(self.y) > self.limit:
+            self._halve()
+
+    def _halve(self) -> None:
+        n = len(self.y) - (len(self.y) % 2)
+        ys, ts = self.y, self.t
+        new_y = [ys[i] if ys[i] >= ys[i + 1] else ys[i + 1] for i in range(0, n, 2)]
+        new_t = [ts[i] for i in range(0, n, 2)]
+        if n < len(ys):
+            new_y.append(ys[-1])
+            new_t.append(ts[-1])
+        self.t, self.y = new_t, new_y
+
+    @property
+    def peak(self) -> float | None:
+        return max(self.y) if self.y else None
+
+
+@dataclass
+class PhaseMark:
+    phase: str
+    t: float
+
+
+@dataclass
+class RunFeed:
+    """Everything a run screen shows, kept current by :meth:`poll`."""
+
+    path: Path
+    max_bytes: int = DEFAULT_MAX_BYTES
+    start: dict[str, Any] | None = None
+    end: dict[str, Any] | None = None
+    gates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    marks: list[PhaseMark] = field(default_factory=list)
+    phase: str | None = None
+    # memory series: key -> Series; keys "gpu0", "gpu1" (NVML used), "alloc", "reserved", "rss"
+    mem: dict[str, Series] = field(default_factory=dict)
+    capacity: dict[str, float] = field(default_factory=dict)  # gpu key -> total bytes
+    loss: Series = field(default_factory=Series)
+    log: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
+    log_total: int = 0  # log lines ever appended: the screen writes only the new ones
+    events_read: int = 0
+    first_t: float | None = None
+    last_t: float | None = None
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+        self._tail = ev.Tail(self.path)
+
+    @property
+    def behind_bytes(self) -> int:
+        """How much of the file is written but not read yet (back-pressure, in bytes)."""
+        try:
+            return max(0, self.path.stat().st_size - self._tail.offset)
+        except FileNotFoundError:
+            return 0
+
+    @property
+    def bad_lines(self) -> int:
+        return self._tail.bad_lines
+
+    def poll(self) -> set[str]:
+        """Read one bounded batch of new events; return the aspects that changed."""
+        batch = self._tail.read_new(max_bytes=self.max_bytes)
+        dirty: set[str] = set()
+        for event in batch:
+            self._apply(event, dirty)
+        self.events_read += len(batch)
+        return dirty
+
+    def drain(self) -> set[str]:
+        """Read everything there is now (for tests and one-shot views)."""
+        dirty: set[str] = set()
+        while True:
+            dirty |= self.poll()
+            if self.behind_bytes == 0:
+                return dirty
+
+    # ---- folding
+
+    def _apply(self, e: dict[str, Any], dirty: set[str]) -> None:
+        kind = e.get("kind")
+        t = e.get("t")
+        if isinstance(t, (int, float)):
+            if self.first_t is None:
+                self.first_t = t
+            self.last_t = t
+        if kind == ev.SAMPLE:
+            self._sample(e, t)
+            dirty.add("mem")
+        elif kind == ev.STEP:
+            loss = e.get("loss")
+            if isinstance(loss, (int, float)) and isinstance(t, (int, float)):
+                self.loss.add(t, float(loss))
+                dirty.add("loss")
+        elif kind == ev.LOG:
+            level = str(e.get("level", "info"))
+            self.log.append(f"{level:<7} {e.get('message', '')}")
+            self.log_total += 1
+            dirty.add("log")
+        elif kind == ev.PHASE_START:
+            phase = e.get("phase")
+            self.phase = phase
+            if phase and isinstance(t, (int, float)):
+                self.marks.append(PhaseMark(phase, t))
+            dirty |= {"gates", "status", "mem"}
+        elif kind == ev.GATE:
+            phase = e.get("phase")
+            if phase:
+                self.gates[phase] = e
+                self._gate_capacity(e)
+            dirty |= {"gates", "status"}
+        elif kind == ev.RUN_START:
+            self.start = e
+            for gpu in (e.get("stack") or {}).get("gpus") or []:
+                if isinstance(gpu, dict) and gpu.get("total"):
+                    self.capacity[f"gpu{gpu.get('index', 0)}"] = float(gpu["total"])
+            dirty |= {"gates", "status"}
+        elif kind == ev.RUN_END:
+            self.end = e
+            dirty |= {"gates", "status"}
+
+    def _sample(self, e: dict[str, Any], t: Any) -> None:
+        if not isinstance(t, (int, float)):
+            return
+        for gpu in e.get("nvml") or []:
+            if not isinstance(gpu, dict) or gpu.get("used") is None:
+                continue
+            key = f"gpu{gpu.get('index', 0)}"
+            self._series(key).add(t, float(gpu["used"]))
+            if gpu.get("total"):
+                self.capacity[key] = float(gpu["total"])
+        torch = e.get("torch") or {}
+        if torch.get("allocated") is not None:
+            self._series("alloc").add(t, float(torch["allocated"]))
+        if torch.get("reserved") is not None:
+            self._series("reserved").add(t, float(torch["reserved"]))
+        if e.get("rss") is not None:
+            self._series("rss").add(t, float(e["rss"]))
+
+    def _gate_capacity(self, g: dict[str, Any]) -> None:
+        for gpu in (g.get("mem") or {}).get("nvml") or []:
+            if isinstance(gpu, dict) and gpu.get("total"):
+                self.capacity[f"gpu{gpu.get('index', 0)}"] = float(gpu["total"])
+
+    def _series(self, key: str) -> Series:
+        s = self.mem.get(key)
+        if s is None:
+            s = self.mem[key] = Series()
+        return s
+
+    # ---- queries
+
+    @property
+    def phases(self) -> list[str]:
+        planned = (self.start or {}).get("phases")
+        return list(planned) if planned else list(ev.PHASES)
+
+    @property
+    def has_gpu(self) -> bool:
+        return any(k.startswith("gpu") for k in self.mem) or bool(self.capacity)
+
+    def phase_peak(self, phase: str) -> tuple[float | None, str]:
+        """A finished phase's peak memory in bytes and the counter it comes from."""
+        return gate_peak(self.gates.get(phase), gpu=self.has_gpu)
+
+    def phase_started(self, phase: str) -> float | None:
+        for m in reversed(self.marks):
+            if m.phase == phase:
+                return m.t
+        return None
+
+
+def gate_peak(gate: dict[str, Any] | None, gpu: bool | None = None) -> tuple[float | None, str]:
+    """Peak of one gate: torch peak reserved on a GPU, else the largest NVML used, else RSS.
+
+    In a run that has a GPU (``gpu=True``) a phase without GPU counters has no
+    peak rather than its RSS: the bars compare GPU memory with GPU capacity.
+    """
+    if not gate:
+        return None, ""
+    mem = gate.get("mem") or {}
+    torch = mem.get("torch") or {}
+    if torch.get("peak_reserved") is not None:
+        return float(torch["peak_reserved"]), "torch peak reserved"
+    nvml = [g.get("used") for g in mem.get("nvml") or [] if isinstance(g, dict) and g.get("used") is not None]
+    if nvml:
+        return float(max(nvml)), "NVML used"
+    if gpu:
+        return None, ""
+    rss = mem.get("rss_peak") if mem.get("rss_peak") is not None else mem.get("rss")
+    if rss is not None:
+        return float(rss), "process RSS"
+    return None, ""
+
+
+def gate_capacity(gate: dict[str, Any] | None) -> float | None:
+    """The largest GPU capacity a gate saw (bytes), None without a GPU."""
+    if not gate:
+        return None
+    totals = [g.get("total") for g in (gate.get("mem") or {}).get("nvml") or [] if isinstance(g, dict) and g.get("total")]
+    return float(max(totals)) if totals else None

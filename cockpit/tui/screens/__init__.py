@@ -1,0 +1,1 @@
+"""Screens own their behaviour: campaign, run, data, device, help, dialogs."""

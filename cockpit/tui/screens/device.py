@@ -1,0 +1,84 @@
+"""Live GPU overview from NVML at about 1 Hz, or a clear "no NVIDIA GPU" state.
+
+Each reading runs in a worker thread; when it arrives the next one is
+scheduled with ``set_timer`` (dolphie's re-arming poll), so readings never
+overlap and a slow driver slows the panel, not the UI.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from .. import format as fm
+from ..device import DeviceSnapshot
+
+
+class Reading(Message):
+    def __init__(self, snapshot: DeviceSnapshot) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+
+
+class DeviceScreen(Screen[None]):
+    BINDINGS = [Binding("escape,b,g", "app.pop_screen", "Back", id="back")]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll(id="device-scroll"):
+            yield Static(Text("reading NVML ...", style="dim"), id="device")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "GPUs"
+        self.read()
+
+    @work(thread=True, exclusive=True, group="nvml", exit_on_error=False, description="read NVML")
+    def read(self) -> None:
+        self.post_message(Reading(self.app.device_source.read()))
+
+    def on_reading(self, message: Reading) -> None:
+        self.query_one("#device", Static).update(device_text(message.snapshot, self.size.width))
+        if message.snapshot.available:
+            self.set_timer(self.app.timing.device_s, self.read)
+
+
+def device_text(snap: DeviceSnapshot, width: int = 80) -> Text:
+    if not snap.available:
+        out = Text("no NVIDIA GPU", style="bold yellow")
+        out.append(f"\n{snap.error}", style="")
+        out.append(
+            "\n\nPilots still run on the CPU; their memory is the process RSS. "
+            "On a GPU box, check `nvidia-smi` and that nvidia-ml-py is installed.",
+            style="dim",
+        )
+        return out
+    out = Text(f"{len(snap.gpus)} GPU{'s' if len(snap.gpus) != 1 else ''}", style="bold")
+    if snap.driver:
+        out.append(f"  driver {snap.driver}", style="dim")
+    bar_w = max(10, min(40, width - 40))
+    for g in snap.gpus:
+        out.append(f"\n\nGPU {g.index} ", style="bold")
+        out.append(g.name, style="bold cyan")
+        out.append("\n memory ")
+        out.append_text(fm.bar(g.used, g.total, bar_w, style="green"))
+        out.append(f" {fm.mib(g.used)} / {fm.mib(g.total)}")
+        out.append("\n util   ")
+        out.append_text(fm.bar(g.util, 100, bar_w, style="cyan"))
+        out.append(f" {g.util}%" if g.util is not None else " not available")
+        power = f"{g.power_w:.0f} W" if g.power_w is not None else "not available"
+        limit = f" / {g.power_limit_w:.0f} W" if g.power_limit_w is not None else ""
+        temp = f"{g.temperature_c} C" if g.temperature_c is not None else "not available"
+        out.append(f"\n power  {power}{limit}   temperature {temp}")
+        if g.processes:
+            for p in g.processes:
+                out.append(f"\n  pid {p.pid:<8} {p.name:<20} {fm.mib(p.used)}")
+        else:
+            out.append("\n  no compute processes", style="dim")
+    return out

@@ -1,0 +1,61 @@
+"""The help screen: what each screen shows and its keys."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+HELP = (
+    ("Everywhere", (
+        ("?", "this help"),
+        ("ctrl+p", "command palette: every main action by name"),
+        ("q", "quit Cockpit (running pilots keep running)"),
+        ("Escape / b", "back"),
+    )),
+    ("Campaign", (
+        ("arrows, Enter", "choose a run and open it (live if it is running)"),
+        ("p", "start a pilot: pick variant and seed"),
+        ("d / o", "add a decision / an observation, linked to the selected run"),
+        ("v", "set the selected run's verdict"),
+        ("c / s", "edit the conclusion / the selection sheet"),
+        ("i", "data view: the selected run's inspected examples"),
+        ("g", "GPUs: NVML memory, utilisation, power, temperature, processes"),
+        ("r", "reload campaign.toml"),
+    )),
+    ("Run", (
+        ("arrows, Enter", "choose a gate and show its checks, memory and remedy"),
+        ("x", "stop the pilot (asks first; SIGTERM, then SIGKILL after 10 s)"),
+        ("i", "data view"),
+    )),
+)
+
+NOTES = (
+    "Every edit is written to campaign.toml at once. If the file changed on disk meanwhile "
+    "(the CLI, a pilot), Cockpit shows the change and saves nothing over it.\n"
+    "Memory: NVML used includes the CUDA context that torch never reports; the bar next to "
+    "each gate is its peak against the GPU's capacity, the tallest one marked."
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close", id="close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(classes="dialog wide", id="help"):
+            yield Static(help_text())
+
+
+def help_text() -> Text:
+    out = Text("Cockpit", style="bold")
+    out.append("  pilot every phase of a training campaign before paying for it", style="dim")
+    for section, keys in HELP:
+        out.append(f"\n\n{section}", style="bold underline")
+        for key, what in keys:
+            out.append(f"\n {key:<14}", style="bold cyan")
+            out.append(what)
+    out.append(f"\n\n{NOTES}", style="dim")
+    return out

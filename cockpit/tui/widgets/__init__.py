@@ -1,0 +1,1 @@
+"""Widgets that own their rendering: charts, the gate table, the device panel."""

@@ -1,0 +1,174 @@
+"""A braille line chart with a y scale, a legend and labelled vertical marks.
+
+Plain Unicode, so it reads the same over any SSH terminal: each cell holds a
+2x4 braille dot grid. Several series share the axes; vertical marks (phase
+boundaries) are drawn as dim rules with their labels under the chart.
+Points are bucketed per dot column (keeping the maximum, so peaks survive),
+so drawing costs O(points + cells) however long the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.widget import Widget
+
+_BITS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
+
+
+@dataclass
+class Line:
+    label: str
+    style: str
+    t: Sequence[float]
+    y: Sequence[float]
+
+
+@dataclass
+class Mark:
+    t: float
+    label: str
+
+
+class BraillePlot(Widget):
+    DEFAULT_CSS = """
+    BraillePlot { height: 1fr; min-height: 4; }
+    """
+
+    def __init__(
+        self,
+        title: str = "",
+        fmt: Callable[[float], str] = lambda v: f"{v:.3g}",
+        zero_based: bool = True,
+        *,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
+        super().__init__(id=id, classes=classes)
+        self.title = title
+        self.fmt = fmt
+        self.zero_based = zero_based
+        self.lines: list[Line] = []
+        self.marks: list[Mark] = []
+        self.y_max: float | None = None  # e.g. a GPU's capacity; None: from the data
+        self.empty_text = "no data yet"
+
+    def set_data(self, lines: list[Line], marks: list[Mark] | None = None, y_max: float | None = None) -> None:
+        self.lines = [ln for ln in lines if len(ln.t)]
+        self.marks = marks or []
+        self.y_max = y_max
+        self.refresh()
+
+    def render(self) -> Text:
+        width, height = self.size.width, self.size.height
+        return render_plot(self.lines, self.marks, width, height, self.title, self.fmt, self.zero_based,
+                           self.y_max, self.empty_text)
+
+
+def render_plot(
+    lines: list[Line],
+    marks: list[Mark],
+    width: int,
+    height: int,
+    title: str = "",
+    fmt: Callable[[float], str] = lambda v: f"{v:.3g}",
+    zero_based: bool = True,
+    y_max: float | None = None,
+    empty_text: str = "no data yet",
+) -> Text:
+    out = Text(no_wrap=True, overflow="crop")
+    legend = Text(title, style="bold")
+    for ln in lines:
+        legend.append("  ")
+        legend.append("\u28ff ", style=ln.style)
+        legend.append(ln.label)
+    out.append_text(legend)
+    if not lines or width < 12 or height < 3:
+        if height >= 2:
+            out.append("\n")
+            out.append(empty_text, style="dim")
+        return out
+    t0 = min(ln.t[0] for ln in lines)
+    t1 = max(ln.t[-1] for ln in lines)
+    if t1 <= t0:
+        t1 = t0 + 1.0
+    ys = [max(ln.y) for ln in lines]
+    top = max(ys) if y_max is None else y_max
+    bottom = 0.0 if zero_based else min(min(ln.y) for ln in lines)
+    if top <= bottom:
+        top = bottom + (abs(bottom) or 1.0)
+    top_label, bottom_label = fmt(top), fmt(bottom)
+    gutter = max(len(top_label), len(bottom_label)) + 1
+    cols = width - gutter
+    rows = height - 2  # legend above, phase labels below
+    dots_x, dots_y = cols * 2, rows * 4
+    cells = [[0] * cols for _ in range(rows)]
+    owner: list[list[int]] = [[-1] * cols for _ in range(rows)]
+    span = t1 - t0
+    yspan = top - bottom
+
+    for si, ln in enumerate(lines):
+        column_max: list[float | None] = [None] * dots_x
+        for t, y in zip(ln.t, ln.y, strict=True):
+            x = int((t - t0) / span * (dots_x - 1))
+            cur = column_max[x]
+            if cur is None or y > cur:
+                column_max[x] = y
+        prev: int | None = None
+        for x, y in enumerate(column_max):
+            if y is None:
+                continue
+            dy = int(round((min(max(y, bottom), top) - bottom) / yspan * (dots_y - 1)))
+            dy = dots_y - 1 - dy  # row 0 is the top
+            lo, hi = (dy, dy) if prev is None else (min(prev, dy), max(prev, dy))
+            if prev is not None and hi - lo > 1:
+                # join with the previous column by a vertical run, half here
+                lo = lo if dy == lo else lo + (hi - lo) // 2
+                hi = hi if dy == hi else lo + (hi - lo + 1) // 2
+            for d in range(lo, hi + 1):
+                r, c = d // 4, x // 2
+                cells[r][c] |= _BITS[x % 2][d % 4]
+                owner[r][c] = si
+            prev = dy
+
+    mark_cols: dict[int, str] = {}
+    for m in marks:
+        if t0 <= m.t <= t1:
+            c = int((m.t - t0) / span * (dots_x - 1)) // 2
+            mark_cols.setdefault(c, m.label)
+
+    for r in range(rows):
+        out.append("\n")
+        if r == 0:
+            label = top_label
+        elif r == rows - 1:
+            label = bottom_label
+        else:
+            label = ""
+        out.append(label.rjust(gutter - 1) + "\u2502", style="dim")
+        row = cells[r]
+        for c in range(cols):
+            bits = row[c]
+            if bits:
+                out.append(chr(0x2800 + bits), style=lines[owner[r][c]].style)
+            elif c in mark_cols:
+                out.append("\u250a", style="dim")
+            else:
+                out.append(" ")
+    # Phase labels: each at its mark's column when it fits, else left out.
+    axis = [" "] * cols
+    free_from = 0
+    for c in sorted(mark_cols):
+        label = mark_cols[c]
+        if c < free_from or c >= cols:
+            continue
+        room = cols - c
+        text = label[: max(1, min(len(label), room))]
+        for i, ch in enumerate(text):
+            axis[c + i] = ch
+        free_from = c + len(text) + 1
+    out.append("\n")
+    out.append(" " * gutter + "".join(axis), style="dim")
+    return out
