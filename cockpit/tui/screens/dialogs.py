@@ -185,6 +185,9 @@ class SelectionScreen(Dialog):
                     yield Input("" if value is None else str(value), id=f"f-{name}", compact=True)
             yield Label("Tab moves; Enter or ctrl+s saves; Escape cancels", classes="hint")
 
+    def on_mount(self) -> None:
+        self.query_one(f"#f-{SELECTION_FIELDS[0]}", Input).focus()
+
     @on(Input.Submitted)
     def action_save(self) -> None:
         self.dismiss({name: self.query_one(f"#f-{name}", Input).value for name in SELECTION_FIELDS})

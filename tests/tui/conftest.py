@@ -1,0 +1,82 @@
+"""Fixtures for the TUI tests: a writable copy of the recorded campaign, an app
+factory with a fake device source and a launcher that starts a harmless
+process instead of a pilot."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from cockpit import launch, runs
+from cockpit.tui.app import CockpitApp, Timing
+from cockpit.tui.device import DeviceSnapshot, GpuProcess, GpuReading, StaticDeviceSource
+
+HERE = Path(__file__).parent
+FIXTURE = HERE / "fixtures" / "demo"
+sys.path.insert(0, str(HERE))
+
+FAKE_GPU = DeviceSnapshot(
+    gpus=(
+        GpuReading(0, "NVIDIA L4", 1802 * 2**20, 23034 * 2**20, 87, 61.0, 72.0, 58,
+                   (GpuProcess(4242, "python", 1180 * 2**20),)),
+    ),
+    driver="570.86",
+)
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> Path:
+    """A private copy of tests/tui/fixtures/demo (tests may write to it)."""
+    dest = tmp_path / "demo"
+    shutil.copytree(FIXTURE, dest)
+    return dest
+
+
+class SleepLauncher:
+    """Starts ``sleep`` in its own session in place of a pilot; stops it with the real launch.stop."""
+
+    def __init__(self) -> None:
+        self.started: list[Path] = []
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, rdir: Path) -> int:
+        proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        self.procs.append(proc)
+        runs.write_process(rdir, proc.pid)
+        self.started.append(rdir)
+        return proc.pid
+
+    def stop(self, rdir: Path) -> str:
+        text = launch.stop(rdir, grace_s=2.0)
+        for p in self.procs:
+            p.poll()
+        return text
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture
+def launcher() -> Iterator[SleepLauncher]:
+    fake = SleepLauncher()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def make_app(recorded: Path, launcher: SleepLauncher) -> Callable[..., CockpitApp]:
+    def make(gpu: bool = False, **kw) -> CockpitApp:
+        source = StaticDeviceSource(FAKE_GPU) if gpu else StaticDeviceSource(
+            DeviceSnapshot(error="no NVIDIA GPU: NVML Shared Library Not Found (no NVIDIA driver on this machine)"))
+        timing = kw.pop("timing", Timing(events_s=0.05, runs_s=0.5, notebook_s=0.2, device_s=0.5))
+        return CockpitApp(kw.pop("campaign", recorded), device_source=source, launcher=launcher, timing=timing, **kw)
+
+    return make

@@ -1,0 +1,277 @@
+"""Drive the real app with key presses at 80x24 against the recorded campaign."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from screen_text import screen_text
+
+from cockpit import events as ev
+from cockpit import notebook as nbm
+from cockpit.tui.screens.campaign import CampaignScreen
+from cockpit.tui.screens.data import DataScreen
+from cockpit.tui.screens.device import DeviceScreen
+from cockpit.tui.screens.help import HelpScreen
+from cockpit.tui.screens.run import RunScreen
+
+SIZE = (80, 24)
+
+
+async def until(pilot, predicate, timeout: float = 5.0, what: str = "") -> None:
+    """Let the app run until ``predicate()`` holds; fail with the screen if it never does."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"timed out waiting for {what or predicate}:\n{screen_text(pilot.app)}")
+
+
+def notes(app) -> str:
+    """Every notification still held by the app (toasts are drawn on a separate layer)."""
+    return "\n".join(f"{n.title} {n.message}" for n in app._notifications)
+
+
+def shows(app, text: str):
+    """The text is on the screen or in a notification."""
+    return lambda: text in screen_text(app) or text in notes(app)
+
+
+async def test_campaign_screen_shows_the_notebook_and_run_states(make_app):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, shows(app, "crashed"), what="r0002 derived from its folder as crashed")
+        text = screen_text(app)
+        assert "Which learning rate" in text
+        assert "Held constant updates (200 updates)" in text
+        assert "Examples per update 16 = microbatch 2 x accumulation 8" in text
+        assert "r0001" in text and "passed" in text and "1,180" in text
+        assert "backward" in text  # the phase r0002 reached
+        assert "Pilot" in text and "Decision" in text  # footer keys
+
+
+async def test_run_screen_replays_every_gate_from_files(make_app):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen))
+        await until(pilot, shows(app, "14/14 gates"))
+        text = screen_text(app)
+        assert "passed" in text and "every gate passed (1 warning)" in text
+        for phase in ("stack", "forward", "worst_case", "resume", "export"):
+            assert phase in text
+        assert "warn" in text  # the data gate's warning, in words
+        assert "vs 22G" in text and "\u25c0" in text  # bars against capacity, the peak marked
+        assert "GPU memory" in text and "gpu0 NVML" in text
+        assert "loss" in text
+        assert "gate export: pass" in text  # log tail
+        # Enter on a gate shows its checks, memory and remedy.
+        for _ in range(1):
+            await pilot.press("down")
+        await pilot.press("enter")
+        await until(pilot, shows(app, "remedy"))
+        text = screen_text(app)
+        assert "Gate data" in text and "3 of 3200 examples cropped" in text
+        await pilot.press("escape", "escape")
+        await until(pilot, lambda: isinstance(app.screen, CampaignScreen))
+
+
+async def test_crashed_run_says_so_with_rss_when_no_gpu(make_app):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("down", "enter")
+        await until(pilot, shows(app, "crashed"))
+        text = screen_text(app)
+        assert "r0002" in text
+        assert "process gone without a final event during phase backward" in text
+        assert "no GPU, process RSS" in text
+        assert "running" not in text.split("phase")[0]
+        assert "Killed" in text  # the output.log tail after a crash
+        assert "out of host memory" in text
+
+
+async def test_data_view_shows_supervised_spans_and_rows(make_app):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("i")
+        await until(pilot, lambda: isinstance(app.screen, DataScreen))
+        await until(pilot, shows(app, "inspected examples"))
+        text = screen_text(app)
+        assert "train ex0000" in text
+        assert "Q: reverse abc A: cba" in text
+        assert "input_ids" in text and "attention_mask" in text and "labels" in text
+        await pilot.press("down")
+        await until(pilot, shows(app, "Q: sort dcab A: abcd"))
+        # the supervised span carries its own style
+        static = app.screen.query_one("#example")
+        rendered = static.render()
+        spans = [rendered.plain[s.start:s.end] for s in rendered.spans if "green" in str(s.style)]
+        assert " abcd" in spans
+        await pilot.press("escape", "down", "i")
+        await until(pilot, shows(app, "no inspected examples"))
+
+
+async def test_device_panel_no_gpu_and_fake_gpu(make_app):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("g")
+        await until(pilot, shows(app, "no NVIDIA GPU"))
+        assert "NVML Shared Library Not Found" in screen_text(app)
+    app = make_app(gpu=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, DeviceScreen))
+        await until(pilot, shows(app, "NVIDIA L4"))
+        text = screen_text(app)
+        assert "1,802 MiB / 23,034 MiB" in text
+        assert "87%" in text and "61 W / 72 W" in text and "58 C" in text
+        assert "pid 4242" in text
+
+
+async def test_help_and_command_palette(make_app):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert "start a pilot" in screen_text(app)
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, CampaignScreen))
+        await pilot.press("ctrl+p")
+        await pilot.press(*"GPUs")
+        await until(pilot, shows(app, "Show GPUs"))
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DeviceScreen))
+
+
+async def test_start_pilot_watch_it_live_and_stop_it(make_app, recorded: Path, launcher):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("p")
+        await until(pilot, shows(app, "Start a pilot"))
+        await pilot.press("down", "enter")  # lr5e-5, then the seed field
+        await pilot.press("backspace", "7", "enter")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen), what="run screen after start")
+        assert launcher.started and launcher.started[0].name == "r0003"
+        row = nbm.load(recorded).run("r0003")
+        assert (row.variant, row.seed, row.kind) == ("lr5e-5", 7, "pilot")
+        await until(pilot, shows(app, "running"))
+        # The pilot writes: gates appear live, row by row.
+        writer = ev.EventWriter(launcher.started[0] / ev.EVENTS_FILE)
+        writer.emit(ev.RUN_START, run_id="r0003", variant="lr5e-5", seed=7, phases=list(ev.PHASES))
+        writer.emit(ev.PHASE_START, phase="stack", inputs={})
+        writer.emit(ev.GATE, phase="stack", verdict="pass", checks=[], duration_s=0.4,
+                    mem={"torch": None, "nvml": None, "rss": 2**30, "rss_peak": 2**30})
+        writer.emit(ev.PHASE_START, phase="data", inputs={})
+        writer.emit(ev.LOG, level="info", message="checking 3200 examples")
+        await until(pilot, shows(app, "1/14 gates"))
+        assert "checking 3200 examples" in screen_text(app)
+        writer.emit(ev.GATE, phase="data", verdict="fail", checks=[{"name": "masks", "ok": False, "detail": "all zero"}],
+                    remedy="fix the dataset or transform", duration_s=0.2,
+                    mem={"torch": None, "nvml": None, "rss": 2**30, "rss_peak": 2**30})
+        writer.close()
+        await until(pilot, shows(app, "FAIL"))
+        # Stop asks first; n keeps it running, y stops it.
+        await pilot.press("x")
+        await until(pilot, shows(app, "Stop pilot r0003?"))
+        await pilot.press("n")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen))
+        assert launcher.procs[0].poll() is None
+        await pilot.press("x")
+        await until(pilot, shows(app, "Stop pilot r0003?"))
+        await pilot.press("y")
+        await until(pilot, shows(app, "stopped (SIGTERM)"), what="stop notification")
+        await until(pilot, shows(app, "crashed"), what="no final event after the stop")
+
+
+async def test_quit_and_reopen_reattaches_to_a_running_pilot(make_app, launcher):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("p", "enter", "enter")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen))
+        rdir = launcher.started[0]
+        await pilot.press("q")
+    writer = ev.EventWriter(rdir / ev.EVENTS_FILE)
+    writer.emit(ev.RUN_START, run_id=rdir.name, variant="lr1e-4", seed=0, phases=list(ev.PHASES))
+    writer.emit(ev.PHASE_START, phase="stack", inputs={})
+    writer.emit(ev.GATE, phase="stack", verdict="pass", checks=[], duration_s=0.4, mem={"rss": 2**30})
+    writer.close()
+    assert launcher.procs[0].poll() is None  # quitting left it alive
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, shows(app, "running"), what="r0003 running in the campaign table")
+        await pilot.press("down", "down", "enter")
+        await until(pilot, shows(app, "1/14 gates"))
+        assert "r0003" in screen_text(app) and "running" in screen_text(app)
+
+
+async def test_add_decision_and_observation_saved_at_once(make_app, recorded: Path):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("d")
+        await until(pilot, shows(app, "New decision"))
+        await pilot.press(*"Run the series on lr1e-4", "enter")
+        await until(pilot, shows(app, "decision saved"))
+        nb = nbm.load(recorded)
+        assert nb.decisions[-1].text == "Run the series on lr1e-4"
+        assert nb.decisions[-1].runs == ["r0001"] and nb.decisions[-1].kind == "decision"
+        assert "Run the series on lr1e-4" in (recorded / "campaign.toml").read_text()
+        await pilot.press("down", "o")
+        await until(pilot, shows(app, "New observation"))
+        await pilot.press(*"CPU box runs out of host memory", "enter")
+        await until(pilot, shows(app, "observation saved"))
+        assert nbm.load(recorded).decisions[-1].runs == ["r0002"]
+
+
+async def test_verdict_conclusion_and_selection(make_app, recorded: Path):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("v")
+        await until(pilot, shows(app, "Verdict on r0001"))
+        await pilot.press(*"keep", "enter")
+        await until(pilot, shows(app, "verdict of r0001 saved"))
+        assert nbm.load(recorded).run("r0001").verdict == "keep"
+        await pilot.press("c")
+        await until(pilot, shows(app, "ctrl+s saves"))
+        await pilot.press(*"lr1e-4 is good enough", "tab", *"lr1e-4", "ctrl+s")
+        await until(pilot, shows(app, "conclusion saved"))
+        c = nbm.load(recorded).conclusion
+        assert (c.text, c.chosen_variant) == ("lr1e-4 is good enough", "lr1e-4")
+        await pilot.press("s")
+        await until(pilot, shows(app, "Selection sheet"))
+        await pilot.press(*"1800", "tab", "tab", *"bf16", "ctrl+s")
+        await until(pilot, shows(app, "selection sheet saved"))
+        s = nbm.load(recorded).selection
+        assert s.memory_per_gpu_mib == 1800.0 and s.precision == "bf16"
+
+
+async def test_change_on_disk_meanwhile_is_shown_never_overwritten(make_app, recorded: Path):
+    app = make_app(watch=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("v")
+        await until(pilot, shows(app, "Verdict on r0001"))
+        # Meanwhile the CLI writes another verdict.
+        nbm.mutate(recorded, lambda nb: setattr(nb.run("r0001"), "verdict", "rerun"))
+        await pilot.press(*"keep", "enter")
+        await until(pilot, shows(app, "changed on disk"), what="conflict message")
+        assert "rerun" in notes(app)
+        assert nbm.load(recorded).run("r0001").verdict == "rerun"
+
+
+async def test_external_change_is_detected_and_reloaded(make_app, recorded: Path):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, shows(app, "r0001"))
+        nbm.mutate(recorded, lambda nb: nb.decisions.append(
+            nbm.Decision(date="2026-01-02", text="written by the CLI", kind="observation", runs=[])))
+        await until(pilot, shows(app, "written by the CLI"), what="reloaded decision")
+        assert "changed on disk" in notes(app)
+
+
+async def test_inspect_json_written_later_is_read(make_app, recorded: Path):
+    (recorded / "runs" / "r0001" / "inspect.json").write_text(json.dumps({"examples": []}))
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("i")
+        await until(pilot, shows(app, "0 inspected examples"))
