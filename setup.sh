@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Set up Cockpit in .venv: ./setup.sh (to use it) or ./setup.sh test (to test it too).
+#
+# Safe to run again: an existing .venv is kept, and pip runs only when
+# pyproject.toml or the mode changed since the last successful run.
+# torch: a python3 that already imports torch (a GPU box with its own CUDA
+# build) is reused through --system-site-packages and torch is not installed;
+# otherwise torch 2.13.0 is installed first (any torch if that one is missing).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+TORCH_VERSION="2.13.0"
+VENV=".venv"
+PY="${PYTHON:-python3}"
+LOG="$VENV/setup.log"
+
+mode="${1:-}"
+case "$mode" in
+  "") extra="." ;;
+  test) extra=".[test]" ;;
+  *)
+    echo "setup.sh: unknown argument '$mode'. Use ./setup.sh (to use Cockpit) or ./setup.sh test (to run its tests)." >&2
+    exit 2
+    ;;
+esac
+
+fail() {
+  echo "setup.sh: $1" >&2
+  if [[ -s "$LOG" ]]; then
+    echo "--- last lines of $LOG ---" >&2
+    tail -n 25 "$LOG" >&2
+  fi
+  exit 1
+}
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+  command -v "$PY" >/dev/null 2>&1 \
+    || { echo "setup.sh: no $PY on PATH. Install Python 3.10 or newer (or set PYTHON=/path/to/python3)." >&2; exit 1; }
+  "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+    || { echo "setup.sh: $PY is Python $("$PY" -c 'import platform; print(platform.python_version())'); Cockpit needs 3.10 or newer (set PYTHON=/path/to/python3.10+)." >&2; exit 1; }
+  venv_args=()
+  if "$PY" -c 'import torch' >/dev/null 2>&1; then
+    venv_args=(--system-site-packages)
+    echo "setup.sh: $PY already has torch $("$PY" -c 'import torch; print(torch.__version__)'); the environment reuses it."
+  fi
+  echo "setup.sh: creating $VENV"
+  "$PY" -m venv ${venv_args[@]+"${venv_args[@]}"} "$VENV" \
+    || { rm -rf "$VENV"; echo "setup.sh: could not create $VENV with $PY -m venv. On Debian or Ubuntu: apt-get install python3-venv, then run ./setup.sh again." >&2; exit 1; }
+fi
+
+: >"$LOG"
+pip() { "$VENV/bin/python" -m pip "$@" >>"$LOG" 2>&1; }
+
+stamp="$VENV/.cockpit-setup"
+want="$mode $(sha256sum pyproject.toml | cut -c1-64)"
+base=" $(sha256sum pyproject.toml | cut -c1-64)"
+if [[ -f "$stamp" ]] && "$VENV/bin/python" -c 'import cockpit, torch' >/dev/null 2>&1 \
+  && { grep -qxF "$want" "$stamp" || { [[ -z "$mode" ]] && grep -qxF "test${base}" "$stamp"; }; }; then
+  echo "setup.sh: $VENV is up to date."
+  exit 0
+fi
+
+if "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
+  :
+else
+  echo "setup.sh: installing torch $TORCH_VERSION (this can take a few minutes)"
+  if ! pip install -q "torch==$TORCH_VERSION"; then
+    echo "setup.sh: torch $TORCH_VERSION is not available here; installing the newest torch instead"
+    pip install -q torch || fail "could not install torch. Check the network or pip's index, or install torch in $PY first (it is then reused)."
+  fi
+fi
+
+echo "setup.sh: installing cockpit${mode:+ with its test tools}"
+pip install -q -e "$extra" || fail "could not install cockpit from $(pwd) with pip install -e '$extra'."
+
+"$VENV/bin/cockpit" --version >/dev/null 2>>"$LOG" || fail "cockpit was installed but does not start."
+echo "$want" >>"$stamp"
+echo "setup.sh: ready. $("$VENV/bin/cockpit" --version), torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
