@@ -122,11 +122,8 @@ def render_plot(
                 continue
             dy = int(round((min(max(y, bottom), top) - bottom) / yspan * (dots_y - 1)))
             dy = dots_y - 1 - dy  # row 0 is the top
+            # join with the previous column by a vertical run, so the line has no gaps
             lo, hi = (dy, dy) if prev is None else (min(prev, dy), max(prev, dy))
-            if prev is not None and hi - lo > 1:
-                # join with the previous column by a vertical run, half here
-                lo = lo if dy == lo else lo + (hi - lo) // 2
-                hi = hi if dy == hi else lo + (hi - lo + 1) // 2
             for d in range(lo, hi + 1):
                 r, c = d // 4, x // 2
                 cells[r][c] |= _BITS[x % 2][d % 4]

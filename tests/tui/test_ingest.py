@@ -1,0 +1,62 @@
+"""The event feed without the UI: bounded batches, torn lines, peaks kept when downsampling."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import FIXTURE
+
+from cockpit import events as ev
+from cockpit.tui.ingest import RunFeed, Series, gate_peak
+
+
+def test_recorded_pilot_folds_into_gates_series_and_log():
+    feed = RunFeed(FIXTURE / "runs" / "r0001" / ev.EVENTS_FILE)
+    feed.drain()
+    assert list(feed.gates) == list(ev.PHASES)
+    assert feed.end is not None and feed.end["status"] == "passed"
+    assert [m.phase for m in feed.marks] == list(ev.PHASES)
+    assert set(feed.mem) == {"gpu0", "alloc", "reserved", "rss"}
+    assert feed.capacity["gpu0"] == 23034 * 2**20
+    assert len(feed.loss.y) == 64
+    peaks = {p: feed.phase_peak(p)[0] for p in ev.PHASES}
+    assert max(peaks, key=lambda p: peaks[p] or 0) == "worst_case"
+    assert feed.phase_peak("worst_case")[1] == "torch peak reserved"
+
+
+def test_cpu_run_uses_rss_and_skips_the_torn_line():
+    feed = RunFeed(FIXTURE / "runs" / "r0002" / ev.EVENTS_FILE)
+    feed.drain()
+    assert feed.end is None and feed.phase == "backward"
+    assert not feed.has_gpu
+    assert feed.phase_peak("stack") == (1100 * 2**20, "process RSS")
+    assert feed.bad_lines == 0  # the torn last line is pending, not bad
+
+
+def test_poll_reads_at_most_max_bytes(tmp_path: Path):
+    path = tmp_path / ev.EVENTS_FILE
+    line = json.dumps(ev.make(ev.SAMPLE, phase="x", rss=1, nvml=None, torch=None)) + "\n"
+    path.write_text(line * 10_000)
+    feed = RunFeed(path, max_bytes=64 * 1024)
+    dirty = feed.poll()
+    assert dirty == {"mem"}
+    assert feed.events_read <= 64 * 1024 // len(line) + 1
+    assert feed.behind_bytes > 0
+    feed.drain()
+    assert feed.events_read == 10_000 and feed.behind_bytes == 0
+
+
+def test_downsampling_keeps_the_peak():
+    s = Series(limit=100)
+    for i in range(10_000):
+        s.add(float(i), 5.0 if i == 6_789 else 1.0)
+    assert len(s.y) <= 100
+    assert s.peak == 5.0
+    assert s.t[0] == 0.0 and s.t == sorted(s.t)
+
+
+def test_gate_peak_in_a_gpu_run_ignores_rss():
+    gate = {"mem": {"torch": None, "nvml": None, "rss": 10}}
+    assert gate_peak(gate, gpu=True) == (None, "")
+    assert gate_peak(gate) == (10.0, "process RSS")

@@ -1,0 +1,45 @@
+"""Snapshots of the main screens at 80x24 and 120x40, against the recorded campaign.
+
+Deterministic: fixed event times, a fake device source (no NVML), no clocks
+on screen, and every worker finished before the picture is taken.
+Update with ``pytest tests/tui/test_snapshots.py --snapshot-update`` after
+checking the report.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cockpit.tui.app import Timing
+
+SIZES = [(80, 24), (120, 40)]
+SCREENS = {
+    "campaign": [],
+    "run_passed": ["enter"],
+    "run_crashed": ["down", "enter"],
+    "data": ["i"],
+    "device": ["g"],
+    "help": ["question_mark"],
+}
+SLOW = Timing(events_s=30, runs_s=30, notebook_s=30, device_s=30)
+
+
+async def settle(pilot) -> None:
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause(0.1)
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("screen", list(SCREENS))
+def test_snapshot(snap_compare, make_app, screen, size):
+    app = make_app(gpu=True, timing=SLOW, watch=False)
+
+    async def run_before(pilot) -> None:
+        await settle(pilot)
+        for key in SCREENS[screen]:
+            await pilot.press(key)
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
