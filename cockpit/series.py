@@ -1,0 +1,324 @@
+"""A series: every chosen variant x seed trained at the campaign's fixed budget. No torch.
+
+Each item becomes a new run (``kind = "train"``, its own id, started detached
+like a pilot) through :func:`cockpit.commands.pilot.start`; items run one
+after another, or ``parallel`` at a time. The plan is made before anything
+starts, so the same list is shown, run and recorded:
+
+- a variant x seed that already has a train run gets a new run that names the
+  latest of them in ``follows``: nothing is replaced, the lineage is explicit;
+- ``rerun`` ids make a new run of the same variant and seed following that run;
+- a budget override (``--updates N``) is written into the run's frozen
+  parameters, so a quick look is never mistaken for the campaign's budget.
+
+:class:`Series` is non-blocking (``poll()``) so the TUI can drive it on a
+timer; :meth:`Series.run` is the blocking loop the CLI uses.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import events as ev
+from . import launch, runs
+from . import notebook as nbm
+from .errors import UsageError
+
+
+@dataclass
+class Item:
+    variant: str
+    seed: int
+    follows: str = ""
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def label(self) -> str:
+        return f"{self.variant} seed {self.seed}" + (f" (follows {self.follows})" if self.follows else "")
+
+
+@dataclass
+class Started:
+    item: Item
+    run_id: str
+    dir: Path
+    tail: ev.Tail
+    finished: bool = False
+    state: runs.RunState | None = None
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0,1,2"`` or ``"0-4"`` (inclusive) or a mix: ``"0-2,7"``."""
+    out: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        a, dash, b = part.partition("-")
+        try:
+            if dash and a:
+                lo, hi = int(a), int(b)
+                if hi < lo:
+                    raise ValueError
+                out.extend(range(lo, hi + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise UsageError(f"--seeds {text!r}: write seeds as 0,1,2 or a range 0-4") from None
+    if not out:
+        raise UsageError("--seeds: give at least one seed, e.g. --seeds 0,1,2")
+    if len(set(out)) != len(out):
+        raise UsageError(f"--seeds {text!r} names a seed twice")
+    return out
+
+
+def budget_overrides(updates: int | None) -> dict[str, Any]:
+    """Replace the notebook's budget by a number of updates (a quick look); recorded in run.toml."""
+    if updates is None:
+        return {}
+    if updates < 1:
+        raise UsageError(f"--updates {updates}: give a whole number >= 1")
+    return {"updates": int(updates), "epochs": None, "examples": None}
+
+
+def default_variants(nb: nbm.Notebook) -> list[str]:
+    """The quality variants (memory variants are compared by their pilots); all if none is marked."""
+    quality = [v.id for v in nb.variants if v.kind == "quality"]
+    return quality or [v.id for v in nb.variants]
+
+
+def _latest_train(nb: nbm.Notebook, variant: str, seed: int) -> nbm.RunRow | None:
+    rows = [r for r in nb.runs if r.kind == "train" and r.variant == variant and r.seed == seed]
+    return max(rows, key=lambda r: _order(r.id)) if rows else None
+
+
+def _order(rid: str) -> tuple[int, str]:
+    return (int(rid[1:]) if rid[1:].isdigit() else -1, rid)
+
+
+def intended_params(nb: nbm.Notebook, variant: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    params = nb.params(variant)
+    params.update(overrides)
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def plan(
+    nb: nbm.Notebook,
+    variants: list[str] | None = None,
+    seeds: list[int] | None = None,
+    *,
+    overrides: dict[str, Any] | None = None,
+    skip_done: bool = False,
+    rerun: list[str] | None = None,
+) -> tuple[list[Item], list[str]]:
+    """The items to run, in order, and notes on what was skipped or followed."""
+    overrides = dict(overrides or {})
+    notes: list[str] = []
+    items: list[Item] = []
+    if rerun:
+        for rid in rerun:
+            row = nb.run(rid)
+            items.append(Item(row.variant, row.seed, follows=row.id, overrides=dict(overrides)))
+        if variants is None and seeds is None:
+            return items, notes
+    chosen = variants or default_variants(nb)
+    for vid in chosen:
+        nb.variant(vid)  # a clear error for an unknown id
+    for vid in chosen:
+        for seed in seeds if seeds is not None else [0, 1, 2]:
+            prev = _latest_train(nb, vid, seed)
+            if skip_done and prev is not None and prev.status == ev.Status.COMPLETED.value:
+                same = _same_params(nb, prev.id, intended_params(nb, vid, overrides))
+                if same:
+                    notes.append(f"{vid} seed {seed}: skipped, {prev.id} completed with the same settings")
+                    continue
+            items.append(Item(vid, seed, follows=prev.id if prev is not None else "", overrides=dict(overrides)))
+    return items, notes
+
+
+def _same_params(nb: nbm.Notebook, rid: str, want: dict[str, Any]) -> bool:
+    try:
+        got = runs.read_run_toml(runs.run_dir(nb.directory, rid)).get("params", {})
+    except (FileNotFoundError, OSError):
+        return False
+    return got == want
+
+
+def parallel_check(campaign: Path | str, variants: list[str], parallel: int) -> list[str]:
+    """Whether ``parallel`` runs fit at once, from the latest passed pilots' measured peaks.
+
+    Raises UsageError when they measurably do not fit; returns notes otherwise
+    (including that nothing was measured, when no pilot passed).
+    """
+    if parallel <= 1:
+        return []
+    cdir = nbm.find(campaign).parent
+    peaks: list[tuple[float, str, float | None, str]] = []  # (bytes, counter, total, what total)
+    missing = []
+    for vid in dict.fromkeys(variants):
+        pilot = latest_passed_pilot(cdir, vid)
+        if pilot is None:
+            missing.append(vid)
+            continue
+        st = runs.state(pilot)
+        start = next(ev.iter_kind(ev.read_events(pilot / ev.EVENTS_FILE), ev.RUN_START), {}) or {}
+        stack = start.get("stack") or {}
+        gpu = [g["mem"]["torch"]["peak_reserved"] for g in st.gates
+               if ((g.get("mem") or {}).get("torch") or {}).get("peak_reserved") is not None]
+        if gpu:
+            totals = [g.get("total") for g in stack.get("gpus") or [] if g.get("total")]
+            peaks.append((float(max(gpu)), "torch peak reserved per GPU", float(min(totals)) if totals else None, "GPU memory"))
+        else:
+            rss = [g["mem"].get("rss_peak") or g["mem"].get("rss") for g in st.gates if (g.get("mem") or {}).get("rss")]
+            if rss:
+                peaks.append((float(max(rss)), "process RSS", float(stack["memory_total"]) if stack.get("memory_total") else None, "RAM"))
+    notes = []
+    if missing:
+        notes.append(f"no passed pilot for {', '.join(missing)}: {parallel} parallel runs are not sized from a measurement")
+    if peaks:
+        worst = max(peaks)
+        need = worst[0] * parallel
+        if worst[2] is not None:
+            if need > worst[2]:
+                raise UsageError(
+                    f"--parallel {parallel}: the largest measured peak is {worst[0] / 2**20:,.0f} MiB ({worst[1]}), "
+                    f"so {parallel} runs need about {need / 2**20:,.0f} MiB, more than the {worst[2] / 2**20:,.0f} MiB "
+                    f"of {worst[3]}; run fewer at once (on a GPU the CUDA context adds about 600 MiB per process on top)."
+                )
+            notes.append(f"{parallel} at once: about {need / 2**20:,.0f} of {worst[2] / 2**20:,.0f} MiB {worst[3]} "
+                         f"from the pilots' peaks ({worst[1]})")
+    return notes
+
+
+def latest_passed_pilot(campaign_dir: Path, variant: str) -> Path | None:
+    best: tuple[tuple[int, str], Path] | None = None
+    rd = runs.runs_dir(campaign_dir)
+    if not rd.is_dir():
+        return None
+    for p in rd.iterdir():
+        if not (p / runs.RUN_FILE).is_file():
+            continue
+        try:
+            meta = runs.read_run_toml(p)["run"]
+        except Exception:  # noqa: BLE001 - a broken folder is not this variant's pilot
+            continue
+        if meta.get("kind", "pilot") != "pilot" or meta.get("variant") != variant:
+            continue
+        end = next(ev.iter_kind(ev.read_events(p / ev.EVENTS_FILE), ev.RUN_END), None)
+        if end is None or end.get("status") != ev.Status.PASSED.value:
+            continue
+        key = _order(p.name)
+        if best is None or key > best[0]:
+            best = (key, p)
+    return best[1] if best else None
+
+
+class Series:
+    """Start items detached, at most ``parallel`` alive at once; ``poll()`` advances without blocking."""
+
+    def __init__(self, campaign: Path | str, items: list[Item], parallel: int = 1,
+                 env: dict[str, str] | None = None, starter: Callable[..., tuple[str, Path]] | None = None):
+        if parallel < 1:
+            raise UsageError(f"--parallel {parallel}: give a whole number >= 1")
+        self.campaign = nbm.find(campaign)
+        self.pending: deque[Item] = deque(items)
+        self.parallel = parallel
+        self.env = dict(env or {})
+        if parallel > 1 and "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in self.env:
+            # CPU runs side by side: share the cores instead of oversubscribing them.
+            self.env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // parallel))
+        if starter is None:
+            from .commands.pilot import start as starter
+        self._start = starter
+        self.started: list[Started] = []
+        self.t0 = time.monotonic()
+
+    @property
+    def active(self) -> list[Started]:
+        return [s for s in self.started if not s.finished]
+
+    @property
+    def done(self) -> bool:
+        return not self.pending and not self.active
+
+    def poll(self) -> list[tuple[str, Started]]:
+        """Reap finished runs, start the next ones; returns ("finished"|"started", run) changes."""
+        changes: list[tuple[str, Started]] = []
+        launch.reap()
+        for s in self.active:
+            if not runs.is_alive(s.dir):
+                launch.reap()
+                s.finished = True
+                s.state = runs.state(s.dir)
+                if s.state.status == ev.Status.CRASHED.value:
+                    runs.record_state(self.campaign, s.dir)
+                changes.append(("finished", s))
+        while self.pending and len(self.active) < self.parallel:
+            item = self.pending.popleft()
+            rid, rdir = self._start(self.campaign, item.variant, item.seed, kind="train", follows=item.follows,
+                                    overrides=item.overrides or None, env=self.env or None)
+            s = Started(item, rid, Path(rdir), ev.Tail(Path(rdir) / ev.EVENTS_FILE))
+            self.started.append(s)
+            changes.append(("started", s))
+        return changes
+
+    def progress(self) -> list[tuple[Started, dict[str, Any]]]:
+        """New eval and run_end events of the runs started so far (for live lines)."""
+        out = []
+        for s in self.started:
+            for e in s.tail.read_new():
+                if e.get("kind") in (ev.EVAL, ev.RUN_END, ev.RUN_START):
+                    out.append((s, e))
+        return out
+
+    def stop(self) -> list[str]:
+        """Stop the runs still alive (SIGTERM, then SIGKILL) and drop the ones not started."""
+        self.pending.clear()
+        return [f"{s.run_id}: {launch.stop(s.dir)}" for s in self.active]
+
+    def run(self, on_change: Callable[[str, Started], None] | None = None,
+            on_progress: Callable[[Started, dict[str, Any]], None] | None = None, poll_s: float = 0.5) -> list[Started]:
+        while True:
+            for what, s in self.poll():
+                if on_change:
+                    on_change(what, s)
+            for s, e in self.progress():
+                if on_progress:
+                    on_progress(s, e)
+            if self.done:
+                break
+            time.sleep(poll_s)
+        runs.reconcile(self.campaign)
+        return self.started
+
+
+def result(s: Started) -> dict[str, Any]:
+    """One line of a series summary: the run's state and its metrics.json (if it wrote one)."""
+    import json
+
+    st = s.state or runs.state(s.dir)
+    metrics: dict[str, Any] = {}
+    try:
+        metrics = json.loads((s.dir / "metrics.json").read_text())
+    except (FileNotFoundError, ValueError):
+        pass
+    return {
+        "run": s.run_id,
+        "variant": s.item.variant,
+        "seed": s.item.seed,
+        "follows": s.item.follows,
+        "status": st.status,
+        "stop_reason": st.stop_reason,
+        "updates": metrics.get("updates"),
+        "planned_updates": metrics.get("planned_updates"),
+        "final_val_loss": metrics.get("final_val_loss"),
+        "best_val_loss": metrics.get("best_val_loss"),
+        "step_time_s": metrics.get("step_time_s"),
+        "duration_s": st.duration_s,
+        "dir": str(s.dir),
+    }
