@@ -195,6 +195,7 @@ class Group:
     verdict: str = ""
     sentence: str = ""
     diff: float | None = None
+    spread: float | None = None  # the spread the difference was held against (larger of the two ranges)
     target: str = ""
     target_reached: bool | None = None
 
@@ -235,6 +236,8 @@ def group_runs(nb: nbm.Notebook, trs: list[TrainRun]) -> list[Group]:
             g.verdict, g.sentence = distinguish(g.stats, ref.stats, c.higher_is_better)
             if g.stats.mean is not None and ref.stats.mean is not None:
                 g.diff = g.stats.mean - ref.stats.mean
+            if g.stats.spread is not None and ref.stats.spread is not None:
+                g.spread = max(g.stats.spread, ref.stats.spread)
         if c.quality_target is not None and g.stats.n:
             ok = [v >= c.quality_target if c.higher_is_better else v <= c.quality_target for v in g.seeds.values()]
             mean_ok = g.stats.mean >= c.quality_target if c.higher_is_better else g.stats.mean <= c.quality_target
@@ -268,12 +271,35 @@ class PilotMem:
     params_note: str = ""
 
 
+def _data_gate(cdir: Path, vid: str) -> tuple[str, dict[str, Any]] | None:
+    """The data gate of the variant's latest pilot that reached it, passed or not: the truncation
+    count is a fact about the data whatever the pilot's verdict (a truncating variant may warn or fail)."""
+    rd = runs.runs_dir(cdir)
+    if not rd.is_dir():
+        return None
+    for p in sorted((p for p in rd.iterdir() if (p / runs.RUN_FILE).is_file()), key=lambda p: _order(p.name), reverse=True):
+        try:
+            meta = runs.read_run_toml(p)["run"]
+        except Exception:  # noqa: BLE001 - a damaged folder is not this variant's pilot
+            continue
+        if meta.get("kind", "pilot") != "pilot" or meta.get("variant") != vid:
+            continue
+        gate = next((g for g in ev.gates(ev.read_events(p / ev.EVENTS_FILE)) if g.get("phase") == "data"), None)
+        if gate is not None:
+            return p.name, gate
+    return None
+
+
 def pilot_memory(nb: nbm.Notebook, vid: str) -> PilotMem:
     rdir = latest_passed_pilot(nb.directory, vid)
     params = {k: v for k, v in nb.params(vid).items() if v is not None}
+    data = _data_gate(nb.directory, vid)
     if rdir is None:
         ml = params.get("max_length")
-        return PilotMem(vid, None, {}, None, "", None, int(ml) if isinstance(ml, int) else None, None)
+        trunc = data[1].get("truncation") if data else None
+        ml = (data[1].get("inputs") or {}).get("max_length", ml) if data else ml
+        return PilotMem(vid, None, {}, None, "", None, int(ml) if isinstance(ml, int) else None,
+                        trunc if isinstance(trunc, dict) else None)
     evs = ev.read_events(rdir / ev.EVENTS_FILE)
     phases: dict[str, PhaseMem] = {}
     max_length = None
@@ -340,8 +366,10 @@ def flags(nb: nbm.Notebook, vid: str, mem: dict[str, PilotMem], groups: list[Gro
         for split, t in _trunc_counts(tr):
             lose = int(t.get("lose_target_tokens") or 0)
             where = f" ({split})" if split else ""
-            text = (f"max_length {ml}: {int(t.get('examples') or 0)} examples truncated{where}, {lose} lose target "
-                    f"tokens, {int(t.get('no_target_left') or 0)} have no target left")
+            text = (f"max_length {t.get('max_length', ml)}: {lose} of {int(t.get('examples') or 0)} examples{where} "
+                    f"lose target tokens, {int(t.get('no_target_left') or 0)} have no target left")
+            if t.get("longer_than_max") is not None:
+                text += f" ({int(t['longer_than_max'])} are longer than max_length)"
             if lose and (vid != ref.id and (rml is None or ml is None or ml < rml)):
                 out.append({"flag": "shorter max_length truncates targets", "detail": text})
             elif lose:
@@ -446,9 +474,9 @@ def render(data: dict[str, Any], console: Any) -> None:
         seeds = ", ".join(f"s{k}={v:.4g}" for k, v in g["seeds"].items())
         if g["not_completed"]:
             seeds += ("; " if seeds else "") + ", ".join(f"{n} {st}" for st, n in g["not_completed"].items())
-        verdict = g["sentence"] if g["verdict"] != "reference" else "reference"
-        if g["target"]:
-            verdict += f"; target: {g['target']}"
+        verdict = g["verdict"]
+        if g["diff"] is not None:
+            verdict += f" ({g['diff']:+.3g}" + (f"; spread {g['spread']:.3g})" if g["spread"] is not None else "; no spread)")
         style = {"better": "green", "worse": "red", "not distinguishable": "yellow"}.get(g["verdict"], "")
         q.add_row(name, str(s["n"]), _f(s["mean"]), _f(s["std"]), _f(s["min"]), _f(s["max"]), seeds,
                   f"[{style}]{verdict}[/]" if style else verdict)
@@ -456,6 +484,11 @@ def render(data: dict[str, Any], console: Any) -> None:
         console.print("no train runs yet: run `cockpit series CAMPAIGN` first", style="yellow")
     else:
         console.print(q)
+        for g in data["quality"]:
+            if g["target"]:
+                console.print(f"{g['variant']}{' (' + g['tag'] + ')' if g['tag'] else ''}: target {data['metric']} "
+                              f"{'>=' if data['higher_is_better'] else '<='} {data['quality_target']:g}: {g['target']}",
+                              highlight=False, style="" if g["target_reached"] else "yellow")
     if data["not_completed"]:
         t = Table(title="runs that did not complete (kept, not averaged in)", title_justify="left")
         for col in ("run", "variant", "seed", "status", "updates", "follows", "stop reason"):
@@ -476,7 +509,9 @@ def _render_memory(data: dict[str, Any], console: Any) -> None:
 
     mem = data["memory"]
     ref = data["reference"]
-    vids = [ref] + [v for v in mem if v != ref]
+    # the reference, every memory variant, and any other variant with a passed pilot
+    vids = [ref] + [v for v in mem if v != ref and (mem[v]["run"] or data["kinds"].get(v) == "memory")]
+    unmeasured = [v for v in mem if v not in vids]
     measured = [v for v in vids if mem[v]["run"]]
     counters = {mem[v]["counter"] for v in measured}
     counter = " / ".join(sorted(counters)) or "no measurement"
@@ -505,8 +540,10 @@ def _render_memory(data: dict[str, Any], console: Any) -> None:
     else:
         console.print("no passed pilot yet: run `cockpit pilot CAMPAIGN --variant ID` for memory and time per phase",
                       style="yellow")
-    for v in vids:
-        fl = data["flags"].get(v) or []
+    if unmeasured:
+        console.print(f"no passed pilot (not in the table): {', '.join(unmeasured)}", style="dim", highlight=False)
+    for v in mem:
+        fl = [f for f in data["flags"].get(v) or [] if f["flag"] != "quality target not reached"]  # shown above
         note = mem[v].get("params_note")
         for f in fl:
             console.print(f"[bold red]{v}[/]: {f['flag']}: {f['detail']}", highlight=False)

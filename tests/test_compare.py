@@ -81,7 +81,7 @@ def _gate(phase: str, rss_peak: int, duration: float, **extra: object) -> dict:
 
 
 def _pilot(campaign: Path, variant: str, peak_mib: float, step_s: float, max_length: int,
-           truncation: dict | None) -> str:
+           truncation: dict | None, status: str = "passed") -> str:
     rid, d = runs.create_run(campaign, variant, 0, kind="pilot")
     w = ev.EventWriter(d / ev.EVENTS_FILE)
     w.emit(ev.RUN_START, run_id=rid, run_kind="pilot", stack={"memory_total": 64 * GiB, "gpus": []})
@@ -92,7 +92,8 @@ def _pilot(campaign: Path, variant: str, peak_mib: float, step_s: float, max_len
     w.emit(ev.GATE, **_gate("update_first", int(peak_mib * 0.9 * MiB), step_s * 1.5))
     w.emit(ev.STEP, step=2, loss=4.4, lr=1e-4, grad_norm=1.0, examples=16, duration_s=step_s, phase="update_second")
     w.emit(ev.GATE, **_gate("update_second", int(peak_mib * MiB), step_s))
-    w.emit(ev.RUN_END, status="passed", stop_reason="every gate passed", phase="export", exit_code=0)
+    w.emit(ev.RUN_END, status=status, stop_reason="every gate passed" if status == "passed" else "gate failed: data",
+           phase="export", exit_code=0 if status == "passed" else 1)
     w.close()
     return rid
 
@@ -106,6 +107,7 @@ def fabricated(campaign: Path) -> Path:
             nbm.Variant(id="len32", kind="memory", set={"max_length": 32}, differs="max_length 32"),
             nbm.Variant(id="mb1", kind="memory", set={"microbatch": 1}, differs="microbatch 1, accumulation kept"),
             nbm.Variant(id="mb1x16", kind="memory", set={"microbatch": 1, "accumulation": 16}, differs="same batch"),
+            nbm.Variant(id="len16", kind="memory", set={"max_length": 16}, differs="max_length 16"),
         ]
 
     nbm.mutate(campaign, setup)
@@ -122,6 +124,9 @@ def fabricated(campaign: Path) -> Path:
     _pilot(campaign, "len24", 250, 0.05, 24, {"examples": 1900, "lose_target_tokens": 1700, "no_target_left": 12})
     _pilot(campaign, "len32", 280, 0.06, 32, None)
     _pilot(campaign, "mb1", 300, 0.09, 48, None)
+    # a failed pilot has no memory figures to compare, but its data gate's truncation count still stands
+    _pilot(campaign, "len16", 200, 0.04, 16, {"examples": 1900, "lose_target_tokens": 1900, "no_target_left": 300},
+           status="failed")
     return campaign
 
 
@@ -152,7 +157,7 @@ def test_memory_variants_flagged(fabricated: Path) -> None:
     flags = {v: [f["flag"] for f in fl] for v, fl in data["flags"].items()}
     assert "shorter max_length truncates targets" in flags["len24"]
     detail = next(f["detail"] for f in data["flags"]["len24"] if f["flag"].startswith("shorter"))
-    assert "1700 lose target tokens" in detail and "12 have no target left" in detail
+    assert "1700 of 1900 examples lose target tokens" in detail and "12 have no target left" in detail
     assert "shorter max_length: truncation not measured" in flags["len32"]
     assert "effective batch changed" in flags["mb1"]
     assert "effective batch changed" not in flags["mb1x16"]
@@ -161,6 +166,8 @@ def test_memory_variants_flagged(fabricated: Path) -> None:
     assert mem["lr1e-4"]["peak"] == 330 * MiB and mem["lr1e-4"]["step_time_s"] == 0.08
     assert mem["len24"]["phases"]["update_second"]["peak"] == 250 * MiB
     assert mem["mb1x16"]["run"] is None  # no passed pilot: said, not invented
+    assert mem["len16"]["run"] is None and mem["len16"]["peak"] is None
+    assert "shorter max_length truncates targets" in flags["len16"]
 
 
 def test_render_and_cli(fabricated: Path, capsys: pytest.CaptureFixture[str]) -> None:

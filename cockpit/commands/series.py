@@ -130,20 +130,22 @@ def _print(results: list[dict[str, Any]], wall: float, path: Path) -> None:
     t = Table(title=f"series: {len(results)} runs in {wall:.0f} s", title_justify="left")
     show_follows = any(r["follows"] for r in results)
     cols = ["run", "variant", "seed", *(["follows"] if show_follows else []), "status", "updates", "val_loss",
-            "s/upd", "time", "stop reason"]
+            "s/upd", "time"]
     for col in cols:
-        t.add_column(col, overflow="fold", no_wrap=col != "stop reason", min_width=12 if col == "stop reason" else None,
-                     justify="right" if col in ("seed", "updates", "val_loss", "s/upd", "time") else "left")
+        t.add_column(col, no_wrap=True, justify="right" if col in ("seed", "updates", "val_loss", "s/upd", "time") else "left")
     for r in results:
         style = "green" if r["status"] == "completed" else "red"
         upd = f"{r['updates']}/{r['planned_updates']}" if r["updates"] is not None else ""
         cells = [r["run"], r["variant"], str(r["seed"]), *([r["follows"] or ""] if show_follows else []),
                  f"[{style}]{r['status']}[/]", upd, "" if r["final_val_loss"] is None else f"{r['final_val_loss']:.4f}",
                  "" if r["step_time_s"] is None else f"{r['step_time_s']:.3f}",
-                 "" if r["duration_s"] is None else f"{r['duration_s']:.0f}s", r["stop_reason"]]
+                 "" if r["duration_s"] is None else f"{r['duration_s']:.0f}s"]
         t.add_row(*cells)
     c = Console()
     c.print(t)
+    for r in results:
+        c.print(f"{r['run']} {r['status']}: {r['stop_reason']}", highlight=False,
+                style="" if r["status"] == "completed" else "red")
     c.print(f"every run keeps its folder (curve.csv, evals.csv, predictions.jsonl, metrics.json); "
             f"compare variants across seeds with `cockpit compare {path.parent}`", style="dim", highlight=False)
 

@@ -230,7 +230,7 @@ class TrainingRun:
                                total_updates=self.total, rank=self.rank, world=self.world)
         self.trainer.load_data()
         self.trainer.build()
-        if self.world > 1:
+        if self.world > 1 and self.trainer.ddp is None:  # Trainer.build wraps it itself in newer versions
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [self.device.index] if self.device.type == "cuda" else None
