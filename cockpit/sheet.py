@@ -1,0 +1,554 @@
+"""The selection sheet: which GPU to rent, from what a pilot measured. No torch.
+
+Every figure on the sheet is traced to a run and a phase: the peak is the
+largest torch *peak reserved* over every phase and rank of the variant's
+latest passed pilot, plus the CUDA context (NVML used minus torch reserved at
+the same bound; when NVML did not read it, the 621 MiB measured once on an
+H200 is used and stated as an assumption), plus the notebook's headroom. A
+pilot that ran on the CPU measured no GPU figure: the sheet says so and gives
+the process RSS instead; it never derives a GPU number from it.
+
+Series results (``metrics.json`` of kind "train" runs) feed the expected
+result; without them the sheet says the result is not measured yet.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import events as ev
+from . import notebook as nbm
+from . import runs
+from .errors import CockpitError
+
+MIB = 2**20
+# Common GPU memory sizes, in nominal (decimal) GB. Capacity is taken as
+# size x 10^9 bytes: every card sold under these sizes reports at least that
+# much (an A10G "24 GB" reports 23,028 MiB > 22,888 MiB), so a fit is never
+# claimed on a card that turns out smaller.
+GPU_SIZES_GB = (24, 40, 48, 80, 141)
+# Measured once (one H200, torch 2.11, see DESIGN.md): NVML-visible memory of a
+# CUDA context that torch's allocator never reports.
+ASSUMED_CONTEXT_MIB = 621.0
+
+
+class SheetError(CockpitError):
+    """No pilot to build a sheet from (the message says which to run)."""
+
+
+# --------------------------------------------------------------------------- runs on disk
+
+
+@dataclass
+class RunFiles:
+    """One run folder as the sheet, plan and report read it."""
+
+    id: str
+    dir: Path
+    kind: str
+    variant: str
+    seed: int
+    status: str
+    stop_reason: str
+    phase: str | None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    rank_events: list[dict[str, Any]] = field(default_factory=list)  # ranks > 0
+    metrics: dict[str, Any] | None = None  # series runs: metrics.json
+
+    @property
+    def run_start(self) -> dict[str, Any]:
+        return next(ev.iter_kind(self.events, ev.RUN_START), {})
+
+    @property
+    def gates(self) -> list[dict[str, Any]]:
+        return ev.gates(self.events) + ev.gates(self.rank_events)
+
+    def gate(self, phase: str) -> dict[str, Any] | None:
+        return next((g for g in ev.gates(self.events) if g.get("phase") == phase), None)
+
+    @property
+    def stack(self) -> dict[str, Any]:
+        return dict(self.run_start.get("stack") or {})
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.run_start.get("params") or {})
+
+
+def _run_number(rid: str) -> tuple[int, str]:
+    return (int(rid[1:]) if rid[1:].isdigit() else -1, rid)
+
+
+def read_run(rdir: Path) -> RunFiles | None:
+    rdir = Path(rdir)
+    try:
+        frozen = runs.read_run_toml(rdir)
+    except (FileNotFoundError, ValueError):
+        return None
+    st = runs.state(rdir)
+    meta = frozen.get("run", {})
+    rank_events: list[dict[str, Any]] = []
+    for p in sorted(rdir.glob("events.rank*.jsonl")):
+        rank_events += ev.read_events(p)
+    metrics = None
+    mp = rdir / "metrics.json"
+    if mp.is_file():
+        try:
+            metrics = json.loads(mp.read_text("utf-8"))
+        except ValueError:
+            metrics = None
+    return RunFiles(
+        id=meta.get("id", rdir.name),
+        dir=rdir,
+        kind=meta.get("kind", "pilot"),
+        variant=meta.get("variant", ""),
+        seed=int(meta.get("seed", 0)),
+        status=st.status,
+        stop_reason=st.stop_reason,
+        phase=st.phase,
+        events=ev.read_events(rdir / ev.EVENTS_FILE),
+        rank_events=rank_events,
+        metrics=metrics if isinstance(metrics, dict) else None,
+    )
+
+
+def campaign_runs(campaign_dir: Path) -> list[RunFiles]:
+    rd = runs.runs_dir(Path(campaign_dir))
+    if not rd.is_dir():
+        return []
+    out = [r for p in sorted(rd.iterdir(), key=lambda p: _run_number(p.name)) if (r := read_run(p))]
+    return out
+
+
+def latest_passed_pilot(all_runs: list[RunFiles], variant: str) -> RunFiles | None:
+    passed = [r for r in all_runs if r.kind == "pilot" and r.variant == variant and r.status == "passed"]
+    return max(passed, key=lambda r: _run_number(r.id)) if passed else None
+
+
+def series_runs(all_runs: list[RunFiles], variant: str | None = None) -> list[RunFiles]:
+    return [r for r in all_runs if r.kind != "pilot" and (variant is None or r.variant == variant)]
+
+
+def metric_value(metrics: dict[str, Any] | None, metric: str) -> float | None:
+    """The final value of the campaign's quality metric in a run's metrics.json (as `cockpit compare` reads it)."""
+    if not metrics:
+        return None
+    from .compare import quality_of
+
+    v = quality_of(metrics, [], metric)
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+@dataclass
+class Spread:
+    n: int
+    mean: float
+    std: float | None  # sample standard deviation; None with one value
+    min: float
+    max: float
+    values: list[float]
+
+
+def spread(values: list[float]) -> Spread | None:
+    """Mean, sample standard deviation (n-1), minimum and maximum of every value, computed by
+    ``cockpit.compare.stats`` so that the sheet, the report and ``cockpit compare`` agree."""
+    from .compare import stats
+
+    vals = [float(v) for v in values]
+    if not vals:
+        return None
+    st = stats(vals)
+    return Spread(st.n, st.mean, st.std, st.min, st.max, vals)
+
+
+def fmt_spread(s: Spread, digits: int = 4) -> str:
+    sd = f"sd {s.std:.{digits}f}" if s.std is not None else "sd not defined with one seed"
+    return (f"mean {s.mean:.{digits}f} ({sd}, min {s.min:.{digits}f}, max {s.max:.{digits}f}; "
+            f"{s.n} seed{'s' if s.n != 1 else ''}: {', '.join(f'{v:.{digits}f}' for v in s.values)})")
+
+
+# --------------------------------------------------------------------------- the sheet
+
+
+@dataclass
+class Fit:
+    size_gb: int
+    capacity_mib: float
+    fits: bool | None  # None: no GPU figure measured
+
+
+@dataclass
+class Sheet:
+    campaign: str
+    variant: str
+    run_id: str
+    run_dir: Path
+    device: str
+    gpu_name: str
+    gpu_total_mib: float | None
+    stack_passed: bool
+    stack_detail: str
+    measured_gpu: bool
+    peak_reserved_mib: float | None = None
+    peak_phase: str = ""
+    peak_inputs: dict[str, Any] = field(default_factory=dict)
+    peak_rank: int | None = None
+    context_mib: float | None = None
+    context_source: str = ""
+    headroom: float = 0.0
+    need_mib: float | None = None
+    rss_peak_mib: float | None = None
+    rss_phase: str = ""
+    rss_inputs: dict[str, Any] = field(default_factory=dict)
+    phases: list[dict[str, Any]] = field(default_factory=list)
+    max_dimensions: str = ""
+    precision: str = ""
+    microbatch: int | None = None
+    accumulation: int | None = None
+    strategy: str = ""
+    gpus: int = 1
+    fits: list[Fit] = field(default_factory=list)
+    recommendation: str = ""
+    expected_result: str = ""
+    same_experiment: bool = True
+    truncation: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def smallest_fit(self) -> Fit | None:
+        return next((f for f in self.fits if f.fits), None)
+
+
+def _inputs_text(inputs: dict[str, Any]) -> str:
+    parts = []
+    for k, v in inputs.items():
+        if k == "ids":
+            continue
+        if isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v):
+            v = f"{min(v)}..{max(v)}" if min(v) != max(v) else f"{v[0]} (x{len(v)})"
+        elif isinstance(v, list):
+            v = f"[{len(v)} items]"
+        parts.append(f"{k}={v}")
+    return ", ".join(parts) or "no inputs recorded"
+
+
+def _mib(x: float | None) -> str:
+    return "not measured" if x is None else f"{x:,.0f} MiB"
+
+
+def _nvml_for(gate: dict[str, Any], device: str) -> int | None:
+    """NVML used on the GPU this gate's process ran on, when it can be told."""
+    nv = (gate.get("mem") or {}).get("nvml")
+    if not nv:
+        return None
+    if len(nv) == 1:
+        return int(nv[0]["used"])
+    dev = str(gate.get("device") or device or "")
+    idx = int(dev.split(":")[1]) if ":" in dev and dev.split(":")[1].isdigit() else None
+    if idx is None and gate.get("rank") is not None:
+        idx = int(gate["rank"])
+    match = [g for g in nv if g.get("index") == idx]
+    return int(match[0]["used"]) if match else None
+
+
+def phase_rows(run: RunFiles) -> list[dict[str, Any]]:
+    """One row per gate (and rank): the figures the sheet and the memory chart use."""
+    device = str(run.stack.get("device") or "")
+    out = []
+    for g in run.gates:
+        mem = g.get("mem") or {}
+        t = mem.get("torch")
+        out.append({
+            "phase": g.get("phase", "?"),
+            "rank": g.get("rank"),
+            "inputs": dict(g.get("inputs") or {}),
+            "peak_reserved": t.get("peak_reserved") if t else None,
+            "reserved": t.get("reserved") if t else None,
+            "nvml_used": _nvml_for(g, device),
+            "rss_peak": mem.get("rss_peak") if mem.get("rss_peak") is not None else mem.get("rss"),
+            "duration_s": g.get("duration_s"),
+            "verdict": g.get("verdict"),
+        })
+    return out
+
+
+def _truncation(run: RunFiles | None) -> int | None:
+    """Target tokens lost to truncation, as the data gate recorded it (None: not recorded)."""
+    if run is None:
+        return None
+    g = run.gate("data")
+    if not g:
+        return None
+    for holder in (g, g.get("extra") or {}):
+        t = holder.get("truncation")
+        if not isinstance(t, dict):
+            continue
+        parts = [t] if "lose_target_tokens" in t else [v for v in t.values() if isinstance(v, dict)]  # one per split
+        counts = [int(x["lose_target_tokens"]) for x in parts if isinstance(x.get("lose_target_tokens"), (int, float))]
+        if counts:
+            return sum(counts)
+    return None
+
+
+def _strategy(nb: nbm.Notebook, params: dict[str, Any]) -> tuple[str, int]:
+    replicas = int(params.get("data_replicas") or 1)
+    mp = int(params.get("model_parallel") or 1)
+    gpus = replicas * mp
+    if nb.selection.strategy in nbm.STRATEGIES and (gpus > 1) == (nb.selection.strategy != "one GPU"):
+        return nb.selection.strategy, gpus
+    if gpus == 1:
+        return "one GPU", 1
+    return ("FSDP" if mp > 1 else "DDP"), gpus
+
+
+def _max_dimensions(run: RunFiles) -> str:
+    wc = run.gate("worst_case")
+    parts = []
+    if wc:
+        i = wc.get("inputs") or {}
+        lens = i.get("lengths") or []
+        s = f"training update on the longest batch: microbatch {i.get('microbatch', '?')}"
+        if lens:
+            s += f" x length {max(lens)}"
+        if i.get("cropped_to"):
+            s += f" (max_length {i['cropped_to']})"
+        if i.get("accumulation"):
+            s += f", accumulation {i['accumulation']}"
+        parts.append(s)
+    else:
+        parts.append("the worst-case update was not run: the largest batch is not measured")
+    val = run.gate("validation")
+    if val:
+        i = val.get("inputs") or {}
+        s = f"validation: eval microbatch {i.get('eval_microbatch', '?')}"
+        if i.get("longest") is not None:
+            s += f", longest example {i['longest']}"
+        parts.append(s)
+    return "; ".join(parts)
+
+
+def expected_result(nb: nbm.Notebook, all_runs: list[RunFiles], variant: str) -> str:
+    c = nb.campaign
+    metric = c.quality_metric
+    better = "higher is better" if c.higher_is_better else "lower is better"
+    target = f"target {c.quality_target:g} ({better})" if c.quality_target is not None else "no target set"
+    series = series_runs(all_runs, variant)
+    done = [(r, metric_value(r.metrics, metric)) for r in series]
+    values = [(r, v) for r, v in done if v is not None and r.status == "completed"]
+    if not values:
+        finished = [r for r in series if r.status not in ("running", "created")]
+        why = (f"{len(finished)} series run{'s' if len(finished) != 1 else ''} of {variant} ended without a "
+               f"final {metric} ({', '.join(f'{r.id} {r.status}' for r in finished)})" if finished
+               else f"no series run of {variant} has finished")
+        return (f"not measured yet: {why}. The campaign's {target} for {metric} is a goal, not a "
+                f"prediction.")
+    s = spread([v for _, v in values])
+    assert s is not None
+    text = f"{metric} at the end of the budget, {fmt_spread(s)} (runs {', '.join(r.id for r, _ in values)})"
+    if c.quality_target is not None:
+        ok = [v for _, v in values if (v >= c.quality_target if c.higher_is_better else v <= c.quality_target)]
+        text += f"; {target}: reached by {len(ok)} of {len(values)} seed{'s' if len(values) != 1 else ''}"
+    others = [r for r in series if r.status not in ("completed", "running", "created")]
+    if others:
+        text += "; not counted: " + ", ".join(f"{r.id} {r.status} ({r.stop_reason})" for r in others)
+    return text
+
+
+def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles] | None = None) -> Sheet:
+    """The selection sheet of a variant (default: the reference) from its latest passed pilot."""
+    vid = variant or nb.reference.id
+    nb.variant(vid)  # a clear error for an unknown variant
+    cdir = nb.directory
+    all_runs = campaign_runs(cdir) if all_runs is None else all_runs
+    pilot = latest_passed_pilot(all_runs, vid)
+    if pilot is None:
+        tried = [r for r in all_runs if r.kind == "pilot" and r.variant == vid]
+        seen = "; ".join(f"{r.id} {r.status}: {r.stop_reason}" for r in tried) or "none"
+        raise SheetError(
+            f"no passed pilot of variant {vid!r} in {runs.runs_dir(cdir)} (pilots of it: {seen}). "
+            f"A sheet is built from measurements only: run `cockpit pilot {cdir} --variant {vid}` "
+            f"until every gate passes."
+        )
+    stack = pilot.stack
+    params = pilot.params
+    gpus_info = stack.get("gpus") or []
+    stack_gate = pilot.gate("stack")
+    gpu_stack = bool(stack.get("cuda_available")) and bool(gpus_info) and str(stack.get("device", "")).startswith("cuda")
+    stack_passed = bool(stack_gate and stack_gate.get("verdict") in ("pass", "warn")) and gpu_stack
+    build_s = f"torch {stack.get('torch', '?')} ({stack.get('build', '?')} build)"
+    if gpu_stack:
+        g0 = gpus_info[0]
+        stack_detail = (f"{build_s}, CUDA {stack.get('cuda')}, driver {stack.get('driver') or 'not read'}, "
+                        f"{len(gpus_info)} x {g0.get('name')} ({g0.get('total', 0) / MIB:,.0f} MiB, "
+                        f"capability {g0.get('capability')}), bf16 {stack.get('bf16')}, NCCL {stack.get('nccl')}; "
+                        f"stack gate {stack_gate.get('verdict') if stack_gate else 'missing'}")
+    else:
+        stack_detail = (f"{build_s} on {stack.get('device', 'cpu')}: no GPU was used by this pilot"
+                        + (f" (NVML: {stack['nvml_error']})" if stack.get("nvml_error") else ""))
+    strategy, ngpus = _strategy(nb, params)
+    sheet = Sheet(
+        campaign=nb.campaign.name,
+        variant=vid,
+        run_id=pilot.id,
+        run_dir=pilot.dir,
+        device=str(stack.get("device") or "cpu"),
+        gpu_name=str(gpus_info[0].get("name")) if gpus_info else "",
+        gpu_total_mib=(gpus_info[0].get("total") or 0) / MIB if gpus_info else None,
+        stack_passed=stack_passed,
+        stack_detail=stack_detail,
+        measured_gpu=False,
+        headroom=float(nb.pilot.headroom),
+        precision=str(params.get("precision", "")),
+        microbatch=params.get("microbatch"),
+        accumulation=params.get("accumulation"),
+        strategy=strategy,
+        gpus=ngpus,
+    )
+    rows = phase_rows(pilot)
+    sheet.phases = rows
+    sheet.max_dimensions = _max_dimensions(pilot)
+
+    gpu_rows = [r for r in rows if r["peak_reserved"] is not None]
+    rss_rows = [r for r in rows if r["rss_peak"] is not None]
+    if rss_rows:
+        top = max(rss_rows, key=lambda r: r["rss_peak"])
+        sheet.rss_peak_mib, sheet.rss_phase, sheet.rss_inputs = top["rss_peak"] / MIB, top["phase"], top["inputs"]
+    if gpu_rows:
+        sheet.measured_gpu = True
+        top = max(gpu_rows, key=lambda r: r["peak_reserved"])
+        sheet.peak_reserved_mib = top["peak_reserved"] / MIB
+        sheet.peak_phase, sheet.peak_inputs, sheet.peak_rank = top["phase"], top["inputs"], top["rank"]
+        both = [r for r in gpu_rows if r["nvml_used"] is not None and r["reserved"] is not None
+                and r["nvml_used"] >= r["reserved"]]
+        at_peak = [r for r in both if r is top]
+        if at_peak or both:
+            src = at_peak[0] if at_peak else max(both, key=lambda r: r["nvml_used"] - r["reserved"])
+            sheet.context_mib = (src["nvml_used"] - src["reserved"]) / MIB
+            sheet.context_source = (
+                f"measured at the end of phase {src['phase']}: NVML used {src['nvml_used'] / MIB:,.0f} MiB minus "
+                f"torch reserved {src['reserved'] / MIB:,.0f} MiB (NVML counts every process on that GPU, "
+                f"so this is an upper bound)")
+        else:
+            sheet.context_mib = ASSUMED_CONTEXT_MIB
+            sheet.context_source = (
+                f"assumed {ASSUMED_CONTEXT_MIB:.0f} MiB: NVML did not read this GPU, so the context was not "
+                f"measured here; {ASSUMED_CONTEXT_MIB:.0f} MiB is what one H200 with torch 2.11 showed")
+        base = sheet.peak_reserved_mib + sheet.context_mib
+        sheet.need_mib = base * (1.0 + sheet.headroom)
+        sheet.fits = [Fit(s, s * 1e9 / MIB, sheet.need_mib <= s * 1e9 / MIB) for s in GPU_SIZES_GB]
+    else:
+        sheet.fits = [Fit(s, s * 1e9 / MIB, None) for s in GPU_SIZES_GB]
+
+    # A variant that fits only because its inputs are cut is another experiment.
+    if not nb.variant(vid).reference:
+        lost = _truncation(pilot)
+        ref_pilot = latest_passed_pilot(all_runs, nb.reference.id)
+        ref_lost = _truncation(ref_pilot)
+        if lost and lost > 0 and not ref_lost:
+            sheet.same_experiment = False
+            ref_text = ("the reference loses none" if ref_lost == 0 else
+                        "the reference's pilot recorded no truncation figure")
+            sheet.truncation = (
+                f"NOT THE SAME EXPERIMENT: this variant's data gate shows truncation: {lost:,} "
+                f"example{'s' if lost != 1 else ''} lose target tokens ({ref_text}); it fits only on "
+                f"data cut differently, so its quality answers another question and must not be "
+                f"compared with the reference as if only memory changed.")
+    sheet.recommendation = _recommend(sheet)
+    sheet.expected_result = expected_result(nb, all_runs, vid)
+    if nb.variant(vid).set:
+        sheet.notes.append("variant overrides: " + ", ".join(f"{k}={v}" for k, v in nb.variant(vid).set.items()))
+    return sheet
+
+
+def _recommend(s: Sheet) -> str:
+    if not s.measured_gpu:
+        return ("none: no GPU memory was measured (the pilot ran on "
+                f"{s.device}). Run the pilot on a GPU machine; the sheet recommends a size only from "
+                "its figures.")
+    best = s.smallest_fit
+    per = f" per GPU x {s.gpus} GPUs ({s.strategy})" if s.gpus > 1 else ""
+    if best is None:
+        return (f"none of {', '.join(f'{f.size_gb} GB' for f in s.fits)} fits{per}: "
+                f"{_mib(s.need_mib)} needed. Lower the microbatch and raise accumulation, enable "
+                f"activation checkpointing or bf16, or shard the model (FSDP), then pilot again.")
+    if not s.stack_passed:
+        return (f"{best.size_gb} GB would fit{per}, but no GPU stack check passed in this pilot "
+                f"({s.stack_detail}); a machine is recommended only once its stack passes.")
+    return (f"{best.size_gb} GB{per}: the smallest common size that holds {_mib(s.need_mib)}; "
+            f"stack passed on {s.gpu_name}.")
+
+
+def render(s: Sheet) -> list[str]:
+    """The sheet as Markdown lines (readable as plain text in a terminal too)."""
+    out = [f"Selection sheet: campaign {s.campaign}, variant {s.variant}, from pilot {s.run_id} "
+           f"({s.run_dir})", ""]
+    if s.truncation:
+        out += [f"**{s.truncation}**", ""]
+    out.append(f"- stack: {s.stack_detail}")
+    if s.measured_gpu:
+        rank = f", rank {s.peak_rank}" if s.peak_rank is not None else ""
+        out.append(f"- peak per GPU: {_mib(s.peak_reserved_mib)} torch peak reserved in phase "
+                   f"**{s.peak_phase}**{rank} with inputs {_inputs_text(s.peak_inputs)}")
+        out.append(f"- CUDA context: {_mib(s.context_mib)}, {s.context_source}")
+        out.append(f"- headroom: {s.headroom:.0%} of peak + context (notebook [pilot] headroom)")
+        out.append(f"- memory needed per GPU: **{_mib(s.need_mib)}** = ({s.peak_reserved_mib:,.0f} + "
+                   f"{s.context_mib:,.0f}) x {1 + s.headroom:.2f}")
+    else:
+        out.append(f"- peak per GPU: **GPU memory not measured**: the pilot ran on {s.device}, so there is "
+                   "no torch or NVML figure; no GPU size is derived from CPU memory")
+        if s.rss_peak_mib is not None:
+            out.append(f"- process RSS peaked at {_mib(s.rss_peak_mib)} in phase **{s.rss_phase}** with "
+                       f"inputs {_inputs_text(s.rss_inputs)} (host memory, not GPU memory)")
+    out.append(f"- maximum dimensions tested: {s.max_dimensions}")
+    out.append(f"- precision {s.precision}, microbatch {s.microbatch}, accumulation {s.accumulation}, "
+               f"strategy {s.strategy}" + (f" on {s.gpus} GPUs" if s.gpus > 1 else ""))
+    if s.measured_gpu:
+        fits = [f"{f.size_gb} GB" for f in s.fits if f.fits]
+        nofit = [f"{f.size_gb} GB" for f in s.fits if not f.fits]
+        out.append(f"- fits: {', '.join(fits) or 'none'}; does not fit: {', '.join(nofit) or 'none'} "
+                   "(capacity taken as the nominal size in decimal GB, e.g. 24 GB = 22,888 MiB)")
+        if s.gpu_total_mib:
+            out.append(f"- measured on {s.gpu_name} with {s.gpu_total_mib:,.0f} MiB")
+    else:
+        out.append(f"- fits: unknown for {', '.join(f'{f.size_gb} GB' for f in s.fits)}: GPU memory not measured")
+    out.append(f"- recommended: {s.recommendation}")
+    out.append(f"- expected result: {s.expected_result}")
+    out += [f"- {n}" for n in s.notes]
+    return out
+
+
+def selection_of(s: Sheet) -> nbm.Selection:
+    """The notebook's [selection] as this sheet fills it."""
+    best = s.smallest_fit
+    if not s.measured_gpu:
+        gpu = f"not chosen: GPU memory not measured (pilot {s.run_id} ran on {s.device})"
+    elif best is None:
+        gpu = f"none fits: {s.need_mib:,.0f} MiB per GPU needed (pilot {s.run_id})"
+    elif not s.stack_passed:
+        gpu = f"{best.size_gb} GB would fit; not recommended until a GPU stack check passes"
+    else:
+        gpu = f"{best.size_gb} GB" + (f" x {s.gpus}" if s.gpus > 1 else "")
+    notes = (f"from pilot {s.run_id}, variant {s.variant}; " +
+             (f"peak {s.peak_reserved_mib:,.0f} MiB in {s.peak_phase}, context {s.context_mib:,.0f} MiB "
+              f"({'measured' if s.context_source.startswith('measured') else 'assumed'}), headroom {s.headroom:.0%}"
+              if s.measured_gpu else f"CPU pilot: RSS {_mib(s.rss_peak_mib)} in {s.rss_phase}; GPU not measured"))
+    if s.truncation:
+        notes = s.truncation + " " + notes
+    return nbm.Selection(
+        memory_per_gpu_mib=round(s.need_mib, 1) if s.need_mib is not None else None,
+        max_dimensions=s.max_dimensions,
+        precision=s.precision,
+        microbatch=s.microbatch,
+        accumulation=s.accumulation,
+        strategy=s.strategy,
+        gpu=gpu,
+        expected_result=s.expected_result,
+        notes=notes,
+    )
