@@ -1,0 +1,54 @@
+"""``cockpit plan CAMPAIGN [--days 3,7,30] [--reserve-hours H] [--write]``: the rental plan."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import notebook as nbm
+from .. import plan as pl
+from .. import runs
+from ..errors import UsageError
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give whole days separated by commas, e.g. 3,7,30") from None
+    if not out or any(d < 1 for d in out):
+        raise argparse.ArgumentTypeError(f"{text!r}: give whole days >= 1, e.g. 3,7,30")
+    return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("campaign", nargs="?", default="campaigns/demo", help="campaign folder or campaign.toml")
+    p.add_argument("--days", type=_ints, default=pl.DEFAULT_DAYS, help="package lengths in days (default 3,7,30)")
+    p.add_argument("--seeds", type=int, default=pl.DEFAULT_SEEDS, help="seeds per variant (default 3: 0, 1, 2)")
+    p.add_argument("--reserve-hours", type=float, default=None,
+                   help="hours kept for evaluation and export (default: [rental] reserve_hours, else 10%% of the package)")
+    p.add_argument("--write", action="store_true", help="store the chosen package in the notebook's [rental]")
+    p.add_argument("--choose", type=int, default=None, metavar="DAYS",
+                   help="the package --write stores (default: the smallest that holds every planned run)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.seeds < 1:
+        raise UsageError("--seeds must be >= 1")
+    if args.reserve_hours is not None and args.reserve_hours < 0:
+        raise UsageError("--reserve-hours must be >= 0")
+    nb = runs.reconcile(args.campaign)
+    p = pl.build(nb, days=args.days, seeds=args.seeds, reserve_hours=args.reserve_hours)
+    print("\n".join(pl.render(p)))
+    if args.write:
+        pkg = pl.choose(p, args.choose)
+        if pkg is None:
+            raise UsageError(f"--choose {args.choose}: not one of the packages planned ({', '.join(str(d) for d in args.days)} days)")
+        rental = pl.rental_of(p, pkg)
+
+        def store(fresh: nbm.Notebook) -> None:
+            rental.notes = fresh.rental.notes
+            fresh.rental = rental
+
+        nbm.mutate(nb.path, store)
+        print(f"\nthe {pkg.days}-day package is written to [rental] of {nb.path}")
+    return 0

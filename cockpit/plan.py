@@ -1,0 +1,350 @@
+"""The rental plan: hours per run from measured times, and what fits in 3, 7 or 30 days. No torch.
+
+Hours per run = updates x time per update + validations x time per
+validation + one save (a series run validates every ``every_updates`` and at
+its end, and saves its checkpoint once at the end). Each time comes from a
+measurement and says which: a series run's ``metrics.json`` (``step_time_s``
+per update, ``eval_time_s`` per validation, ``save_time_s`` per save) when one
+finished, else the variant's pilot (the second update, optimizer state
+resident; the validation, save and export phases), with the number of steps
+it is extrapolated from. A variant with no measurement of its own borrows the
+reference's only when it changes nothing that costs time (learning rate,
+schedule, decay); otherwise it is listed as not measured and never planned.
+Exporting the chosen model and the final evaluation come out of the package's
+reserve, which is never smaller than the export time the pilot measured.
+
+Runs are queued seed by seed: every variant's seed 0 (reference first, then
+notebook order), then every seed 1, and so on, so a package cut short still
+compares every variant it holds. Packages are filled strictly in that order.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import arithmetic
+from . import notebook as nbm
+from . import sheet as sh
+
+DEFAULT_DAYS = (3, 7, 30)
+DEFAULT_SEEDS = 3
+# Reserve when the notebook gives none: a share of the package kept for the
+# final evaluation and export. A policy, stated as such, not a measurement.
+DEFAULT_RESERVE_SHARE = 0.10
+# Overrides that change what is learned but not what a step costs.
+TIME_NEUTRAL = {"lr", "weight_decay", "momentum", "schedule", "warmup_updates", "grad_clip"}
+
+
+@dataclass
+class Timing:
+    variant: str
+    step_s: float | None = None
+    step_source: str = ""
+    eval_s: float | None = None
+    eval_source: str = ""
+    save_s: float | None = None
+    save_source: str = ""
+    export_s: float | None = None
+    export_source: str = ""
+    device: str = ""
+    worst_step_s: float | None = None
+    borrowed_from: str = ""
+    why_not: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return self.step_s is not None
+
+
+@dataclass
+class RunCost:
+    variant: str
+    updates: int | None
+    validations: int
+    saves: int
+    hours: float | None
+    timing: Timing
+    why_not: str = ""
+
+
+@dataclass
+class Package:
+    days: int
+    total_h: float
+    reserve_h: float
+    reserve_source: str
+    fits: list[tuple[str, int, float]] = field(default_factory=list)  # variant, seed, hours
+    left_out: list[tuple[str, int, float]] = field(default_factory=list)
+
+    @property
+    def available_h(self) -> float:
+        return self.total_h - self.reserve_h
+
+    @property
+    def used_h(self) -> float:
+        return sum(h for _, _, h in self.fits)
+
+
+@dataclass
+class Plan:
+    campaign: str
+    seeds: int
+    costs: dict[str, RunCost]
+    order: list[tuple[str, int]]
+    packages: list[Package]
+    unplanned: list[str]
+    overrides: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _step_duration(run: sh.RunFiles, phase: str) -> float | None:
+    for e in run.events:
+        if e.get("kind") == "step" and e.get("phase") == phase and isinstance(e.get("duration_s"), (int, float)):
+            return float(e["duration_s"])
+    g = run.gate(phase)
+    return float(g["duration_s"]) if g and isinstance(g.get("duration_s"), (int, float)) else None
+
+
+def _gate_s(run: sh.RunFiles, phase: str) -> float | None:
+    g = run.gate(phase)
+    return float(g["duration_s"]) if g and isinstance(g.get("duration_s"), (int, float)) else None
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
+    """The variant's own measured times: series runs first, else its latest passed pilot."""
+    t = Timing(variant)
+    pilot = sh.latest_passed_pilot(all_runs, variant)
+    series = [r for r in sh.series_runs(all_runs, variant) if r.metrics and _num(r.metrics.get("step_time_s"))]
+    if series:
+        slow = max(series, key=lambda r: r.metrics["step_time_s"])
+        t.step_s = float(slow.metrics["step_time_s"])
+        steps = [int(r.metrics.get("updates") or 0) for r in series]
+        t.step_source = (f"series: slowest of {len(series)} run{'s' if len(series) != 1 else ''} "
+                         f"({', '.join(r.id for r in series)}), each timed over its updates "
+                         f"({', '.join(str(s) for s in steps)})")
+        t.device = str(slow.stack.get("device") or "") or "the series machine"
+        evals = [(r, _num(r.metrics.get("eval_time_s"))) for r in series]
+        evals = [(r, v) for r, v in evals if v is not None]
+        if evals:
+            r, v = max(evals, key=lambda x: x[1])
+            t.eval_s, t.eval_source = v, f"series run {r.id}: time per validation"
+        saves = [(r, _num(r.metrics.get("save_time_s"))) for r in series]
+        saves = [(r, v) for r, v in saves if v is not None]
+        if saves:
+            r, v = max(saves, key=lambda x: x[1])
+            t.save_s, t.save_source = v, f"series run {r.id}: time per save"
+    if pilot is not None:
+        if t.step_s is None:
+            d = _step_duration(pilot, "update_second")
+            if d is not None:
+                t.step_s = d
+                t.step_source = (f"pilot {pilot.id}: the second update (optimizer state resident), "
+                                 f"extrapolated from 1 measured step")
+                t.device = str(pilot.stack.get("device") or "cpu")
+        t.worst_step_s = _step_duration(pilot, "worst_case")
+        if t.eval_s is None and (v := _gate_s(pilot, "validation")) is not None:
+            t.eval_s, t.eval_source = v, f"pilot {pilot.id}: validation phase (whole split, plus 2 repeat batches)"
+        if t.save_s is None and (v := _gate_s(pilot, "save")) is not None:
+            t.save_s, t.save_source = v, f"pilot {pilot.id}: save phase (write and safe reload)"
+        if (v := _gate_s(pilot, "export")) is not None:
+            t.export_s, t.export_source = v, f"pilot {pilot.id}: export phase (with replay in a new process)"
+    if t.step_s is None:
+        t.why_not = (f"no time per update measured for {variant}: no finished series run and no passed pilot")
+    return t
+
+
+def _dataset_size(all_runs: list[sh.RunFiles]) -> int | None:
+    """The training split's size as a pilot's data gate recorded it."""
+    for r in reversed(all_runs):
+        g = r.gate("data") if r.kind == "pilot" else None
+        for c in (g or {}).get("checks", []):
+            if c.get("name") == "train split":
+                m = re.match(r"\s*([\d,]+)\s+examples", str(c.get("detail", "")))
+                if m:
+                    return int(m.group(1).replace(",", ""))
+    return None
+
+
+def updates_of(nb: nbm.Notebook, variant: str, dataset_size: int | None) -> tuple[int | None, str]:
+    """The variant's updates under the campaign's held-constant rule (arithmetic, no timing)."""
+    def plan_of(vid: str) -> arithmetic.BatchPlan:
+        p = nb.params(vid)
+        if p.get("dataset_size") is None and dataset_size:
+            p["dataset_size"] = dataset_size
+        return arithmetic.plan_from(p)
+
+    try:
+        ref_params = nb.params(nb.reference.id)
+        ref_budget = arithmetic.budget_from(plan_of(nb.reference.id), ref_params)
+        b = arithmetic.hold(nb.campaign.held_constant, plan_of(variant), ref_budget)
+    except ValueError as exc:
+        return None, f"updates unknown: {exc}"
+    return b.updates, ""
+
+
+def cost(nb: nbm.Notebook, variant: str, timing: Timing, updates: int | None, why: str = "") -> RunCost:
+    every = max(1, int(nb.validation.every_updates))
+    if updates is None:
+        return RunCost(variant, None, 0, 0, None, timing, why)
+    n_val = math.ceil(updates / every)  # every `every` updates, and once at the end
+    n_save = 1  # the series saves its checkpoint once, at the end
+    if not timing.measured:
+        return RunCost(variant, updates, n_val, n_save, None, timing, timing.why_not)
+    seconds = updates * timing.step_s + n_val * (timing.eval_s or 0.0) + n_save * (timing.save_s or 0.0)
+    return RunCost(variant, updates, n_val, n_save, seconds / 3600.0, timing)
+
+
+def build(nb: nbm.Notebook, days: tuple[int, ...] = DEFAULT_DAYS, seeds: int = DEFAULT_SEEDS,
+          reserve_hours: float | None = None, all_runs: list[sh.RunFiles] | None = None) -> Plan:
+    all_runs = sh.campaign_runs(nb.directory) if all_runs is None else all_runs
+    ref = nb.reference.id
+    order_v = [ref] + [v.id for v in nb.variants if v.id != ref]
+    ds = _dataset_size(all_runs)
+    timings = {v: measure(all_runs, v) for v in order_v}
+    ref_t = timings[ref]
+    for v in order_v:
+        t = timings[v]
+        keys = set(nb.variant(v).set)
+        if not t.measured and v != ref and ref_t.measured and keys <= TIME_NEUTRAL:
+            borrowed = Timing(v, **{k: getattr(ref_t, k) for k in (
+                "step_s", "step_source", "eval_s", "eval_source", "save_s", "save_source",
+                "export_s", "export_source", "device", "worst_step_s")})
+            borrowed.borrowed_from = ref
+            timings[v] = borrowed
+    costs = {}
+    for v in order_v:
+        updates, why = updates_of(nb, v, ds)
+        costs[v] = cost(nb, v, timings[v], updates, why)
+    order = [(v, s) for s in range(seeds) for v in order_v]
+    unplanned = [v for v in order_v if costs[v].hours is None]
+    packages = []
+    for d in days:
+        total = 24.0 * d
+        if reserve_hours is not None:
+            res, src = float(reserve_hours), "--reserve-hours"
+        elif nb.rental.reserve_hours > 0:
+            res, src = float(nb.rental.reserve_hours), "notebook [rental] reserve_hours"
+        else:
+            res, src = total * DEFAULT_RESERVE_SHARE, (
+                f"{DEFAULT_RESERVE_SHARE:.0%} of the package: a margin chosen by policy, not a measurement; "
+                "set --reserve-hours or [rental] reserve_hours")
+        export = max((c.timing.export_s or 0.0) for c in costs.values()) / 3600.0
+        if export > res:
+            res, src = export, "the export time the pilot measured (larger than the reserve asked for)"
+        pkg = Package(d, total, min(res, total), src)
+        used, stopped = 0.0, False
+        for v, s in order:
+            h = costs[v].hours
+            if h is None:
+                continue
+            if not stopped and used + h <= pkg.available_h:
+                pkg.fits.append((v, s, h))
+                used += h
+            else:
+                stopped = True  # strict priority: nothing jumps the queue
+                pkg.left_out.append((v, s, h))
+        packages.append(pkg)
+    overrides = {v: tuple(nb.variant(v).set) for v in order_v}
+    return Plan(nb.campaign.name, seeds, costs, order, packages, unplanned, overrides)
+
+
+def _h(x: float) -> str:
+    if x < 0.1:
+        return f"{x * 60:.1f} min"
+    return f"{x:,.1f} h"
+
+
+def _s(x: float | None) -> str:
+    return "not measured" if x is None else f"{x:.3g} s"
+
+
+def _runs_text(items: list[tuple[str, int, float]]) -> str:
+    return ", ".join(f"{v} seed {s}" for v, s, _ in items)
+
+
+def render(p: Plan) -> list[str]:
+    out = [f"Rental plan: campaign {p.campaign}, {p.seeds} seed{'s' if p.seeds != 1 else ''} per variant", ""]
+    out.append("Hours per run (updates x time per update + validations x time per validation + "
+               "one save at the end):")
+    devices = set()
+    for v, c in p.costs.items():
+        t = c.timing
+        if c.hours is None:
+            out.append(f"- {v}: cannot be planned: {c.why_not}")
+            continue
+        devices.add(t.device)
+        out.append(f"- {v}: **{_h(c.hours)}** = {c.updates} updates x {_s(t.step_s)} + {c.validations} "
+                   f"validations x {_s(t.eval_s)} + {c.saves} save x {_s(t.save_s)}")
+        if t.borrowed_from:
+            changed = ", ".join(f"{k}" for k in sorted(p.overrides.get(v, ())))
+            out.append(f"  - times borrowed from {t.borrowed_from}: {v} was not timed itself and changes only "
+                       f"{changed}, which does not change what a step costs")
+            continue
+        out.append(f"  - time per update: {t.step_source}"
+                   + (f"; the worst-case update took {_s(t.worst_step_s)}" if t.worst_step_s else ""))
+        out.append(f"  - validation: {t.eval_source or 'not measured (counted as 0)'}; save: "
+                   f"{t.save_source or 'not measured (counted as 0)'}")
+        if t.export_s is not None:
+            out.append(f"  - export, kept in the reserve: {_s(t.export_s)} ({t.export_source})")
+    if devices:
+        out.append(f"- measured on: {', '.join(sorted(devices))}. These times hold for that machine; on another "
+                   "machine run the pilot there first, the plan does not scale times between devices.")
+    out.append("- runs run one after another on one machine")
+    out.append("")
+    order = ", ".join(f"{v} s{s}" for v, s in p.order if p.costs[v].hours is not None)
+    out.append(f"Priority order (seed by seed, reference first): {order or 'nothing measured'}")
+    out.append("")
+    for pkg in p.packages:
+        head = (f"- **{pkg.days} day{'s' if pkg.days != 1 else ''}** ({pkg.total_h:,.0f} h): {_h(pkg.reserve_h)} kept for evaluation and "
+                f"export ({pkg.reserve_source}); {_h(pkg.available_h)} for runs.")
+        if pkg.fits:
+            head += (f" Fits {len(pkg.fits)} run{'s' if len(pkg.fits) != 1 else ''} "
+                     f"({_h(pkg.used_h)}): {_runs_text(pkg.fits)}.")
+            if pkg.left_out:
+                head += f" Does not fit: {_runs_text(pkg.left_out)}."
+            else:
+                head += f" Everything planned fits, {_h(pkg.available_h - pkg.used_h)} spare."
+        elif pkg.left_out:
+            v, s, h = pkg.left_out[0]
+            head += (f" **Nothing fits**: the first run in priority order ({v} seed {s}) needs {_h(h)}, "
+                     f"more than the {_h(pkg.available_h)} available.")
+        else:
+            head += " Nothing can be planned: no variant has a measured time per update."
+        out.append(head)
+    if p.unplanned:
+        out.append("")
+        out.append(f"Not planned (not measured): {', '.join(p.unplanned)}. Pilot them to plan them.")
+    return out
+
+
+def choose(p: Plan, days: int | None = None) -> Package | None:
+    """The package to write down: the one asked for, else the smallest that holds every planned run,
+    else the one that holds the most."""
+    if not p.packages:
+        return None
+    if days is not None:
+        return next((k for k in p.packages if k.days == days), None)
+    complete = [k for k in p.packages if k.fits and not k.left_out]
+    if complete:
+        return min(complete, key=lambda k: k.days)
+    return max(p.packages, key=lambda k: (len(k.fits), -k.days))
+
+
+def rental_of(p: Plan, pkg: Package) -> nbm.Rental:
+    lines = [f"{pkg.days} days: {_h(pkg.reserve_h)} kept for evaluation and export; "
+             + (f"{len(pkg.fits)} runs ({_h(pkg.used_h)}): {_runs_text(pkg.fits)}" if pkg.fits else "nothing fits")
+             + (f"; does not fit: {_runs_text(pkg.left_out)}" if pkg.left_out else "")]
+    for v, c in p.costs.items():
+        if c.hours is not None:
+            lines.append(f"{v}: {_h(c.hours)} per run; time per update from {c.timing.step_source}"
+                         + (f" (borrowed from {c.timing.borrowed_from})" if c.timing.borrowed_from else "")
+                         + f", measured on {c.timing.device}")
+        else:
+            lines.append(f"{v}: not planned: {c.why_not}")
+    return nbm.Rental(days=pkg.days, reserve_hours=round(pkg.reserve_h, 3), plan="\n".join(lines), notes="")
