@@ -1,0 +1,24 @@
+"""``cockpit report CAMPAIGN``: write campaigns/<c>/report/report.md, the readable conclusion."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import plan as pl
+from .. import report as rp
+from .plan import _ints
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("campaign", nargs="?", default="campaigns/demo", help="campaign folder or campaign.toml")
+    p.add_argument("--days", type=_ints, default=pl.DEFAULT_DAYS, help="rental packages in days (default 3,7,30)")
+    p.add_argument("--seeds", type=int, default=pl.DEFAULT_SEEDS, help="seeds per variant in the plan (default 3)")
+    p.add_argument("--print", action="store_true", help="also print the report")
+
+
+def run(args: argparse.Namespace) -> int:
+    target = rp.write(args.campaign, days=args.days, seeds=args.seeds)
+    if args.print:
+        print(target.read_text("utf-8"))
+    print(f"report written to {target}")
+    return 0

@@ -1,0 +1,405 @@
+"""``campaigns/<c>/report/report.md``: the campaign's conclusion, readable without Cockpit. No torch.
+
+It gathers what the notebook and the run folders say: the question, what
+was held constant, every run (failed, diverged and crashed ones with their
+reasons), the spread across seeds, the decisions with their dates, the
+selection sheet, the rental plan and the conclusion. The conclusion is the
+notebook's [conclusion] text when someone wrote one; otherwise a neutral
+statement generated from the figures, labelled as generated. Charts are
+text (Unicode), so the report needs no plotting library.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import arithmetic, runs
+from . import notebook as nbm
+from . import plan as pl
+from . import sheet as sh
+from .errors import CockpitError
+
+REPORT_DIR = "report"
+REPORT_FILE = "report.md"
+NOT_OK = ("failed", "diverged", "oom", "error", "crashed", "stopped")
+MARKERS = "●▲■◆○△□◇"
+BLOCKS = " ▏▎▍▌▋▊▉█"
+
+
+# --------------------------------------------------------------------------- seeds
+
+
+@dataclass
+class VariantResult:
+    variant: str
+    spread: sh.Spread | None
+    runs: list[tuple[str, int, float]]  # run id, seed, value
+    excluded: list[tuple[str, int, str, str]]  # run id, seed, status, reason
+
+
+def results(nb: nbm.Notebook, all_runs: list[sh.RunFiles]) -> list[VariantResult]:
+    metric = nb.campaign.quality_metric
+    out = []
+    for v in nb.variants:
+        kept, excluded = [], []
+        for r in sh.series_runs(all_runs, v.id):
+            val = sh.metric_value(r.metrics, metric)
+            if r.status == "completed" and val is not None:
+                kept.append((r.id, r.seed, val))
+            elif r.status not in ("running", "created"):
+                excluded.append((r.id, r.seed, r.status, r.stop_reason))
+        out.append(VariantResult(v.id, sh.spread([x for _, _, x in kept]), kept, excluded))
+    return out
+
+
+def versus(nb: nbm.Notebook, ref: sh.Spread, var: sh.Spread) -> tuple[str, str]:
+    """("better" | "worse" | "not distinguishable", sentence), by the rule `cockpit compare` uses:
+    a difference counts only when it is larger than the seeds' spread (the larger range, max - min)."""
+    from .compare import distinguish, stats
+
+    return distinguish(stats(var.values), stats(ref.values), nb.campaign.higher_is_better)
+
+
+def _better(nb: nbm.Notebook, x: float, y: float) -> bool:
+    return x > y if nb.campaign.higher_is_better else x < y
+
+
+# --------------------------------------------------------------------------- charts
+
+
+def bar_chart(rows: list[tuple[str, float | None]], unit: str, width: int = 40) -> list[str]:
+    """Horizontal bars with eighth-block resolution; absent values say so."""
+    vals = [v for _, v in rows if v is not None]
+    if not vals:
+        return ["(nothing measured)"]
+    top = max(vals) or 1.0
+    lw = max(len(n) for n, _ in rows)
+    out = []
+    for name, v in rows:
+        if v is None:
+            out.append(f"{name:<{lw}} │ absent")
+            continue
+        eighths = round(v / top * width * 8)
+        bar = "█" * (eighths // 8) + (BLOCKS[eighths % 8] if eighths % 8 else "")
+        mark = "  ◀ peak" if v == top else ""
+        out.append(f"{name:<{lw}} │{bar:<{width}} {v:,.0f} {unit}{mark}")
+    return out
+
+
+def line_chart(series: list[tuple[str, list[tuple[float, float]]]], height: int = 12, width: int = 60,
+               ylabel: str = "") -> list[str]:
+    """Several (x, y) series on one character grid, one marker per series, with a legend."""
+    pts = [(x, y) for _, s in series for x, y in s if math.isfinite(y)]
+    if not pts:
+        return ["(no points)"]
+    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
+    y0, y1 = min(p[1] for p in pts), max(p[1] for p in pts)
+    if y1 == y0:
+        y1 = y0 + 1e-9
+    if x1 == x0:
+        x1 = x0 + 1
+    grid = [[" "] * width for _ in range(height)]
+    for i, (_, s) in enumerate(series):
+        m = MARKERS[i % len(MARKERS)]
+        for x, y in s:
+            if not math.isfinite(y):
+                continue
+            col = round((x - x0) / (x1 - x0) * (width - 1))
+            row = height - 1 - round((y - y0) / (y1 - y0) * (height - 1))
+            grid[row][col] = m
+    lab = [f"{y1:.3g}", f"{(y0 + y1) / 2:.3g}", f"{y0:.3g}"]
+    lw = max(len(s) for s in lab)
+    out = []
+    for r, cells in enumerate(grid):
+        tick = lab[0] if r == 0 else lab[2] if r == height - 1 else lab[1] if r == height // 2 else ""
+        out.append(f"{tick:>{lw}} ┤{''.join(cells)}")
+    out.append(f"{'':>{lw}} └{'─' * width}")
+    left, right = f"{x0:g}", f"{x1:g}"
+    out.append(f"{'':>{lw}}  {left}{right:>{width - len(left)}}")
+    out.append(f"{'':>{lw}}  {ylabel}; " + ", ".join(f"{MARKERS[i % len(MARKERS)]} {n}" for i, (n, _) in enumerate(series)))
+    return out
+
+
+def read_curve(rdir: Path) -> list[tuple[float, float]]:
+    p = Path(rdir) / "curve.csv"
+    if not p.is_file():
+        return []
+    out = []
+    with open(p, newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            try:
+                out.append((float(row["step"]), float(row["loss"])))
+            except (KeyError, TypeError, ValueError):
+                continue
+    return out
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def _md_cell(x: Any) -> str:
+    return str(x if x is not None else "").replace("|", "\\|").replace("\n", " ")
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def _held(nb: nbm.Notebook) -> list[str]:
+    c = nb.campaign
+    out = [f"- held constant across variants: **{c.held_constant}**"]
+    ref = nb.reference
+    params = nb.params(ref.id)
+    try:
+        bplan = arithmetic.plan_from(params)
+        budget = arithmetic.budget_from(bplan, params)
+        out.append(f"- reference {ref.id}: {bplan.examples_per_update} examples per update (microbatch "
+                   f"{bplan.microbatch} x accumulation {bplan.accumulation} x {bplan.data_replicas} replica"
+                   f"{'s' if bplan.data_replicas != 1 else ''}), {budget.updates} updates, "
+                   f"{budget.examples_seen:,} examples seen")
+    except (ValueError, KeyError) as exc:
+        out.append(f"- reference budget: not resolved ({exc})")
+    t = nb.training
+    out.append(f"- training: {t.optimizer}, lr {t.lr:g}, {t.schedule} schedule, weight decay {t.weight_decay:g}, "
+               f"precision {t.precision}" + (f", grad clip {t.grad_clip:g}" if t.grad_clip else ""))
+    s = nb.stop
+    rules = []
+    if s.nonfinite:
+        rules.append("non-finite loss or gradient")
+    if s.divergence_factor:
+        rules.append(f"loss above {s.divergence_factor:g}x its start")
+    if s.patience:
+        rules.append(f"{s.patience} validations without improvement")
+    if s.wall_clock_minutes:
+        rules.append(f"{s.wall_clock_minutes:g} min wall clock")
+    out.append(f"- stop rules fixed before the series: {', '.join(rules) or 'none'}; validation every "
+               f"{nb.validation.every_updates} updates")
+    if c.notes:
+        out.append(f"- notes: {c.notes}")
+    if s.notes:
+        out.append(f"- stop-rule notes: {s.notes}")
+    out += ["", "Variants (what differs from the reference and why):", ""]
+    out += _table(["variant", "reference", "differs", "settings", "kind", "why"],
+                  [[v.id, "yes" if v.reference else "", v.differs,
+                    ", ".join(f"{k}={val}" for k, val in v.set.items()) or "as the reference", v.kind, v.why]
+                   for v in nb.variants])
+    return out
+
+
+def _runs_section(nb: nbm.Notebook, all_runs: list[sh.RunFiles]) -> list[str]:
+    by_id = {r.id: r for r in all_runs}
+    metric = nb.campaign.quality_metric
+    rows = []
+    listed = set()
+    for row in nb.runs:
+        listed.add(row.id)
+        r = by_id.get(row.id)
+        counter = runs.peak_of(r.gates)[1] if r else ""
+        peak = f"{row.peak_mib:,.0f} ({counter})" if row.peak_mib is not None else "absent"
+        val = sh.metric_value(r.metrics if r else None, metric)
+        rows.append([row.id, row.kind, row.variant, row.seed, row.status, row.phase or "", row.stop_reason,
+                     peak, f"{row.duration_s:.1f}" if row.duration_s is not None else "",
+                     f"{val:.4f}" if val is not None else "", row.follows, row.verdict])
+    for r in all_runs:  # a folder the notebook does not list still appears
+        if r.id not in listed:
+            rows.append([r.id + " (folder only)", r.kind, r.variant, r.seed, r.status, r.phase or "",
+                         r.stop_reason, "", "", "", "", ""])
+    out = _table(["run", "kind", "variant", "seed", "status", "phase reached", "stop reason", "peak MiB",
+                  "time s", f"final {metric}", "follows", "verdict"], rows)
+    bad = [row for row in nb.runs if row.status in NOT_OK]
+    bad_folder = [r for r in all_runs if r.id not in listed and r.status in NOT_OK]
+    out += ["", "Runs that did not pass or complete, with their reasons:", ""]
+    if not bad and not bad_folder:
+        out.append("- none: every run passed, completed or is still running")
+    for row in bad:
+        follows = [x.id for x in nb.runs if x.follows == row.id]
+        out.append(f"- **{row.id}** ({row.kind}, {row.variant}, seed {row.seed}) **{row.status}** in phase "
+                   f"{row.phase or 'start-up'}: {row.stop_reason or 'no reason recorded'}"
+                   + (f"; followed by {', '.join(follows)}" if follows else ""))
+    for r in bad_folder:
+        out.append(f"- **{r.id}** ({r.kind}, {r.variant}, seed {r.seed}) **{r.status}**: {r.stop_reason}")
+    return out
+
+
+def _seeds_section(nb: nbm.Notebook, res: list[VariantResult]) -> list[str]:
+    metric = nb.campaign.quality_metric
+    better = "higher is better" if nb.campaign.higher_is_better else "lower is better"
+    if not any(r.spread for r in res):
+        return [f"No series run has finished with a final {metric}: there is no spread across seeds to report "
+                "and no variant can be preferred on measured quality."]
+    rows = []
+    ref = next((r for r in res if r.variant == nb.reference.id), None)
+    for r in res:
+        s = r.spread
+        if s is None:
+            rows.append([r.variant, 0, "", "", "", "", "", "no finished run"])
+            continue
+        vs = ""
+        if ref and ref.spread and r.variant != ref.variant:
+            vs = versus(nb, ref.spread, s)[1]
+        rows.append([r.variant, s.n, f"{s.mean:.4f}", f"{s.std:.4f}" if s.std is not None else "n/a",
+                     f"{s.min:.4f}", f"{s.max:.4f}",
+                     ", ".join(f"s{seed} {v:.4f} ({rid})" for rid, seed, v in r.runs), vs or "reference"])
+    out = [f"Final {metric} per variant ({better}); every seed is listed, none is dropped; sd is the sample "
+           "standard deviation (n-1). As in `cockpit compare`, a difference of means from the reference counts "
+           "only when it is larger than the seeds' spread (the larger of the two ranges, max - min); with one "
+           "seed on a side nothing is distinguishable.", ""]
+    out += _table(["variant", "seeds", "mean", "sd", "min", "max", "every seed", "vs reference"], rows)
+    for r in res:
+        for rid, seed, status, reason in r.excluded:
+            out.append(f"- not counted in {r.variant}: {rid} seed {seed} {status}: {reason}")
+    return out
+
+
+def generated_conclusion(nb: nbm.Notebook, res: list[VariantResult], all_runs: list[sh.RunFiles],
+                         sheet: sh.Sheet | None) -> str:
+    ref = nb.reference.id
+    metric = nb.campaign.quality_metric
+    parts = []
+    measured = [r for r in res if r.spread]
+    ref_res = next((r for r in res if r.variant == ref), None)
+    if not measured:
+        pilot = sh.latest_passed_pilot(all_runs, ref)
+        parts.append(f"No series run has finished with a final {metric}, so no variant can be preferred on measured "
+                     f"quality; the reference {ref} stays the working choice by default, not by evidence.")
+        parts.append(f"The reference's pilot {pilot.id} passed every gate." if pilot else
+                     f"No pilot of the reference {ref} has passed every gate yet.")
+    elif ref_res is None or ref_res.spread is None:
+        best = min(measured, key=lambda r: r.spread.mean * (-1 if nb.campaign.higher_is_better else 1))
+        parts.append(f"The reference {ref} has no finished series run, so no variant can be compared with it; "
+                     f"the best mean {metric} among measured variants is {best.variant} ({best.spread.mean:.4f}, "
+                     f"{best.spread.n} seed{'s' if best.spread.n != 1 else ''}).")
+    else:
+        winners = []
+        for r in measured:
+            if r.variant == ref:
+                continue
+            verdict, why = versus(nb, ref_res.spread, r.spread)
+            if verdict == "better":
+                winners.append((r, why))
+        if winners:
+            w, why = min(winners, key=lambda x: x[0].spread.mean * (-1 if nb.campaign.higher_is_better else 1))
+            parts.append(f"{w.variant} reached a better mean final {metric} than the reference {ref}: "
+                         f"{w.spread.mean:.4f} vs {ref_res.spread.mean:.4f} over {w.spread.n} and "
+                         f"{ref_res.spread.n} seeds ({why}).")
+        else:
+            parts.append(f"The reference {ref} stays the best choice: no variant reached a better mean final {metric} "
+                         f"by more than the spread between seeds (reference mean {ref_res.spread.mean:.4f} over "
+                         f"{ref_res.spread.n} seed{'s' if ref_res.spread.n != 1 else ''}).")
+        if nb.campaign.quality_target is not None:
+            t = nb.campaign.quality_target
+            hit = [r.variant for r in measured if _better(nb, r.spread.mean, t) or r.spread.mean == t]
+            parts.append(f"Mean final {metric} at or better than the target {t:g}: {', '.join(hit) or 'none'}.")
+    bad = [r for r in nb.runs if r.status in NOT_OK]
+    if bad:
+        parts.append(f"{len(bad)} run{'s' if len(bad) != 1 else ''} did not pass or complete "
+                     f"({', '.join(f'{r.id} {r.status}' for r in bad)}); each keeps its row and reason above.")
+    if sheet is not None:
+        parts.append(f"Machine: {sheet.recommendation}")
+    return " ".join(parts)
+
+
+def _conclusion(nb: nbm.Notebook, generated: str) -> list[str]:
+    c = nb.conclusion
+    if c.text.strip():
+        head = f"Written in the notebook ([conclusion]{', ' + c.date if c.date else ''})"
+        out = [f"*{head}:*", "", c.text.strip()]
+        if c.chosen_variant:
+            out += ["", f"Chosen variant: **{c.chosen_variant}**" +
+                    (" (the reference)" if c.chosen_variant == nb.reference.id else "")]
+        out += ["", f"*For comparison, the statement generated from the figures:* {generated}"]
+        return out
+    return ["*Generated from the figures in this report, not written by a person (write one in the notebook's "
+            "[conclusion] text to replace it):*", "", generated]
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: int = pl.DEFAULT_SEEDS) -> str:
+    nb = runs.reconcile(campaign)
+    all_runs = sh.campaign_runs(nb.directory)
+    c = nb.campaign
+    chosen = nb.conclusion.chosen_variant or nb.reference.id
+    try:
+        sheet: sh.Sheet | None = sh.build(nb, chosen, all_runs)
+        sheet_lines = sh.render(sheet)
+    except CockpitError as exc:
+        sheet, sheet_lines = None, [f"No selection sheet: {exc}"]
+    if nb.selection.gpu and sheet is not None:
+        sheet_lines += ["", f"Recorded in the notebook's [selection]: GPU {nb.selection.gpu}"
+                        + (f", {nb.selection.memory_per_gpu_mib:,.0f} MiB per GPU"
+                           if nb.selection.memory_per_gpu_mib is not None else "")]
+    p = pl.build(nb, days=days, seeds=seeds, all_runs=all_runs)
+    plan_lines = pl.render(p)
+    if nb.rental.plan:
+        plan_lines += ["", f"Recorded in the notebook's [rental] ({nb.rental.days} days):", "", "```",
+                       nb.rental.plan, "```"]
+    res = results(nb, all_runs)
+    generated = generated_conclusion(nb, res, all_runs, sheet)
+    now = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+    out = [f"# Campaign {c.name}: report", "",
+           f"Generated by `cockpit report` on {now} from {nb.path} and the run folders in "
+           f"{runs.runs_dir(nb.directory)}. Every figure is measured by a run named here, unless it says otherwise.",
+           "", "## Question", "", c.question or "(no question written in the notebook)", "",
+           "## What was held constant", ""]
+    out += _held(nb)
+    out += ["", "## Runs", "", f"Every run of the campaign, in order ({len(nb.runs)}), failed and diverged ones "
+            "included.", ""]
+    out += _runs_section(nb, all_runs)
+    out += ["", "## Spread across seeds", ""]
+    out += _seeds_section(nb, res)
+    out += ["", "## Decisions", ""]
+    if nb.decisions:
+        for d in sorted(nb.decisions, key=lambda d: d.date):
+            out.append(f"- {d.date} ({d.kind}): {d.text}" + (f" (runs {', '.join(d.runs)})" if d.runs else ""))
+    else:
+        out.append("- none recorded")
+    out += ["", "## Selection sheet", ""] + sheet_lines
+    out += ["", "## Rental plan", ""] + plan_lines
+    out += ["", "## Conclusion", ""] + _conclusion(nb, generated)
+    out += ["", "## Charts", "", "### Loss curves (training loss per update)", ""]
+    curves = []
+    for v in nb.variants:
+        for r in sh.series_runs(all_runs, v.id):
+            pts = read_curve(r.dir)
+            if pts:
+                curves.append((f"{v.id} s{r.seed} ({r.id}, {r.status})", pts))
+    if curves:
+        out += ["```"] + line_chart(curves, ylabel="loss vs update") + ["```"]
+    else:
+        out.append("No series run has written a loss curve yet.")
+    out += ["", "### Memory per phase", ""]
+    if sheet is not None:
+        gpu = sheet.measured_gpu
+        key, unit = ("peak_reserved", "MiB torch peak reserved") if gpu else ("rss_peak", "MiB process RSS (host)")
+        rows = []
+        for r in sheet.phases:
+            name = r["phase"] + (f" r{r['rank']}" if r["rank"] is not None else "")
+            rows.append((name, r[key] / 2**20 if r[key] is not None else None))
+        out.append(f"Pilot {sheet.run_id} ({sheet.variant}), {unit}"
+                   + ("" if gpu else "; GPU memory was not measured on this machine") + ":")
+        out += ["", "```"] + bar_chart(rows, "MiB") + ["```"]
+    else:
+        out.append("No passed pilot: no memory per phase to chart.")
+    return "\n".join(out) + "\n"
+
+
+def write(campaign: Path | str, **kw: Any) -> Path:
+    path = nbm.find(campaign)
+    text = build(path, **kw)
+    folder = path.parent / REPORT_DIR
+    folder.mkdir(exist_ok=True)
+    target = folder / REPORT_FILE
+    tmp = folder / (REPORT_FILE + ".tmp")
+    tmp.write_text(text, "utf-8")
+    tmp.replace(target)
+    return target
