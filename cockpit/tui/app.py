@@ -18,7 +18,6 @@ from textual.binding import Binding
 from textual.message import Message
 
 from .. import notebook as nbm
-from .commands import CockpitCommands
 from .device import DeviceSource, NvmlSource
 
 
@@ -59,10 +58,17 @@ class NotebookChanged(Message):
         self.external = external
 
 
+def _commands() -> type:
+    # The palette's module imports textual.command: only when ctrl+p is pressed.
+    from .commands import CockpitCommands
+
+    return CockpitCommands
+
+
 class CockpitApp(App[None]):
-    CSS_PATH = "cockpit.tcss"
+    CSS_PATH = Path(__file__).parent / "cockpit.tcss"  # absolute: subclasses elsewhere keep it
     TITLE = "Cockpit"
-    COMMANDS = App.COMMANDS | {CockpitCommands}
+    COMMANDS = App.COMMANDS | {_commands}
     BINDINGS = [
         Binding("question_mark", "help", "Help", id="help", key_display="?"),
         Binding("q", "quit", "Quit", id="quit"),

@@ -1,18 +1,29 @@
 """A run's live state, folded from its events.jsonl in bounded batches. No textual here.
 
-The screen calls :meth:`RunFeed.poll` from a timer. Each call reads at most
-``max_bytes`` of new events (so a writer producing 10,000 events a second
-can never stall the UI for more than one bounded parse), folds them into
-plain Python state and returns which aspects changed, so the screen redraws
-each widget at most once per tick however many events arrived.
+The screen calls :meth:`RunFeed.poll` from a timer. Each call reads chunks
+of at most ``chunk_bytes`` until its time budget (``budget_s``) is spent, so
+a writer producing 10,000 events a second never stalls the UI for more than
+one budget per tick; it folds the events into plain Python state and returns
+which aspects changed, so each widget redraws at most once per tick however
+many events arrived.
 
-Samples are kept for charts with a bounded memory: when a series exceeds
-``max_points`` it is halved by keeping the larger value of each pair, so a
-short peak survives downsampling (a mean would hide it).
+When the reader falls behind, background samples (the bulk of the file, only
+there for charts) are decimated before they are parsed: one sample line in
+``stride`` is decoded, found by a byte search without parsing the others.
+Gates, steps, logs and run boundaries are always decoded. Samples are kept
+for charts with a bounded memory: past ``MAX_POINTS`` a series is halved by
+keeping the larger value of each pair, so a short peak survives (a mean
+would hide it).
+
+The line reader mirrors ``events.Tail`` (byte offset, a torn last line kept
+pending until its newline arrives, bad lines counted and skipped) but hands
+back raw lines, so the decision to decode comes before the cost of decoding.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +31,11 @@ from typing import Any
 
 from .. import events as ev
 
-DEFAULT_MAX_BYTES = 512 * 1024
+CHUNK_BYTES = 16 * 1024
+BUDGET_S = 0.02  # parsing time per tick: the UI keeps the rest
+BEHIND_PER_STRIDE = 256 * 1024  # one more step of sample decimation per this much backlog
+MAX_STRIDE = 64
+SAMPLE_TAGS = (b'"kind":"sample"', b'"kind": "sample"')  # compact (EventWriter) or default json
 MAX_POINTS = 2048
 LOG_LINES = 500
 
@@ -65,7 +80,9 @@ class RunFeed:
     """Everything a run screen shows, kept current by :meth:`poll`."""
 
     path: Path
-    max_bytes: int = DEFAULT_MAX_BYTES
+    chunk_bytes: int = CHUNK_BYTES
+    budget_s: float | None = BUDGET_S  # None: read everything available in one poll
+    decimate: bool = True
     start: dict[str, Any] | None = None
     end: dict[str, Any] | None = None
     gates: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -77,42 +94,108 @@ class RunFeed:
     loss: Series = field(default_factory=Series)
     log: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
     log_total: int = 0  # log lines ever appended: the screen writes only the new ones
-    events_read: int = 0
+    events_read: int = 0  # events decoded and folded
+    samples_skipped: int = 0  # sample lines passed over while catching up
     first_t: float | None = None
     last_t: float | None = None
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
-        self._tail = ev.Tail(self.path)
+        self._offset = 0
+        self._pending = b""
+        self._bad = 0
+        self._sample_n = 0
+
+    @property
+    def offset(self) -> int:
+        return self._offset
 
     @property
     def behind_bytes(self) -> int:
         """How much of the file is written but not read yet (back-pressure, in bytes)."""
         try:
-            return max(0, self.path.stat().st_size - self._tail.offset)
+            return max(0, self.path.stat().st_size - self._offset)
         except FileNotFoundError:
             return 0
 
     @property
     def bad_lines(self) -> int:
-        return self._tail.bad_lines
+        return self._bad
+
+    @property
+    def lines_read(self) -> int:
+        return self.events_read + self.samples_skipped
+
+    def _read_lines(self, max_bytes: int | None) -> list[bytes] | None:
+        """Complete new lines (possibly none); None when no new bytes at all."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset)
+                chunk = fh.read() if max_bytes is None else fh.read(max_bytes)
+        except FileNotFoundError:
+            return None
+        if not chunk:
+            return None
+        self._offset += len(chunk)
+        lines = (self._pending + chunk).split(b"\n")
+        self._pending = lines.pop()  # b"" when the chunk ended with a newline
+        return lines
 
     def poll(self) -> set[str]:
-        """Read one bounded batch of new events; return the aspects that changed."""
-        batch = self._tail.read_new(max_bytes=self.max_bytes)
+        """Read new events within the time budget; return the aspects that changed."""
         dirty: set[str] = set()
-        for event in batch:
-            self._apply(event, dirty)
-        self.events_read += len(batch)
-        return dirty
+        start = time.perf_counter()
+        budget = self.budget_s
+        while True:
+            stride = 1
+            if self.decimate:
+                stride = min(MAX_STRIDE, 1 + self.behind_bytes // BEHIND_PER_STRIDE)
+            lines = self._read_lines(None if budget is None else self.chunk_bytes)
+            if lines is None:
+                return dirty
+            for raw in lines:
+                if stride > 1 and (SAMPLE_TAGS[0] in raw or SAMPLE_TAGS[1] in raw):
+                    self._sample_n += 1
+                    if self._sample_n % stride:
+                        self.samples_skipped += 1
+                        continue
+                event = self._decode(raw)
+                if event is not None:
+                    self._apply(event, dirty)
+                    self.events_read += 1
+            if budget is None or time.perf_counter() - start >= budget:
+                return dirty
+
+    def _decode(self, raw: bytes) -> dict[str, Any] | None:
+        if not raw.strip():
+            return None
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            self._bad += 1
+            return None
+        if isinstance(event, dict) and "kind" in event:
+            return event
+        self._bad += 1
+        return None
+
+    def catch_up(self, seconds: float) -> set[str]:
+        """One longer poll (on attaching): a finished run's file is usually read whole."""
+        budget = self.budget_s
+        self.budget_s = seconds
+        try:
+            return self.poll()
+        finally:
+            self.budget_s = budget
 
     def drain(self) -> set[str]:
-        """Read everything there is now (for tests and one-shot views)."""
-        dirty: set[str] = set()
-        while True:
-            dirty |= self.poll()
-            if self.behind_bytes == 0:
-                return dirty
+        """Read everything there is now, every sample decoded (tests, one-shot views)."""
+        decimate, budget = self.decimate, self.budget_s
+        self.decimate, self.budget_s = False, None
+        try:
+            return self.poll()
+        finally:
+            self.decimate, self.budget_s = decimate, budget
 
     # ---- folding
 

@@ -34,17 +34,32 @@ def test_cpu_run_uses_rss_and_skips_the_torn_line():
     assert feed.bad_lines == 0  # the torn last line is pending, not bad
 
 
-def test_poll_reads_at_most_max_bytes(tmp_path: Path):
+def test_poll_is_bounded_and_decimates_samples_when_behind(tmp_path: Path):
     path = tmp_path / ev.EVENTS_FILE
-    line = json.dumps(ev.make(ev.SAMPLE, phase="x", rss=1, nvml=None, torch=None)) + "\n"
-    path.write_text(line * 10_000)
-    feed = RunFeed(path, max_bytes=64 * 1024)
-    dirty = feed.poll()
-    assert dirty == {"mem"}
-    assert feed.events_read <= 64 * 1024 // len(line) + 1
-    assert feed.behind_bytes > 0
-    feed.drain()
-    assert feed.events_read == 10_000 and feed.behind_bytes == 0
+    sample = json.dumps(ev.make(ev.SAMPLE, phase="x", rss=1, nvml=None, torch=None)) + "\n"
+    gate = json.dumps(ev.make(ev.GATE, phase="data", verdict="pass", checks=[])) + "\n"
+    path.write_text((sample * 5_000 + gate) * 4)
+    feed = RunFeed(path, chunk_bytes=16 * 1024, budget_s=0.0)  # one chunk per poll
+    assert feed.poll() == {"mem"}
+    assert feed.lines_read <= 16 * 1024 // len(sample) + 1
+    assert feed.samples_skipped > 0  # far behind: most samples are passed over undecoded
+    while feed.behind_bytes:
+        feed.poll()
+    assert feed.lines_read == 20_004  # every line accounted for
+    assert "data" in feed.gates  # gates are never skipped
+    assert feed.events_read < 20_004
+
+
+def test_torn_line_waits_for_its_newline(tmp_path: Path):
+    path = tmp_path / ev.EVENTS_FILE
+    line = json.dumps(ev.make(ev.LOG, level="info", message="hello"))
+    path.write_text(line[:20])
+    feed = RunFeed(path)
+    assert feed.poll() == set()
+    with open(path, "a") as fh:
+        fh.write(line[20:] + "\n{not json}\n")
+    assert feed.poll() == {"log"}
+    assert feed.bad_lines == 1 and list(feed.log) == ["info    hello"]
 
 
 def test_downsampling_keeps_the_peak():

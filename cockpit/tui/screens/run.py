@@ -30,6 +30,8 @@ from ..widgets.gates import GateTable
 from ..widgets.plot import BraillePlot, Line, Mark
 
 GPU_STYLES = ("green", "bright_green", "spring_green3", "chartreuse3")
+ATTACH_S = 1.0  # reading a run's history on opening it may take this long before the first frame
+CHART_EVERY_S = 0.5  # charts redraw at most twice a second; gates and log at every tick
 
 
 class StopDone(Message):
@@ -55,6 +57,8 @@ class RunScreen(Screen[None]):
         self.alive = False
         self._log_shown = 0
         self._output_shown = False
+        self._charts_pending: set[str] = set()
+        self._charts_drawn = float("-inf")
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -72,7 +76,7 @@ class RunScreen(Screen[None]):
         self.feed = RunFeed(self.rdir / ev.EVENTS_FILE)
         self.sub_title = f"{self.app.notebook.campaign.name} / {self.run_id}"
         self.check_alive()
-        self.tick()
+        self.tick(attach_s=ATTACH_S)
         self.set_interval(self.app.timing.events_s, self.tick)
         self.set_interval(1.0, self.check_alive)
         self.query_one(GateTable).focus()
@@ -88,21 +92,27 @@ class RunScreen(Screen[None]):
         if was != self.alive:
             self.show_head()
 
-    def tick(self) -> None:
+    def tick(self, attach_s: float | None = None) -> None:
         feed = self.feed
         if feed is None:
             return
-        dirty = feed.poll()
+        dirty = feed.poll() if attach_s is None else feed.catch_up(attach_s)
         behind = feed.behind_bytes
-        if not dirty and not behind:
+        self._charts_pending |= dirty & {"mem", "loss"}
+        now = time.monotonic()
+        charts = self._charts_pending if now - self._charts_drawn >= CHART_EVERY_S else set()
+        if not dirty and not behind and not charts:
             return
         with self.app.batch_update():
             if "gates" in dirty:
                 self.query_one(GateTable).show(feed)
-            if "mem" in dirty:
-                self.show_memory()
-            if "loss" in dirty:
-                self.show_loss()
+            if charts:
+                self._charts_drawn = now
+                if "mem" in charts:
+                    self.show_memory()
+                if "loss" in charts:
+                    self.show_loss()
+                self._charts_pending = set()
             if "log" in dirty:
                 self.show_log()
             self.show_head(behind)
@@ -115,6 +125,8 @@ class RunScreen(Screen[None]):
             return str(feed.end.get("status", "error"))
         if self.alive:
             return ev.Status.RUNNING.value
+        if feed is not None and feed.behind_bytes:
+            return "reading"  # not crashed until its history is read: the end may be in it
         if feed is None or (feed.start is None and runs.process_info(self.rdir) is None):
             return ev.Status.CREATED.value
         return ev.Status.CRASHED.value
