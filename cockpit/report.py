@@ -36,33 +36,42 @@ BLOCKS = " ▏▎▍▌▋▊▉█"
 
 @dataclass
 class VariantResult:
+    """One variant at one set of settings, as `cockpit compare` groups it."""
+
     variant: str
+    tag: str  # "" = the notebook's settings; else what differs (a quick look, --set ...)
     spread: sh.Spread | None
-    runs: list[tuple[str, int, float]]  # run id, seed, value
-    excluded: list[tuple[str, int, str, str]]  # run id, seed, status, reason
+    runs: list[tuple[str, int, float]]  # run id, seed, value: the latest completed run per seed
+    verdict: str  # reference | better | worse | not distinguishable | no reference | no data
+    sentence: str
+    target: str
 
 
-def results(nb: nbm.Notebook, all_runs: list[sh.RunFiles]) -> list[VariantResult]:
-    metric = nb.campaign.quality_metric
+@dataclass
+class NotCounted:
+    id: str
+    variant: str
+    seed: int
+    status: str
+    reason: str
+    superseded_by: str = ""
+
+
+def results(nb: nbm.Notebook) -> tuple[list[VariantResult], list[NotCounted]]:
+    """Per variant and settings, every seed's final value and the verdict against the reference,
+    computed by ``cockpit.compare`` so that the report and `cockpit compare` never disagree."""
+    from .compare import group_runs, train_runs
+
+    trs = train_runs(nb)
     out = []
-    for v in nb.variants:
-        kept, excluded = [], []
-        for r in sh.series_runs(all_runs, v.id):
-            val = sh.metric_value(r.metrics, metric)
-            if r.status == "completed" and val is not None:
-                kept.append((r.id, r.seed, val))
-            elif r.status not in ("running", "created"):
-                excluded.append((r.id, r.seed, r.status, r.stop_reason))
-        out.append(VariantResult(v.id, sh.spread([x for _, _, x in kept]), kept, excluded))
-    return out
-
-
-def versus(nb: nbm.Notebook, ref: sh.Spread, var: sh.Spread) -> tuple[str, str]:
-    """("better" | "worse" | "not distinguishable", sentence), by the rule `cockpit compare` uses:
-    a difference counts only when it is larger than the seeds' spread (the larger range, max - min)."""
-    from .compare import distinguish, stats
-
-    return distinguish(stats(var.values), stats(ref.values), nb.campaign.higher_is_better)
+    for g in group_runs(nb, trs):
+        kept = [(g.runs[k], k, g.seeds[k]) for k in sorted(g.seeds)]
+        out.append(VariantResult(g.variant, g.tag, sh.spread([v for _, _, v in kept]), kept, g.verdict,
+                                 g.sentence, g.target))
+    skipped = [NotCounted(r.id, r.variant, r.seed, r.status, r.stop_reason, r.superseded_by) for r in trs
+               if (r.status not in ("completed", "running", "created")) or r.superseded_by
+               or (r.status == "completed" and r.value is None)]
+    return out, skipped
 
 
 def _better(nb: nbm.Notebook, x: float, y: float) -> bool:
@@ -228,33 +237,36 @@ def _runs_section(nb: nbm.Notebook, all_runs: list[sh.RunFiles]) -> list[str]:
     return out
 
 
-def _seeds_section(nb: nbm.Notebook, res: list[VariantResult]) -> list[str]:
+def _seeds_section(nb: nbm.Notebook, res: list[VariantResult], skipped: list[NotCounted]) -> list[str]:
     metric = nb.campaign.quality_metric
     better = "higher is better" if nb.campaign.higher_is_better else "lower is better"
+    out: list[str] = []
     if not any(r.spread for r in res):
-        return [f"No series run has finished with a final {metric}: there is no spread across seeds to report "
-                "and no variant can be preferred on measured quality."]
-    rows = []
-    ref = next((r for r in res if r.variant == nb.reference.id), None)
-    for r in res:
-        s = r.spread
-        if s is None:
-            rows.append([r.variant, 0, "", "", "", "", "", "no finished run"])
-            continue
-        vs = ""
-        if ref and ref.spread and r.variant != ref.variant:
-            vs = versus(nb, ref.spread, s)[1]
-        rows.append([r.variant, s.n, f"{s.mean:.4f}", f"{s.std:.4f}" if s.std is not None else "n/a",
-                     f"{s.min:.4f}", f"{s.max:.4f}",
-                     ", ".join(f"s{seed} {v:.4f} ({rid})" for rid, seed, v in r.runs), vs or "reference"])
-    out = [f"Final {metric} per variant ({better}); every seed is listed, none is dropped; sd is the sample "
-           "standard deviation (n-1). As in `cockpit compare`, a difference of means from the reference counts "
-           "only when it is larger than the seeds' spread (the larger of the two ranges, max - min); with one "
-           "seed on a side nothing is distinguishable.", ""]
-    out += _table(["variant", "seeds", "mean", "sd", "min", "max", "every seed", "vs reference"], rows)
-    for r in res:
-        for rid, seed, status, reason in r.excluded:
-            out.append(f"- not counted in {r.variant}: {rid} seed {seed} {status}: {reason}")
+        out.append(f"No series run has finished with a final {metric}: there is no spread across seeds to report "
+                   "and no variant can be preferred on measured quality.")
+    else:
+        out += [f"Final {metric} per variant ({better}), computed as `cockpit compare` does: per seed the latest "
+                "completed run counts, every seed is listed and none is dropped; sd is the sample standard deviation "
+                "(n-1). A difference of means from the reference counts only when it is larger than the seeds' "
+                "spread (the larger of the two ranges, max - min); with one seed on a side nothing is "
+                "distinguishable. Runs with settings other than the notebook's are grouped apart.", ""]
+        rows = []
+        for r in res:
+            s = r.spread
+            if s is None:
+                continue
+            rows.append([r.variant, r.tag or "as in the notebook", s.n, f"{s.mean:.4f}",
+                         f"{s.std:.4f}" if s.std is not None else "n/a", f"{s.min:.4f}", f"{s.max:.4f}",
+                         ", ".join(f"s{seed} {v:.4f} ({rid})" for rid, seed, v in r.runs),
+                         r.sentence, r.target])
+        out += _table(["variant", "settings", "seeds", "mean", "sd", "min", "max", "every seed", "vs reference",
+                       "target"], rows)
+    if skipped:
+        out += ["", "Series runs not counted in these figures:", ""]
+        for x in skipped:
+            why = f"superseded by {x.superseded_by} (a later completed run of the same seed)" if x.superseded_by \
+                else f"{x.status}: {x.reason or 'no reason recorded'}"
+            out.append(f"- {x.id} ({x.variant} seed {x.seed}): {why}")
     return out
 
 
@@ -262,33 +274,29 @@ def generated_conclusion(nb: nbm.Notebook, res: list[VariantResult], all_runs: l
                          sheet: sh.Sheet | None) -> str:
     ref = nb.reference.id
     metric = nb.campaign.quality_metric
+    sign = -1 if nb.campaign.higher_is_better else 1
     parts = []
-    measured = [r for r in res if r.spread]
-    ref_res = next((r for r in res if r.variant == ref), None)
+    measured = [r for r in res if r.spread and not r.tag]  # the notebook's settings only
+    ref_res = next((r for r in measured if r.variant == ref), None)
     if not measured:
         pilot = sh.latest_passed_pilot(all_runs, ref)
-        parts.append(f"No series run has finished with a final {metric}, so no variant can be preferred on measured "
-                     f"quality; the reference {ref} stays the working choice by default, not by evidence.")
+        parts.append(f"No series run at the notebook's settings has finished with a final {metric}, so no variant "
+                     f"can be preferred on measured quality; the reference {ref} stays the working choice by "
+                     "default, not by evidence.")
         parts.append(f"The reference's pilot {pilot.id} passed every gate." if pilot else
                      f"No pilot of the reference {ref} has passed every gate yet.")
-    elif ref_res is None or ref_res.spread is None:
-        best = min(measured, key=lambda r: r.spread.mean * (-1 if nb.campaign.higher_is_better else 1))
-        parts.append(f"The reference {ref} has no finished series run, so no variant can be compared with it; "
+    elif ref_res is None:
+        best = min(measured, key=lambda r: sign * r.spread.mean)
+        parts.append(f"The reference {ref} has no completed series run, so no variant can be compared with it; "
                      f"the best mean {metric} among measured variants is {best.variant} ({best.spread.mean:.4f}, "
                      f"{best.spread.n} seed{'s' if best.spread.n != 1 else ''}).")
     else:
-        winners = []
-        for r in measured:
-            if r.variant == ref:
-                continue
-            verdict, why = versus(nb, ref_res.spread, r.spread)
-            if verdict == "better":
-                winners.append((r, why))
+        winners = [r for r in measured if r.verdict == "better"]
         if winners:
-            w, why = min(winners, key=lambda x: x[0].spread.mean * (-1 if nb.campaign.higher_is_better else 1))
+            w = min(winners, key=lambda r: sign * r.spread.mean)
             parts.append(f"{w.variant} reached a better mean final {metric} than the reference {ref}: "
                          f"{w.spread.mean:.4f} vs {ref_res.spread.mean:.4f} over {w.spread.n} and "
-                         f"{ref_res.spread.n} seeds ({why}).")
+                         f"{ref_res.spread.n} seeds ({w.sentence}).")
         else:
             parts.append(f"The reference {ref} stays the best choice: no variant reached a better mean final {metric} "
                          f"by more than the spread between seeds (reference mean {ref_res.spread.mean:.4f} over "
@@ -342,7 +350,7 @@ def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: 
     if nb.rental.plan:
         plan_lines += ["", f"Recorded in the notebook's [rental] ({nb.rental.days} days):", "", "```",
                        nb.rental.plan, "```"]
-    res = results(nb, all_runs)
+    res, skipped = results(nb)
     generated = generated_conclusion(nb, res, all_runs, sheet)
     now = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
 
@@ -356,7 +364,7 @@ def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: 
             "included.", ""]
     out += _runs_section(nb, all_runs)
     out += ["", "## Spread across seeds", ""]
-    out += _seeds_section(nb, res)
+    out += _seeds_section(nb, res, skipped)
     out += ["", "## Decisions", ""]
     if nb.decisions:
         for d in sorted(nb.decisions, key=lambda d: d.date):

@@ -334,30 +334,37 @@ def _max_dimensions(run: RunFiles) -> str:
     return "; ".join(parts)
 
 
-def expected_result(nb: nbm.Notebook, all_runs: list[RunFiles], variant: str) -> str:
+def expected_result(nb: nbm.Notebook, variant: str) -> str:
+    """What the series measured for this variant at the notebook's settings, by `cockpit compare`'s rules
+    (the latest completed run per seed; runs with other settings, such as a quick look, kept apart)."""
+    from .compare import group_runs, train_runs
+
     c = nb.campaign
     metric = c.quality_metric
     better = "higher is better" if c.higher_is_better else "lower is better"
     target = f"target {c.quality_target:g} ({better})" if c.quality_target is not None else "no target set"
-    series = series_runs(all_runs, variant)
-    done = [(r, metric_value(r.metrics, metric)) for r in series]
-    values = [(r, v) for r, v in done if v is not None and r.status == "completed"]
-    if not values:
-        finished = [r for r in series if r.status not in ("running", "created")]
+    trs = [r for r in train_runs(nb) if r.variant == variant]
+    group = next((g for g in group_runs(nb, trs) if g.tag == ""), None)
+    others = [r for r in trs if r.tag == "" and r.status not in ("completed", "running", "created")]
+    apart = sorted({r.tag for r in trs if r.tag})
+    if group is None or not group.stats.n:
+        finished = [r for r in trs if r.tag == "" and r.status not in ("running", "created")]
         why = (f"{len(finished)} series run{'s' if len(finished) != 1 else ''} of {variant} ended without a "
                f"final {metric} ({', '.join(f'{r.id} {r.status}' for r in finished)})" if finished
-               else f"no series run of {variant} has finished")
-        return (f"not measured yet: {why}. The campaign's {target} for {metric} is a goal, not a "
-                f"prediction.")
-    s = spread([v for _, v in values])
-    assert s is not None
-    text = f"{metric} at the end of the budget, {fmt_spread(s)} (runs {', '.join(r.id for r, _ in values)})"
-    if c.quality_target is not None:
-        ok = [v for _, v in values if (v >= c.quality_target if c.higher_is_better else v <= c.quality_target)]
-        text += f"; {target}: reached by {len(ok)} of {len(values)} seed{'s' if len(values) != 1 else ''}"
-    others = [r for r in series if r.status not in ("completed", "running", "created")]
-    if others:
-        text += "; not counted: " + ", ".join(f"{r.id} {r.status} ({r.stop_reason})" for r in others)
+               else f"no series run of {variant} at the notebook's settings has finished")
+        text = f"not measured yet: {why}. The campaign's {target} for {metric} is a goal, not a prediction."
+    else:
+        s = spread(list(group.seeds.values()))
+        assert s is not None
+        text = (f"{metric} at the end of the budget, {fmt_spread(s)} "
+                f"(runs {', '.join(group.runs[k] for k in sorted(group.runs))})")
+        if c.quality_target is not None:
+            ok = [v for v in group.seeds.values() if (v >= c.quality_target if c.higher_is_better else v <= c.quality_target)]
+            text += f"; {target}: reached by {len(ok)} of {len(ok) + (s.n - len(ok))} seed{'s' if s.n != 1 else ''}"
+        if others:
+            text += "; not counted: " + ", ".join(f"{r.id} {r.status} ({r.stop_reason})" for r in others)
+    if apart:
+        text += f"; runs with other settings are not counted here ({'; '.join(apart)})"
     return text
 
 
@@ -461,7 +468,7 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
                 f"data cut differently, so its quality answers another question and must not be "
                 f"compared with the reference as if only memory changed.")
     sheet.recommendation = _recommend(sheet)
-    sheet.expected_result = expected_result(nb, all_runs, vid)
+    sheet.expected_result = expected_result(nb, vid)
     if nb.variant(vid).set:
         sheet.notes.append("variant overrides: " + ", ".join(f"{k}={v}" for k, v in nb.variant(vid).set.items()))
     return sheet

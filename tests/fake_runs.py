@@ -104,9 +104,9 @@ def write_run(campaign: Path, *, variant: str | None = None, seed: int = 0, kind
               stack: dict[str, Any] | None = None, gates: list[dict[str, Any]] | None = None,
               steps: dict[str, float] | None = None, status: str | None = "passed", reason: str = "every gate passed",
               metrics: dict[str, Any] | None = None, curve: list[tuple[int, float]] | None = None,
-              follows: str = "") -> tuple[str, Path]:
+              follows: str = "", overrides: dict[str, Any] | None = None) -> tuple[str, Path]:
     """A finished (or, with status None, crashed) run with the given events and files."""
-    rid, rdir = runs.create_run(campaign, variant, seed, kind=kind, follows=follows)
+    rid, rdir = runs.create_run(campaign, variant, seed, kind=kind, follows=follows, overrides=overrides)
     nb = nbm.load(campaign)
     vid = variant or nb.reference.id
     w = ev.EventWriter(rdir / ev.EVENTS_FILE)
@@ -137,7 +137,8 @@ def write_run(campaign: Path, *, variant: str | None = None, seed: int = 0, kind
 
 def series_run(campaign: Path, variant: str, seed: int, final: float | None, *, status: str = "completed",
                reason: str = "budget reached: 200 updates", step_time_s: float = 0.05, updates: int = 200,
-               eval_time_s: float = 0.5, save_time_s: float = 0.2) -> tuple[str, Path]:
+               eval_time_s: float = 0.5, save_time_s: float = 0.2,
+               overrides: dict[str, Any] | None = None) -> tuple[str, Path]:
     start = 4.3
     end = final if final is not None else 20.0
     curve = [(s, start + (end - start) * s / updates) for s in range(1, updates + 1, max(1, updates // 20))]
@@ -145,7 +146,7 @@ def series_run(campaign: Path, variant: str, seed: int, final: float | None, *, 
                "stop_reason": reason, "status": status, "step_time_s": step_time_s, "eval_time_s": eval_time_s,
                "save_time_s": save_time_s, "examples_seen": updates * 16}
     return write_run(campaign, variant=variant, seed=seed, kind="train", gates=[], status=status, reason=reason,
-                     metrics=metrics, curve=curve)
+                     metrics=metrics, curve=curve, overrides=overrides)
 
 
 _PILOTED: dict[str, Path] = {}
@@ -169,7 +170,8 @@ def piloted_copy(dest: Path) -> Path:
         atexit.register(shutil.rmtree, root, True)
         camp = make_campaign(root)
         proc = subprocess.run([sys.executable, "-m", "cockpit", "pilot", str(camp)], capture_output=True,
-                              text=True, timeout=900, env={**os.environ, "COLUMNS": "200"})
+                              text=True, timeout=900,
+                              env={**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"})
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         _PILOTED["camp"] = camp
     target = Path(dest) / "demo"

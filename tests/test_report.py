@@ -57,19 +57,19 @@ def test_report_lists_every_run_with_its_reason(campaign: tuple[Path, dict[str, 
     assert f"**{ids['failed']}** (pilot, lr1e-4, seed 0) **failed**" in text and "3 examples lose every target token" in text
     assert f"**{ids['diverged']}** (train, lr2e-4, seed 2) **diverged**" in text
     assert "loss 18.2 at update 40 is above 4 x its starting value 4.3" in text
-    assert f"not counted in lr2e-4: {ids['diverged']} seed 2 diverged" in text
+    assert f"- {ids['diverged']} (lr2e-4 seed 2): diverged: diverged: loss 18.2" in text  # not averaged in
 
 
 def test_spread_across_seeds_and_the_reference_staying_best(campaign: tuple[Path, dict[str, str]]) -> None:
     camp, _ = campaign
     text = rp.build(camp)
     # lr1e-4: 1.90, 1.92, 1.94 -> mean 1.92, sd 0.02; every seed listed
-    assert "| lr1e-4 | 3 | 1.9200 | 0.0200 | 1.9000 | 1.9400 |" in text
+    assert "| lr1e-4 | as in the notebook | 3 | 1.9200 | 0.0200 | 1.9000 | 1.9400 |" in text
     assert "s0 1.9000" in text and "s1 1.9200" in text and "s2 1.9400" in text
     # the rule of `cockpit compare`: a difference counts only beyond the seeds' spread (largest range)
-    row = next(line for line in text.splitlines() if line.startswith("| lr2e-4 | 2 |"))
+    row = next(line for line in text.splitlines() if line.startswith("| lr2e-4 | as in the notebook | 2 |"))
     assert "not distinguishable: difference" in row and "within the seeds' spread 0.04" in row
-    row = next(line for line in text.splitlines() if line.startswith("| lr5e-5 | 3 |"))
+    row = next(line for line in text.splitlines() if line.startswith("| lr5e-5 | as in the notebook | 3 |"))
     assert "worse than the reference by 0.4067, more than the seeds' spread 0.05" in row
     assert "*Generated from the figures in this report, not written by a person" in text
     assert "The reference lr1e-4 stays the best choice" in text
@@ -127,3 +127,15 @@ def test_report_without_runs_says_what_is_missing(tmp_path: Path) -> None:
     assert "No series run has finished with a final val_loss" in text
     assert "Nothing can be planned" in text
     assert "No series run has written a loss curve yet." in text
+
+
+def test_a_quick_look_with_other_settings_is_kept_apart(campaign: tuple[Path, dict[str, str]]) -> None:
+    camp, _ = campaign
+    quick, _ = series_run(camp, "lr5e-5", 0, 1.2, updates=20, overrides={"updates": 20})
+    text = rp.build(camp)
+    seeds = text[text.index("## Spread across seeds"):text.index("## Decisions")]
+    rows = [line for line in seeds.splitlines() if line.startswith("| lr5e-5 |")]
+    assert len(rows) == 2 and "| as in the notebook | 3 | 2.3267" in rows[0]
+    assert "updates" in rows[1] and f"s0 1.2000 ({quick})" in rows[1]
+    assert "no completed reference run with the same settings" in rows[1]
+    assert "The reference lr1e-4 stays the best choice" in text  # the quick look does not count
