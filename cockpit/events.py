@@ -56,7 +56,7 @@ PHASES = (
 
 # Payloads (all memory figures in bytes, times in seconds; None = not measured
 # on this machine, never 0):
-#   run_start   run_id, campaign, variant, seed, kind, pid, phases[list], params{},
+#   run_start   run_id, campaign, variant, seed, run_kind, pid, world, phases[list], params{},
 #               stack{python, torch, cuda, driver, gpus[{index,name,total,capability}], ...}
 #   phase_start phase, inputs{}
 #   gate        phase, verdict, checks[{name, ok, detail, warn?}], inputs{}, remedy,
@@ -108,6 +108,7 @@ class ExitCode(enum.IntEnum):
     USER_ERROR = 5  # exception raised in the task's code
     INTERNAL = 6  # a bug in Cockpit itself
     STOPPED = 7  # SIGINT or SIGTERM
+    RANK_FAILED = 8  # a distributed rank died or hung (collective timeout)
 
 
 STATUS_EXIT = {
@@ -246,11 +247,11 @@ def gates(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e.get("kind") == GATE]
 
 
-def last_phase(events: list[dict[str, Any]]) -> str | None:
-    """The phase the run was in (started and not ended) or last finished."""
+def last_phase(events: list[dict[str, Any]], rank: int | None = None) -> str | None:
+    """The phase the run (or one rank of it) was in, started and not ended, or last finished."""
     phase = None
     for e in events:
-        if e.get("kind") in (PHASE_START, GATE):
+        if e.get("kind") in (PHASE_START, GATE) and (rank is None or (e.get("rank") or 0) == rank):
             phase = e.get("phase")
     return phase
 

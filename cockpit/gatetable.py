@@ -63,9 +63,18 @@ def detail(r: dict[str, Any]) -> str:
     return f"{msg} -> {r['remedy']}" if r["remedy"] else msg
 
 
+def by_phase(gates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ranks side by side: gates in phase order, then by rank (arrival order otherwise)."""
+    from .events import PHASES
+
+    order = {p: i for i, p in enumerate(PHASES)}
+    return sorted(gates, key=lambda g: (order.get(g.get("phase"), len(order)), g.get("rank") or 0))
+
+
 def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Table:
     """The gate table. ``wide=False`` leaves inputs and remedies out of the
     columns (for an 80-column terminal); print them with :func:`notes` below."""
+    gates = by_phase(gates)
     from rich import box
 
     tab = Table(title=title or None, show_lines=False, expand=False, pad_edge=False, box=box.SIMPLE_HEAD)
@@ -112,7 +121,7 @@ def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Ta
 def notes(gates: list[dict[str, Any]]) -> list[Text]:
     """Inputs of every phase and the detail of every failed or warned gate, one line each."""
     out = []
-    for g in gates:
+    for g in by_phase(gates):
         r = row(g)
         rank = f"[{r['rank']}]" if r["rank"] is not None else ""
         line = Text(f"{r['phase']}{rank}: ", style="bold")

@@ -229,6 +229,30 @@ def peak_of(gates: list[dict[str, Any]]) -> tuple[float | None, str]:
     return None, ""
 
 
+# From worst to best: the run's status is its worst rank's.
+_SEVERITY = ["crashed", "oom", "diverged", "error", "failed", "stopped", "running", "created", "completed", "passed"]
+
+
+def _rank_end(evs: list[dict[str, Any]], world: int, alive: bool) -> tuple[str, str, str | None, dict[str, Any] | None]:
+    """Status, reason, phase and final event of a distributed run, from every rank's events."""
+    ends = {int(e.get("rank") or 0): e for e in ev.iter_kind(evs, ev.RUN_END)}
+    missing = [r for r in range(world) if r not in ends]
+    if missing and alive:
+        return ev.Status.RUNNING.value, "", ev.last_phase(evs), None
+    bad = [f"rank {r}: {e.get('stop_reason', '')}" for r, e in sorted(ends.items())
+           if e.get("status") not in ("passed", "completed")]
+    if missing:
+        lost = [f"rank {r} ended without a final event during phase {ev.last_phase(evs, r) or 'start-up'}" for r in missing]
+        reason = "; ".join(lost + bad)
+        end = {"status": ev.Status.CRASHED.value, "stop_reason": reason, "exit_code": int(ev.ExitCode.RANK_FAILED),
+               "phase": ev.last_phase(evs, missing[0])}
+        return ev.Status.CRASHED.value, reason, end["phase"], end
+    worst_rank, worst = min(ends.items(), key=lambda kv: _SEVERITY.index(kv[1].get("status", "error"))
+                            if kv[1].get("status") in _SEVERITY else 0)
+    reason = "; ".join(bad) or f"{worst.get('stop_reason', '')} on all {world} ranks"
+    return worst.get("status", "error"), reason, worst.get("phase"), worst
+
+
 def state(rdir: Path) -> RunState:
     rdir = Path(rdir)
     evs = ev.read_events(rdir / ev.EVENTS_FILE)
@@ -237,6 +261,13 @@ def state(rdir: Path) -> RunState:
     gates = ev.gates(evs)
     peak, counter = peak_of(gates)
     phase = ev.last_phase(evs)
+    world = int((start or {}).get("world") or 1)
+    if world > 1 and start is not None:
+        status, reason, ph, end = _rank_end(evs, world, is_alive(rdir))
+        phase = ph or phase
+        started = start["t"]
+        ended = max((e["t"] for e in ev.iter_kind(evs, ev.RUN_END)), default=evs[-1]["t"]) if status != "running" else None
+        return RunState(rdir.name, rdir, status, phase, reason, started, ended, peak, counter, gates, end)
     if end is not None:
         status = end.get("status", ev.Status.ERROR.value)
         reason = end.get("stop_reason", "")

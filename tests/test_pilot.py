@@ -13,11 +13,11 @@ import signal
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
 import tomli_w
+import tomllib
 
 from cockpit import events as ev
 from cockpit import launch, runs
@@ -80,7 +80,7 @@ def pilots(tmp_path_factory):
     _, _, kill_dir = started["kill"]
     wait_phase(kill_dir, "update_second")
     os.killpg(os.getpgid(runs.process_info(kill_dir)["pid"]), signal.SIGKILL)
-    for camp, _rid, rdir in started.values():
+    for _camp, _rid, rdir in started.values():
         assert launch.wait(rdir, timeout=300), f"{rdir} still running"
     return started
 

@@ -83,7 +83,7 @@ def follow(rdir: Path, quiet: bool = False, poll_s: float = 0.1) -> runs.RunStat
                 pass
             break
         time.sleep(poll_s)
-    runs.record_state(rdir.parent.parent, rdir) if runs.state(rdir).status == ev.Status.CRASHED.value else None
+    runs.record_state(rdir.parent.parent, rdir)  # all ranks have ended: the row gets the final word
     return runs.state(rdir)
 
 

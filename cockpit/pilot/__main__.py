@@ -29,9 +29,14 @@ def main(argv: list[str]) -> int:
     from .gates import install_signal_handlers
 
     install_signal_handlers()
-    path = rdir / (ev.EVENTS_FILE if rank == 0 else f"events.rank{rank}.jsonl")
+    # Every rank appends whole lines to the same file (one write per event, O_APPEND).
+    path = rdir / ev.EVENTS_FILE
     writer = ev.EventWriter(path, rank=rank if world > 1 else None)
     try:
+        if world > 1:
+            from . import dist
+
+            dist.init()
         if kind == "pilot":
             from .gates import Pilot
 
@@ -56,6 +61,11 @@ def main(argv: list[str]) -> int:
         )
     finally:
         writer.close()
+        if world > 1:
+            import torch.distributed
+
+            if torch.distributed.is_initialized():
+                torch.distributed.destroy_process_group()
     if rank == 0:
         try:
             runs.record_state(rdir.parent.parent, rdir)

@@ -27,7 +27,15 @@ def _trainer(rdir: Path) -> tuple[Trainer, dict[str, Any]]:
     frozen = runs.read_run_toml(rdir)
     params = dict(frozen["params"])
     task = load_task(frozen["task"]["entry"], rdir.parent.parent)
-    tr = Trainer(task, params, int(frozen["run"]["seed"]), resolve_device(params.get("device")))
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    device = resolve_device(params.get("device"))
+    if world > 1:
+        from . import dist
+
+        dist.init()
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    tr = Trainer(task, params, int(frozen["run"]["seed"]), device, rank=rank, world=world)
     tr.load_data()
     tr.build()
     return tr, frozen
@@ -79,9 +87,15 @@ def replay(rdir: Path) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     what, rdir = argv[0], Path(argv[1])
     result = {"resume": resume, "replay": replay}[what](rdir)
-    tmp = rdir / f"{what}.json.tmp"
+    rank = int(os.environ.get("RANK", "0"))
+    name = f"{what}.json" if rank == 0 else f"{what}.rank{rank}.json"
+    tmp = rdir / (name + ".tmp")
     tmp.write_text(json.dumps(result))
-    os.replace(tmp, rdir / f"{what}.json")
+    os.replace(tmp, rdir / name)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        import torch.distributed
+
+        torch.distributed.destroy_process_group()
     return 0
 
 

@@ -9,6 +9,7 @@ accumulation, overfit) let it go on so one run shows every problem.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -28,6 +29,7 @@ from .. import events as ev
 from .. import runs
 from . import checkpoint as ck
 from . import datachecks
+from . import dist as dist_
 from .meter import Meter, stack_info
 from .task import Task, TaskError, load_task
 from .train import NonFinite, Trainer, UserCodeError, is_oom, resolve_device, user
@@ -140,6 +142,7 @@ class Pilot:
         self.phase = ""
         self.measures: dict[str, dict[str, Any]] = {}
         self.resume_losses: list[float] = []
+        self.dist = world > 1
 
     def emit(self, kind: str, **payload: Any) -> dict[str, Any]:
         return self.writer.emit(kind, **payload)
@@ -153,9 +156,12 @@ class Pilot:
     def run_phase(self, name: str, inputs: dict[str, Any], body: Callable[[Gate], None]) -> Gate:
         self.phase = name
         g = Gate(name, dict(inputs))
+        if self.dist:
+            dist_.barrier()  # every rank starts the phase within the same bounds
         self.emit(ev.PHASE_START, phase=name, inputs=g.inputs)
         abort: Abort | None = None
         measure = None
+        collective_broken = False
         try:
             with self.meter.measure(name) as measure:
                 kind = _injected(name)
@@ -165,8 +171,10 @@ class Pilot:
                     raise UserCodeError("loss", RuntimeError(f"injected failure in user code (COCKPIT_INJECT=error:{name})"))
                 if kind == "nonfinite":
                     raise NonFinite("loss", float("nan"), None)
-                if kind == "sleep":
+                if kind == "sleep" and self._injected_here():
                     time.sleep(3600)
+                if kind == "die" and self._injected_here():
+                    os._exit(9)
                 body(g)
         except Stopped:
             g.fail("stopped", "stopped by a signal during this phase")
@@ -182,7 +190,17 @@ class Pilot:
             g.message = f"the task's {exc.where}() raised {type(exc.exc).__name__}: {exc.exc} ({_user_frame(exc.exc)}); full traceback in output.log"
             abort = Abort(ev.Status.ERROR, ev.ExitCode.USER_ERROR, f"{exc.where}() raised {type(exc.exc).__name__} in {name}")
         except Exception as exc:  # noqa: BLE001 - classified below, never a bare crash
-            if is_oom(exc):
+            if self.dist and dist_.is_timeout(exc):
+                collective_broken = True
+                who = dist_.lagging(self.rdir, self.world, self.rank)
+                lost = "closed by peer" in str(exc)
+                what = "lost its peer (another rank went away)" if lost else f"timed out after {dist_.timeout_s():g} s"
+                g.fail("ranks in step", f"collective {what}: {who}")
+                g.message = f"rank {self.rank}: a collective in {name} {what}: {who}"
+                g.remedy = "find why that rank stopped (its log in output.log); raise COCKPIT_COLLECTIVE_TIMEOUT_S only if it is just slow"
+                abort = Abort(ev.Status.ERROR, ev.ExitCode.RANK_FAILED,
+                              f"{who} ({'peer lost' if lost else 'collective timeout'} in {name})")
+            elif is_oom(exc):
                 g.fail("memory", f"out of memory: {str(exc).splitlines()[0][:300]}")
                 g.message = f"out of memory in {name} with inputs {_fmt_inputs(g.inputs)}"
                 g.remedy = REMEDY["worst_case"]
@@ -216,6 +234,13 @@ class Pilot:
             **g.extra,
         )
         self.gates.append(g)
+        peak = _peak(mem)
+        self.log(f"{name}: {verdict.value} in {duration:.2f} s, peak {_mib(peak)}"
+                 + (f" — {g.message}" if g.message and verdict != ev.Verdict.PASS else ""),
+                 "info" if verdict in (ev.Verdict.PASS, ev.Verdict.SKIPPED) else ("warning" if verdict == ev.Verdict.WARN else "error"))
+        hard = abort is not None or (verdict == ev.Verdict.FAIL and name not in INDEPENDENT)
+        if self.dist and not collective_broken and dist_.any_rank(hard) and not hard:
+            raise Abort(ev.Status.FAILED, ev.ExitCode.GATE_FAILED, f"another rank failed phase {name}")
         if abort is not None:
             raise abort
         if verdict == ev.Verdict.FAIL:
@@ -223,6 +248,10 @@ class Pilot:
             if name not in INDEPENDENT:
                 raise Abort(ev.Status.FAILED, ev.ExitCode.GATE_FAILED, f"gate {name} failed")
         return g
+
+    def _injected_here(self) -> bool:
+        want = os.environ.get("COCKPIT_INJECT_RANK")
+        return want is None or int(want) == self.rank
 
     # ---- the run
 
@@ -359,6 +388,9 @@ class Pilot:
             tr.model.train()
             tr.optimizer.zero_grad(set_to_none=True)
             batch = tr.collate(mbs[0])
+            if tr.ddp is not None and len(mbs) > 1:
+                state["no_sync"] = tr.ddp.no_sync()  # not the last microbatch: no all-reduce yet
+                state["no_sync"].__enter__()
             value, count = tr.loss_of(batch)
             state["value"], state["count"] = value, count
             ok_shape = value.dim() == 0
@@ -383,6 +415,8 @@ class Pilot:
             if tr.scaler is not None:
                 scaled = tr.scaler.scale(scaled)
             scaled.backward()
+            if "no_sync" in state:
+                state.pop("no_sync").__exit__(None, None, None)
             missing, nonfinite, frozen_grad = [], [], []
             for name, p in tr.model.named_parameters():
                 if name in tr.trainable_names:
@@ -410,22 +444,25 @@ class Pilot:
             mbs = state["mbs"]
             n = len(mbs)
             t0 = time.perf_counter()
-            for mb in mbs[1:]:
+            for i, mb in enumerate(mbs[1:], start=1):
                 batch = tr.collate(mb)
-                value, count = tr.loss_of(batch)
-                v = float(value.detach())
-                if not math.isfinite(v):
-                    raise NonFinite("loss", v, 1)
-                if count is None:
-                    state["means"].append(v)
-                    scaled = value / n
-                else:
-                    state["loss_sum"] += v
-                    state["count_total"] += float(count)
-                    scaled = value
-                if tr.scaler is not None:
-                    scaled = tr.scaler.scale(scaled)
-                scaled.backward()
+                # under DDP, gradients are all-reduced only on the update's last microbatch
+                ctx = tr.ddp.no_sync() if (tr.ddp is not None and i < n - 1) else contextlib.nullcontext()
+                with ctx:
+                    value, count = tr.loss_of(batch)
+                    v = float(value.detach())
+                    if not math.isfinite(v):
+                        raise NonFinite("loss", v, 1)
+                    if count is None:
+                        state["means"].append(v)
+                        scaled = value / n
+                    else:
+                        state["loss_sum"] += v
+                        state["count_total"] += float(count)
+                        scaled = value
+                    if tr.scaler is not None:
+                        scaled = tr.scaler.scale(scaled)
+                    scaled.backward()
             if tr.scaler is not None:
                 tr.scaler.unscale_(tr.optimizer)
             if state["count_total"] is not None:
@@ -451,6 +488,17 @@ class Pilot:
             g.check("optimizer state allocated", n_state > 0 or (tr.params.get("optimizer") == "sgd" and not tr.params.get("momentum")),
                     f"state for {n_state} parameter tensors")
             g.check("gradient accumulation", True, f"{n} microbatches of {len(mbs[0])} per update")
+            self._effective_batch(g, len(mbs[0]), n)
+            if self.dist:
+                self._ranks_agree(g)
+                shards = dist_.gather(sorted(str(e.get("id")) for mb in mbs for e in mb))
+                overlap = set()
+                for i, a in enumerate(shards):
+                    for b in shards[i + 1 :]:
+                        overlap |= set(a) & set(b)
+                g.check("rank shards disjoint", not overlap,
+                        f"{self.world} ranks x {len(shards[0])} examples, no id on two ranks" if not overlap
+                        else f"{len(overlap)} examples on several ranks: {sorted(overlap)[:4]}")
 
         def update_second(g: Gate) -> None:
             t0 = time.perf_counter()
@@ -461,6 +509,8 @@ class Pilot:
             self._step_event(out, "update_second")
             g.check("step counted", tr.step == 2, f"step {tr.step}")
             g.check("finite loss", math.isfinite(out["loss"]), f"loss {out['loss']:.4f}")
+            if self.dist:
+                self._ranks_agree(g)
             first = _peak(self.measures["update_first"]["mem"])
             g.extra["first_step_peak"] = first
 
@@ -472,6 +522,27 @@ class Pilot:
         p1, p2 = _peak(self.measures["update_first"]["mem"]), _peak(self.measures["update_second"]["mem"])
         if p1 and p2:
             g2.extra["peak_vs_first"] = p2 / p1
+
+    def _effective_batch(self, g: Gate, micro: int, accum: int) -> None:
+        from ..arithmetic import BatchPlan
+
+        declared = int(self.params.get("data_replicas") or 1)
+        plan = BatchPlan(micro, accum, self.world, int(self.params.get("model_parallel") or 1))
+        g.inputs["examples_per_update"] = plan.examples_per_update
+        if declared == self.world:
+            g.check("effective batch", True, f"{plan.examples_per_update} = {micro} x {accum} x {self.world} replica(s)")
+        else:
+            ref = BatchPlan(micro, accum, declared).examples_per_update
+            g.check("effective batch", False,
+                    f"{plan.examples_per_update} = {micro} x {accum} x {self.world} ranks, but the notebook declares "
+                    f"data_replicas = {declared} ({ref} per update): set [batch] data_replicas = {self.world}, "
+                    f"or divide accumulation by {self.world // max(declared, 1) or 1} to keep the experiment", warn=True)
+
+    def _ranks_agree(self, g: Gate) -> None:
+        prints = dist_.gather(sorted(_param_fingerprint(self.trainer.model).items()))
+        same = all(p == prints[0] for p in prints[1:])
+        g.check("parameters identical on every rank", same,
+                f"{self.world} ranks agree" if same else "ranks hold different parameters after the update")
 
     def phase_accumulation(self) -> None:
         tr = self.trainer
@@ -517,7 +588,7 @@ class Pilot:
                 tr.optimizer.zero_grad(set_to_none=True)
                 for m, mode in modes.items():
                     m.train(mode)
-            num = sum(float((a - s).double().pow(2).sum()) for a, s in zip(acc, single) if a is not None and s is not None)
+            num = sum(float((a - s).double().pow(2).sum()) for a, s in zip(acc, single, strict=False) if a is not None and s is not None)
             den = sum(float(s.double().pow(2).sum()) for s in single if s is not None)
             rel = math.sqrt(num) / max(math.sqrt(den), 1e-30)
             g.extra["relative_difference"] = rel
@@ -615,6 +686,13 @@ class Pilot:
         def body(g: Gate) -> None:
             t0 = time.perf_counter()
             st = tr.state_dict()
+            if self.dist:  # one file, saved once, with every rank's RNG state
+                st["rng_ranks"] = dist_.gather(st["rng"])
+                self.saved = {"step": tr.step, "lr": float(tr.optimizer.param_groups[0]["lr"]), "data": tr.order.state()}
+                if self.rank != 0:
+                    g.inputs["step"] = tr.step
+                    g.check("saved once, by rank 0", True, "this rank's RNG state is in it")
+                    return
             size = ck.atomic_save(st, self.rdir / ck.CHECKPOINT)
             g.inputs["step"] = tr.step
             g.check("written", size > 0, f"{size / 2**20:.2f} MiB in {time.perf_counter() - t0:.2f} s")
@@ -628,13 +706,28 @@ class Pilot:
 
         self.run_phase("save", {}, body)
 
-    def _child(self, what: str, g: Gate) -> dict[str, Any]:
-        out = self.rdir / f"{what}.json"
+    def _child(self, what: str, g: Gate, distributed: bool = False) -> dict[str, Any]:
+        env = os.environ.copy()
+        name = f"{what}.json"
+        if distributed:  # every rank starts its own new process; they form a new group on a new port
+            port = dist_.broadcast(dist_.free_port() if self.rank == 0 else None)
+            env.update({"MASTER_PORT": str(port), "COCKPIT_CHILD_DIST": "1"})
+            env.pop("TORCHELASTIC_USE_AGENT_STORE", None)  # rank 0's child hosts its own store
+            if self.rank:
+                name = f"{what}.rank{self.rank}.json"
+        else:
+            env["WORLD_SIZE"], env["RANK"] = "1", "0"
+        out = self.rdir / name
         if out.exists():
             out.unlink()
         cmd = [sys.executable, "-m", "cockpit.pilot.child", what, str(self.rdir)]
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
+        limit = float(os.environ.get("COCKPIT_CHILD_TIMEOUT_S", "1800"))
+        try:
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=limit)
+        except subprocess.TimeoutExpired as exc:
+            g.fail("new process", f"no answer after {limit:g} s (COCKPIT_CHILD_TIMEOUT_S); its output: {(exc.output or '')[-300:]}")
+            return {}
         elapsed = time.perf_counter() - t0
         if proc.stdout:
             print(proc.stdout, end="", flush=True)
@@ -658,7 +751,7 @@ class Pilot:
                 out = tr.update()
                 self._step_event(out, "resume")
                 losses.append(out["loss"])
-            data = self._child("resume", g)
+            data = self._child("resume", g, distributed=self.dist)
             if not data:
                 return
             g.check("step restored", data["step"] == self.saved["step"], f"step {data['step']} (saved {self.saved['step']})")
@@ -670,9 +763,9 @@ class Pilot:
                 same = got == losses
                 detail = "bit-identical: " if same else "differ: "
             else:
-                same = len(got) == len(losses) and all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(got, losses))
+                same = len(got) == len(losses) and all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(got, losses, strict=False))
                 detail = "within 1e-5 (GPU kernels are not bit-deterministic): " if same else "differ: "
-            detail += ", ".join(f"{a:.6f}/{b:.6f}" for a, b in zip(got, losses))
+            detail += ", ".join(f"{a:.6f}/{b:.6f}" for a, b in zip(got, losses, strict=False))
             g.check("next losses equal the uninterrupted run", same, detail)
             g.extra["child_peak"] = data.get("peak")
 
@@ -682,6 +775,9 @@ class Pilot:
         tr = self.trainer
 
         def body(g: Gate) -> None:
+            if self.rank != 0:
+                g.check("exported once, by rank 0", True, "parameters are identical on every rank")
+                return
             adir = self.rdir / ck.ARTIFACT_DIR
             t0 = time.perf_counter()
             manifest = ck.export_artifact(tr.model, adir, {

@@ -43,9 +43,18 @@ def user(where: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     except (torch.OutOfMemoryError, KeyboardInterrupt, NonFinite):
         raise
     except Exception as exc:
-        if is_oom(exc):
+        if is_oom(exc) or is_collective_failure(exc):
             raise
         raise UserCodeError(where, exc) from exc
+
+
+def is_collective_failure(exc: BaseException) -> bool:
+    """A distributed collective that timed out or lost its peer (raised inside DDP's forward or backward)."""
+    name = type(exc).__name__
+    text = str(exc)
+    return name in ("DistBackendError", "DistNetworkError", "DistStoreError") or any(
+        s in text for s in ("gloo/transport", "Timed out waiting", "Connection closed by peer", "NCCL", "ProcessGroup")
+    )
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -219,6 +228,11 @@ class Trainer:
             self.optimizer,
             _schedule(self.params.get("schedule") or "constant", int(self.params.get("warmup_updates") or 0), self.total_updates),
         )
+        if self.world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.ddp = DistributedDataParallel(self.model, device_ids=ids)  # broadcasts rank 0's weights
         self.scaler = None
         if self.precision == "fp16":
             self.scaler = torch.amp.GradScaler(self.device.type, init_scale=float(self.params.get("loss_scale_init") or 2.0**16))
@@ -410,4 +424,5 @@ class Trainer:
             self.scaler.load_state_dict(st["scaler"])
         self.step = int(st["step"])
         self.order.load(st["data"])
-        set_rng_state(st["rng"])
+        ranks = st.get("rng_ranks")
+        set_rng_state(ranks[self.rank] if ranks and self.rank < len(ranks) else st["rng"])
