@@ -16,6 +16,8 @@ from cockpit import sheet as sh
 from cockpit.cli import main
 
 MIB = 2**20
+# One real pilot runs in this module (about 20 s alone; minutes on a machine shared with other suites).
+pytestmark = pytest.mark.timeout(900)
 
 
 def cockpit(*args: str) -> subprocess.CompletedProcess:
