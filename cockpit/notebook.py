@@ -614,7 +614,8 @@ def to_dict(nb: Notebook) -> dict[str, Any]:
     for key in SECTIONS:
         value = getattr(nb, key)
         if isinstance(value, list):
-            out[key] = [_strip_none(dataclasses.asdict(v)) for v in value]
+            if value:  # an empty array of tables would be written as "runs = []" above every table
+                out[key] = [_strip_none(dataclasses.asdict(v)) for v in value]
         else:
             out[key] = _strip_none(dataclasses.asdict(value))
     return out
