@@ -1,0 +1,204 @@
+"""``cockpit inspect RUN_DIR`` or ``cockpit inspect CAMPAIGN [RUN_ID]``: what reaches the loss.
+
+Prints the examples the data gate recorded in the run's ``inspect.json``,
+exactly as the loss received them: the decoded text with the supervised spans
+highlighted and the masked spans dimmed, the target (and its label name for a
+classifier), then every row of the batch position by position (input ids,
+attention mask, labels with ignored positions dimmed). Also the class counts
+per split, what cropping to max_length cost, and the data gate's failed
+checks. No torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from .. import events as ev
+from .. import notebook as nbm
+from .. import runs
+from ..errors import CockpitError, UsageError
+
+INSPECT_FILE = "inspect.json"
+SUPERVISED = "bold black on green"
+MASKED = "dim"
+IGNORE = -100
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", nargs="?", default="campaigns/demo",
+                   help="a run folder, or a campaign folder (then RUN_ID, default: its latest inspected run)")
+    p.add_argument("run_id", nargs="?", help="run id within the campaign, e.g. r0003")
+    p.add_argument("--split", help="only the examples of this split")
+    p.add_argument("--id", dest="example_id", help="only this example")
+    p.add_argument("--json", action="store_true", help="print the inspect.json document")
+
+
+def resolve(target: str, run_id: str | None) -> Path:
+    """The run folder named by RUN_DIR, or by CAMPAIGN and RUN_ID (default: the latest run with inspect.json)."""
+    path = Path(target)
+    if (path / runs.RUN_FILE).is_file() or (path / INSPECT_FILE).is_file():
+        if run_id:
+            raise UsageError(f"{path} is a run folder already; drop {run_id!r}, or pass the campaign folder")
+        return path
+    try:
+        nb_path = nbm.find(path)
+    except CockpitError as exc:
+        raise UsageError(f"{target}: neither a run folder (no {runs.RUN_FILE}) nor a campaign ({exc})") from None
+    campaign_dir = nb_path.parent
+    if run_id:
+        rdir = runs.run_dir(campaign_dir, run_id)
+        if not rdir.is_dir():
+            have = sorted(p.name for p in runs.runs_dir(campaign_dir).glob("r*") if p.is_dir())
+            raise UsageError(f"{campaign_dir}: no run {run_id!r}" + (f"; runs: {', '.join(have[-8:])}" if have
+                                                                     else "; start one with `cockpit pilot`"))
+        return rdir
+    inspected = sorted(p.parent for p in runs.runs_dir(campaign_dir).glob(f"*/{INSPECT_FILE}"))
+    if not inspected:
+        raise UsageError(f"{campaign_dir}: no run has inspected examples yet; `cockpit pilot {target}` records them "
+                         "in its data gate")
+    return inspected[-1]
+
+
+def load(rdir: Path) -> dict[str, Any]:
+    path = rdir / INSPECT_FILE
+    try:
+        doc = json.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: not written; the data gate writes it, and this run did not reach or finish "
+                         "that gate (see `cockpit runs`)") from None
+    except ValueError as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc}); the pilot may still be writing it") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("examples"), list):
+        raise UsageError(f"{path}: no 'examples' list in it")
+    return doc
+
+
+def data_gate(rdir: Path) -> dict[str, Any] | None:
+    gates = [g for g in ev.gates(ev.read_events(rdir / ev.EVENTS_FILE)) if g.get("phase") == "data"]
+    return gates[-1] if gates else None
+
+
+def text_of(example: dict[str, Any]) -> Any:
+    """The decoded text as rich Text: supervised spans highlighted, masked spans dimmed."""
+    from rich.text import Text
+
+    out = Text()
+    text = example.get("text")
+    if isinstance(text, list):
+        for span in text:
+            if isinstance(span, (list, tuple)) and len(span) == 2:
+                out.append(str(span[0]), style=SUPERVISED if span[1] else MASKED)
+            else:
+                out.append(str(span))
+    elif text is not None:
+        out.append(str(text))
+    else:
+        out.append("(the task has no decode function)", style="dim italic")
+    return out
+
+
+def positions(row: dict[str, Any], width: int) -> list[Any]:
+    """The batch row position by position, in blocks that fit ``width`` columns."""
+    from rich.table import Table
+    from rich.text import Text
+
+    lists = {k: v for k, v in row.items() if isinstance(v, list) and all(not isinstance(x, list) for x in v)}
+    if not lists:
+        return []
+    n = max(len(v) for v in lists.values())
+    cell = max([3] + [len(str(x)) for v in lists.values() for x in v]) + 1
+    label_w = max(len(k) for k in lists) + 1
+    per_block = max(4, (width - label_w - 2) // cell)
+    blocks = []
+    for start in range(0, n, per_block):
+        tab = Table.grid(padding=(0, 0))
+        tab.add_column(width=label_w, no_wrap=True)
+        stop = min(n, start + per_block)
+        for _ in range(start, stop):
+            tab.add_column(justify="right", width=cell, no_wrap=True)
+        tab.add_row(Text("pos", style="dim"), *(Text(str(i), style="dim") for i in range(start, stop)))
+        masked = lists.get("attention_mask")
+        for k, v in lists.items():
+            cells = []
+            for i in range(start, stop):
+                x = v[i] if i < len(v) else ""
+                style = ""
+                pad = masked is not None and i < len(masked) and masked[i] == 0
+                if "label" in k or "target" in k:
+                    style = MASKED if x == IGNORE or x == "" else "bold green"
+                elif pad:
+                    style = MASKED
+                cells.append(Text(str(x), style=style))
+            tab.add_row(Text(k, style="bold"), *cells)
+        blocks.append(tab)
+    return blocks
+
+
+def render(doc: dict[str, Any], rdir: Path, gate: dict[str, Any] | None, split: str | None, only: str | None) -> None:
+    from rich.console import Console, Group
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    examples = [e for e in doc["examples"] if isinstance(e, dict)
+                and (split is None or e.get("split") == split) and (only is None or str(e.get("id")) == only)]
+    head = Text(f"{rdir}: {len(examples)} examples as the loss receives them", style="bold")
+    head.append("\n")
+    head.append("supervised", style=SUPERVISED)
+    head.append(" spans count in the loss; ")
+    head.append("dimmed", style=MASKED)
+    head.append(f" spans and labels {IGNORE} are ignored; each group of examples was collated together, as one batch")
+    console.print(head)
+    if gate is not None:
+        style = {"pass": "green", "warn": "yellow", "fail": "bold red"}.get(gate.get("verdict"), "dim")
+        console.print(Text.assemble(("data gate: ", "bold"), (str(gate.get("verdict")), style)))
+        for c in gate.get("checks", []):
+            if not c.get("ok"):
+                console.print(Text.assemble(("  warn " if c.get("warn") else "  fail ", "yellow" if c.get("warn") else "red"),
+                                            (c.get("name", ""), "bold"), ": ", c.get("detail", "")), overflow="fold")
+        trunc = gate.get("truncation")
+        if trunc:
+            console.print(f"cropping to max_length {trunc.get('max_length')}: {trunc.get('lose_target_tokens')} of "
+                          f"{trunc.get('examples')} train examples lose target tokens, {trunc.get('no_target_left')} keep none",
+                          highlight=False)
+    counts = doc.get("class_counts") or {}
+    if counts:
+        names = doc.get("label_names") or sorted({k for c in counts.values() for k in c})
+        tab = Table(title="class counts", title_justify="left")
+        tab.add_column("id", justify="right")
+        tab.add_column("label")
+        for s in counts:
+            tab.add_column(s, justify="right")
+        extra = sorted({k for c in counts.values() for k in c} - set(names))
+        for i, name in enumerate([*names, *extra]):
+            tab.add_row(str(i) if i < len(names) else "?", str(name), *(str(counts[s].get(name, 0)) for s in counts))
+        console.print(tab)
+    if not examples:
+        console.print(Text("no example matches", style="yellow"))
+    width = max(40, console.width - 4)
+    for e in examples:
+        body: list[Any] = [Text.assemble(("text   ", "bold"), text_of(e))]
+        if e.get("target") is not None:
+            body.append(Text.assemble(("target ", "bold"), (str(e["target"]), "green")))
+        if e.get("label_name") is not None:
+            body.append(Text.assemble(("label  ", "bold"), str(e["label_name"])))
+        row = e.get("row") or {}
+        scalars = {k: v for k, v in row.items() if not isinstance(v, list)}
+        for k, v in scalars.items():
+            body.append(Text.assemble((f"{k} ", "bold"), str(v)))
+        body.extend(positions(row, width - 4))
+        console.print(Panel(Group(*body), title=f"{e.get('split', '?')} {e.get('id', '?')}", title_align="left"))
+
+
+def run(args: argparse.Namespace) -> int:
+    rdir = resolve(args.target, args.run_id)
+    doc = load(rdir)
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    render(doc, rdir, data_gate(rdir), args.split, args.example_id)
+    return 0
