@@ -107,18 +107,25 @@ def line_chart(series: list[tuple[str, list[tuple[float, float]]]], height: int 
     if not pts:
         return ["(no points)"]
     x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
-    y0, y1 = min(p[1] for p in pts), max(p[1] for p in pts)
-    if y1 == y0:
-        y1 = y0 + 1e-9
     if x1 == x0:
         x1 = x0 + 1
-    grid = [[" "] * width for _ in range(height)]
-    for i, (_, s) in enumerate(series):
-        m = MARKERS[i % len(MARKERS)]
+    # One mark per series and column: the mean of the points that fall in that column, so a long
+    # noisy curve reads as a line instead of a cloud.
+    cols: list[dict[int, float]] = []
+    for _, s in series:
+        acc: dict[int, list[float]] = {}
         for x, y in s:
-            if not math.isfinite(y):
-                continue
-            col = round((x - x0) / (x1 - x0) * (width - 1))
+            if math.isfinite(y):
+                acc.setdefault(round((x - x0) / (x1 - x0) * (width - 1)), []).append(y)
+        cols.append({c: sum(v) / len(v) for c, v in acc.items()})
+    vals = [y for c in cols for y in c.values()]
+    y0, y1 = min(vals), max(vals)
+    if y1 == y0:
+        y1 = y0 + 1e-9
+    grid = [[" "] * width for _ in range(height)]
+    for i, c in enumerate(cols):
+        m = MARKERS[i % len(MARKERS)]
+        for col, y in c.items():
             row = height - 1 - round((y - y0) / (y1 - y0) * (height - 1))
             grid[row][col] = m
     lab = [f"{y1:.3g}", f"{(y0 + y1) / 2:.3g}", f"{y0:.3g}"]
@@ -134,18 +141,53 @@ def line_chart(series: list[tuple[str, list[tuple[float, float]]]], height: int 
     return out
 
 
-def read_curve(rdir: Path) -> list[tuple[float, float]]:
-    p = Path(rdir) / "curve.csv"
+def read_curve(rdir: Path, name: str = "curve.csv", column: str = "loss") -> list[tuple[float, float]]:
+    """(step, value) pairs of a run's CSV (curve.csv: training loss; evals.csv: val_loss)."""
+    p = Path(rdir) / name
     if not p.is_file():
         return []
     out = []
     with open(p, newline="", encoding="utf-8") as fh:
         for row in csv.DictReader(fh):
             try:
-                out.append((float(row["step"]), float(row["loss"])))
+                out.append((float(row["step"]), float(row[column])))
             except (KeyError, TypeError, ValueError):
                 continue
     return out
+
+
+def mean_curve(curves: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """Per step, the mean over the runs that reached it."""
+    by_step: dict[float, list[float]] = {}
+    for c in curves:
+        for x, y in c:
+            if math.isfinite(y):
+                by_step.setdefault(x, []).append(y)
+    return [(x, sum(v) / len(v)) for x, v in sorted(by_step.items())]
+
+
+def _curve_charts(res: list[VariantResult], all_runs: list[sh.RunFiles]) -> list[str]:
+    """Training and validation loss per variant: the mean over the seeds that count in the table above."""
+    dirs = {r.id: r.dir for r in all_runs}
+    train, val = [], []
+    for r in res:
+        if not r.runs:
+            continue
+        label = f"{r.variant}" + (f" [{r.tag}]" if r.tag else "") + f" ({len(r.runs)} seed{'s' if len(r.runs) != 1 else ''})"
+        t = mean_curve([read_curve(dirs[rid]) for rid, _, _ in r.runs if rid in dirs])
+        v = mean_curve([read_curve(dirs[rid], "evals.csv", "val_loss") for rid, _, _ in r.runs if rid in dirs])
+        if t:
+            train.append((label, t))
+        if v:
+            val.append((label, v))
+    out = []
+    if train:
+        out += ["Training loss per update, mean over each variant's counted seeds (each column shows the mean of "
+                "the updates it covers):", "", "```"] + line_chart(train, ylabel="training loss vs update") + ["```", ""]
+    if val:
+        out += ["Validation loss at each validation, mean over the same seeds:", "", "```"]
+        out += line_chart(val, height=8, ylabel="val_loss vs update") + ["```"]
+    return out or ["No completed series run has written a loss curve yet."]
 
 
 # --------------------------------------------------------------------------- sections
@@ -202,6 +244,17 @@ def _held(nb: nbm.Notebook) -> list[str]:
     return out
 
 
+def _series_peak(r: sh.RunFiles | None) -> str:
+    """A series run's peak from its metrics.json, with the counter named; "absent" when not measured."""
+    pk = (r.metrics or {}).get("peak") if r else None
+    if not isinstance(pk, dict):
+        return "absent"
+    for key, name in (("peak_reserved", "torch peak reserved"), ("rss_peak", "process RSS")):
+        if isinstance(pk.get(key), (int, float)):
+            return f"{pk[key] / 2**20:,.0f} ({name})"
+    return "absent"
+
+
 def _runs_section(nb: nbm.Notebook, all_runs: list[sh.RunFiles]) -> list[str]:
     by_id = {r.id: r for r in all_runs}
     metric = nb.campaign.quality_metric
@@ -211,7 +264,7 @@ def _runs_section(nb: nbm.Notebook, all_runs: list[sh.RunFiles]) -> list[str]:
         listed.add(row.id)
         r = by_id.get(row.id)
         counter = runs.peak_of(r.gates)[1] if r else ""
-        peak = f"{row.peak_mib:,.0f} ({counter})" if row.peak_mib is not None else "absent"
+        peak = f"{row.peak_mib:,.0f} ({counter})" if row.peak_mib is not None else _series_peak(r)
         val = sh.metric_value(r.metrics if r else None, metric)
         rows.append([row.id, row.kind, row.variant, row.seed, row.status, row.phase or "", row.stop_reason,
                      peak, f"{row.duration_s:.1f}" if row.duration_s is not None else "",
@@ -374,17 +427,8 @@ def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: 
     out += ["", "## Selection sheet", ""] + sheet_lines
     out += ["", "## Rental plan", ""] + plan_lines
     out += ["", "## Conclusion", ""] + _conclusion(nb, generated)
-    out += ["", "## Charts", "", "### Loss curves (training loss per update)", ""]
-    curves = []
-    for v in nb.variants:
-        for r in sh.series_runs(all_runs, v.id):
-            pts = read_curve(r.dir)
-            if pts:
-                curves.append((f"{v.id} s{r.seed} ({r.id}, {r.status})", pts))
-    if curves:
-        out += ["```"] + line_chart(curves, ylabel="loss vs update") + ["```"]
-    else:
-        out.append("No series run has written a loss curve yet.")
+    out += ["", "## Charts", "", "### Loss curves", ""]
+    out += _curve_charts(res, all_runs)
     out += ["", "### Memory per phase", ""]
     if sheet is not None:
         gpu = sheet.measured_gpu

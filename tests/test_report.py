@@ -107,7 +107,8 @@ def test_charts_are_text(campaign: tuple[Path, dict[str, str]]) -> None:
     camp, _ = campaign
     text = rp.build(camp)
     charts = text[text.index("## Charts"):]
-    assert "● lr1e-4 s0" in charts and "┤" in charts and "└" in charts
+    assert "● lr1e-4 (3 seeds), ▲ lr5e-5 (3 seeds), ■ lr2e-4 (2 seeds)" in charts  # the diverged seed is not averaged in
+    assert "┤" in charts and "└" in charts
     assert "◀ peak" in charts and "MiB process RSS (host)" in charts
 
 
@@ -118,6 +119,11 @@ def test_bar_chart_says_absent_and_line_chart_scales() -> None:
     assert rows[2].startswith("worst_case │████████ 400 MiB") and rows[2].endswith("◀ peak")
     chart = rp.line_chart([("a", [(0, 1.0), (10, 0.0)])], height=3, width=11)
     assert chart[0].endswith("┤●          ") and chart[2].endswith("┤          ●")
+    # points sharing a column are averaged into one mark
+    chart = rp.line_chart([("a", [(0, 1.0), (1, 0.0), (100, 1.5)])], height=3, width=3)
+    assert [line[-3:] for line in chart[:3]] == ["  ●", "   ", "●  "]  # column 0 holds the mean 0.5
+    assert chart[2].startswith("0.5 ┤")
+    assert rp.mean_curve([[(1, 2.0), (2, 4.0)], [(1, 4.0)]]) == [(1, 3.0), (2, 4.0)]
 
 
 def test_report_without_runs_says_what_is_missing(tmp_path: Path) -> None:
@@ -126,7 +132,7 @@ def test_report_without_runs_says_what_is_missing(tmp_path: Path) -> None:
     assert "No selection sheet: no passed pilot of variant 'lr1e-4'" in text
     assert "No series run has finished with a final val_loss" in text
     assert "Nothing can be planned" in text
-    assert "No series run has written a loss curve yet." in text
+    assert "No completed series run has written a loss curve yet." in text
 
 
 def test_a_quick_look_with_other_settings_is_kept_apart(campaign: tuple[Path, dict[str, str]]) -> None:
