@@ -515,8 +515,7 @@ def _render_memory(data: dict[str, Any], console: Any) -> None:
     measured = [v for v in vids if mem[v]["run"]]
     counters = {mem[v]["counter"] for v in measured}
     counter = " / ".join(sorted(counters)) or "no measurement"
-    t = Table(title=f"memory (MiB, {counter}) and time (s) per phase, latest passed pilot of each variant",
-              title_justify="left")
+    t = Table()
     t.add_column("phase", no_wrap=True)
     for v in vids:
         head = v + (" (ref)" if v == ref else "") + (f"\n{data['kinds'].get(v, '')}" if data["kinds"].get(v) == "memory" else "")
@@ -533,6 +532,8 @@ def _render_memory(data: dict[str, Any], console: Any) -> None:
     t.add_row("[bold]peak[/]", *[_mib(mem[v]["peak"]) + (f" ({mem[v]['peak'] / rpeak:.2f}x)" if mem[v]["peak"] and rpeak and v != ref else "") for v in vids])
     t.add_row("[bold]s per step[/]", *[_f(mem[v]["step_time_s"], 3) + (f" ({mem[v]['step_time_s'] / rstep:.2f}x)" if mem[v]["step_time_s"] and rstep and v != ref else "") for v in vids])
     if measured:
+        console.print(f"[italic]memory (MiB, {counter}) · time (s) per phase, from the latest passed pilot of each variant[/]",
+                      highlight=False)
         console.print(t)
         if "process peak RSS" in counters:
             console.print("on a CPU the peak is the pilot process's RSS, which includes the Python and torch runtime; "

@@ -124,10 +124,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print(results: list[dict[str, Any]], wall: float, path: Path) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"series: {len(results)} runs in {wall:.0f} s", title_justify="left")
+    t = Table(title=f"series: {len(results)} runs in {wall:.0f} s", title_justify="left", box=box.SIMPLE_HEAD)
     show_follows = any(r["follows"] for r in results)
     cols = ["run", "variant", "seed", *(["follows"] if show_follows else []), "status", "updates", "val_loss",
             "s/upd", "time"]

@@ -425,6 +425,9 @@ class TrainingRun:
         if width < 2:
             return None
         inner = counts[:, : width - 1]
+        mask = batch.get(task.mask_key)
+        if torch.is_tensor(mask) and tuple(mask.shape) == tuple(inp.shape):
+            inner = inner & mask.detach().cpu()[:, 1:].bool()  # a row's last target has padding after it
         follows = ((inp[:, 1:] == lab[:, : width - 1]) | ~inner).all(1)
         if not bool(follows.any()):
             return None
