@@ -151,7 +151,8 @@ def render(doc: dict[str, Any], rdir: Path, gate: dict[str, Any] | None, split: 
     head.append("supervised", style=SUPERVISED)
     head.append(" spans count in the loss; ")
     head.append("dimmed", style=MASKED)
-    head.append(f" spans and labels {IGNORE} are ignored; each group of examples was collated together, as one batch")
+    head.append(f" spans and labels {IGNORE} are ignored; examples were collated in microbatches of the run's size, "
+                "so padding is what training sees")
     console.print(head)
     if gate is not None:
         style = {"pass": "green", "warn": "yellow", "fail": "bold red"}.get(gate.get("verdict"), "dim")

@@ -5,7 +5,8 @@ details name the example ids concerned and what is wrong, so a user sees from
 ``cockpit pilot`` alone which examples to look at and what to fix.
 
 The data gate collates every split in chunks, exactly as training does, and
-checks every row (capped at ``SCAN_LIMIT`` examples per split): identifiers,
+checks every row (at most ``SCAN_LIMIT`` examples per split and ``scan_seconds``
+of collating in all; the gate says when it stopped short): identifiers,
 targets against the label mapping or the vocabulary, lengths against the
 maximum, padding and instruction tokens that count in the loss, examples
 left with no supervised token, microbatches where every position is ignored.
@@ -22,6 +23,7 @@ Optional task hooks read here (through ``Task.extras``):
                           each split ships its own label list: every list must equal ``label_names``
 ``inspect_examples``      ``(train, val)`` how many examples ``inspect.json`` records (default (4, 2))
 ``max_no_target_share``   share of training examples allowed to have no supervised token (default 0)
+``scan_seconds``          time budget for collating the splits in the data gate (default 30 s)
 ``ordered_groups``        True when the group is a period (also implied by ``group_unit`` "period"):
                           validation and test groups must come after every training group
 """
@@ -32,6 +34,7 @@ import json
 import math
 import os
 import sys
+import time
 import traceback
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -47,7 +50,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 INSPECT_FILE = "inspect.json"
 CHUNK = 256  # examples per collate call while scanning a split
-SCAN_LIMIT = 50_000  # examples scanned per split; beyond that the gate says it sampled
+SCAN_LIMIT = 50_000  # examples scanned per split; beyond that the gate says it stopped short
+SCAN_SECONDS = 30.0  # collating budget for all splits together (Task.extras["scan_seconds"])
 PERIOD_UNITS = ("period", "date", "day", "week", "month", "quarter", "year", "time")
 
 
@@ -94,7 +98,9 @@ def data_gate(p: Pilot, g: Gate) -> None:
         return
     _identifier_checks(p, g)
     ml = p._max_length()
-    scans = {name: _scan(p, name, list(data), ml) for name, data in splits.items() if len(data)}
+    budget = time.monotonic() + float(task.extras.get("scan_seconds", SCAN_SECONDS))
+    order = ["train", *(n for n in splits if n != "train")]  # the training split first: it matters most
+    scans = {name: _scan(p, name, list(splits[name]), ml, budget) for name in order if len(splits.get(name, []))}
     p.data_scans = scans  # the leakage and overfit gates reuse what was learned here
     _batch_checks(p, g, scans, ml)
     if task.kind == "classification":
@@ -102,7 +108,8 @@ def data_gate(p: Pilot, g: Gate) -> None:
     if task.kind == "generation":
         _truncation_checks(p, g, scans["train"], ml)
     _ignored_batches(p, g, scans["train"])
-    g.inputs["scanned"] = {n: len(s.ids) for n, s in scans.items()}
+    g.inputs["scanned"] = ", ".join(f"{len(s.ids)}/{s.total} {n}" if len(s.ids) < s.total else f"{s.total} {n}"
+                                    for n, s in scans.items())
     _write_inspect(p, g, scans)
 
 
@@ -144,7 +151,7 @@ def _collate(p: Pilot, examples: list[dict[str, Any]], params: dict[str, Any] | 
     return {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in batch.items()}
 
 
-def _scan(p: Pilot, split: str, data: list[dict[str, Any]], ml: int | None) -> SplitScan:
+def _scan(p: Pilot, split: str, data: list[dict[str, Any]], ml: int | None, budget: float) -> SplitScan:
     task = p.task
     s = SplitScan(split, len(data))
     data = data[:SCAN_LIMIT]
@@ -153,6 +160,8 @@ def _scan(p: Pilot, split: str, data: list[dict[str, Any]], ml: int | None) -> S
     vocab = int(user("vocab_size", task.vocab_size, p.params)) if task.vocab_size else None
     field_name = task.extras.get("label_field", "label")
     for start in range(0, len(data), CHUNK):
+        if start and time.monotonic() > budget:
+            break  # out of time: the checks say how many rows they saw
         chunk = [e for e in data[start : start + CHUNK] if isinstance(e, dict)]
         if not chunk:
             continue
@@ -526,9 +535,11 @@ def inspect_rows(p: Pilot, examples: list[dict[str, Any]], split: str) -> list[d
 def _write_inspect(p: Pilot, g: Gate, scans: dict[str, SplitScan]) -> None:
     task = p.task
     n_train, n_val = task.extras.get("inspect_examples", (4, 2))
-    examples = inspect_rows(p, list(p.splits["train"][: int(n_train)]), "train")
-    if p.splits.get("val"):
-        examples += inspect_rows(p, list(p.splits["val"][: int(n_val)]), "val")
+    examples: list[dict[str, Any]] = []
+    for split, n, size in (("train", n_train, p.trainer.microbatch), ("val", n_val, p.trainer.eval_microbatch)):
+        chosen = list(p.splits.get(split, [])[: int(n)])
+        for i in range(0, len(chosen), max(int(size), 1)):  # padded together as one microbatch of training would be
+            examples += inspect_rows(p, chosen[i : i + max(int(size), 1)], split)
     doc: dict[str, Any] = {"examples": examples}
     if task.kind == "classification":
         names = task.label_names
