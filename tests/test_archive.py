@@ -122,3 +122,16 @@ def test_revisions_outside_git(tmp_path: Path) -> None:
     assert ar.task_source("mytask.py:task", tmp_path) == task.resolve()
     assert ar.git_revision(task) == "not a git checkout"
     assert ar.task_source("cockpit.tasks.tinylm:task", None).name == "tinylm.py"
+
+
+def test_a_series_run_is_archived_from_its_final_checkpoint(run_dir: Path, tmp_path: Path) -> None:
+    series = tmp_path / "runs" / "r0100"
+    shutil.copytree(run_dir, series, ignore=shutil.ignore_patterns("artifact"))
+    state = torch.load(run_dir / "artifact" / "model.pt", weights_only=True)
+    torch.save({"model": state, "step": 40, "status": "completed"}, series / "checkpoint.pt")
+    out = ar.gather(series, tmp_path / "arch")
+    assert (out / "model" / "checkpoint.pt").is_file() and not (out / "model" / "model.pt").exists()
+    v = ar.load(out)
+    assert v.ok, v.problems
+    assert all(torch.equal(v.state[k], state[k]) for k in state)
+    assert any(line.startswith("model/checkpoint.pt: loaded with torch.load(weights_only=True)") for line in v.lines)
