@@ -279,11 +279,16 @@ def _truncation(p: Pilot, s: SplitScan, chunk: list[dict[str, Any]], n_sup: list
     if not idx:
         return
     longest = max(lens) if lens else 4 * ml
-    full = _collate(p, [chunk[i] for i in idx], {**p.params, "max_length": longest + 2})
+    try:
+        full = _collate(p, [chunk[i] for i in idx], {**p.params, "max_length": longest + 2})
+    except UserCodeError:  # the collate cannot go past its limit: count the longer examples as losing targets
+        full = {}
     lab = full.get(task.label_key)
     if not torch.is_tensor(lab) or lab.shape[0] != len(idx):
         s.lost_known = False
-        s.lost.extend(chunk[i]["id"] for i in idx if lens)
+        if lens:
+            s.longer.extend(chunk[i]["id"] for i in idx)
+            s.lost.extend(chunk[i]["id"] for i in idx)
         return
     unc = _rows(lab != task.ignore_index).sum(1).tolist()
     width = lab.shape[-1]
