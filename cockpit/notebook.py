@@ -95,6 +95,7 @@ class TrainingSpec:
     warmup_updates: int = 0
     grad_clip: float | None = None
     precision: str = "fp32"  # fp32 | bf16 | fp16
+    loss_scale_init: float | None = None  # fp16 grad scaler's initial scale (torch default 65536)
     activation_checkpointing: bool = False
     device: str = "auto"  # auto | cpu | cuda
 

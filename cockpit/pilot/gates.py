@@ -472,7 +472,9 @@ class Pilot:
                 loss = state["loss_sum"] / state["count_total"]
             else:
                 loss = sum(state["means"]) / n
+            scale_before = tr.scaler.get_scale() if tr.scaler is not None else None
             out = tr.apply()
+            skipped = tr.scaler is not None and tr.scaler.get_scale() < scale_before
             out.update(step=tr.step, loss=loss, examples=sum(len(m) for m in mbs), duration_s=time.perf_counter() - t0)
             self._step_event(out, "update_first")
             after = _param_fingerprint(tr.model)
@@ -480,13 +482,23 @@ class Pilot:
             changed = [n_ for n_ in tr.trainable_names if after[n_] != before[n_]]
             frozen_changed = [n_ for n_ in after if n_ not in tr.trainable_names and after[n_] != before[n_]]
             unchanged = sorted(set(tr.trainable_names) - set(changed))
-            g.check("targeted parameters changed", not unchanged or (tr.scaler is not None),
-                    f"{len(changed)}/{len(tr.trainable_names)} changed" + (f"; unchanged: {', '.join(unchanged[:4])}" if unchanged else ""))
+            if skipped:
+                # fp16: gradients overflowed at the scaler's initial scale, so it skipped this step and
+                # halved the scale. Normal for a few steps; a warning, since nothing was updated yet.
+                g.check("optimizer step taken", False,
+                        f"the fp16 grad scaler skipped the first step (inf/NaN gradients at scale {scale_before:g}; now "
+                        f"{tr.scaler.get_scale():g}), so no parameter moved and no optimizer state exists yet; the scaler lowers "
+                        "its scale until a step is taken. "
+                        "A sum loss needs a lower training.loss_scale_init (e.g. 1024)", warn=True)
+            else:
+                g.check("targeted parameters changed", not unchanged,
+                        f"{len(changed)}/{len(tr.trainable_names)} changed" + (f"; unchanged: {', '.join(unchanged[:4])}" if unchanged else ""))
             g.check("frozen parameters unchanged", not frozen_changed, "unchanged" if not frozen_changed else f"changed: {', '.join(frozen_changed[:4])}")
             g.check("step counted", tr.step == 1, f"step {tr.step}")
             n_state = len(tr.optimizer.state)
-            g.check("optimizer state allocated", n_state > 0 or (tr.params.get("optimizer") == "sgd" and not tr.params.get("momentum")),
-                    f"state for {n_state} parameter tensors")
+            if not skipped:
+                g.check("optimizer state allocated", n_state > 0 or (tr.params.get("optimizer") == "sgd" and not tr.params.get("momentum")),
+                        f"state for {n_state} parameter tensors")
             g.check("gradient accumulation", True, f"{n} microbatches of {len(mbs[0])} per update")
             self._effective_batch(g, len(mbs[0]), n)
             if self.dist:

@@ -37,12 +37,19 @@ def _answer(op: str, word: str) -> str:
     return "".join(c + c for c in word)[: 2 * len(word)]
 
 
-def make_split(name: str, n: int, seed: int, offset: int = 0) -> list[dict[str, Any]]:
+def make_split(name: str, n: int, seed: int, offset: int = 0, taken: set[str] | None = None) -> list[dict[str, Any]]:
+    """n examples; an instruction already in ``taken`` (another split) is drawn again, so no
+    input appears in two splits."""
     rng = random.Random(f"{seed}-{name}")
+    taken = taken if taken is not None else set()
     out = []
     for i in range(n):
-        op = OPS[rng.randrange(len(OPS))]
-        word = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 12)))
+        while True:
+            op = OPS[rng.randrange(len(OPS))]
+            word = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 12)))
+            if f"{op}: {word}" not in taken:
+                break
+        taken.add(f"{op}: {word}")
         out.append(
             {
                 "id": f"{name}-{i:05d}",
@@ -56,10 +63,11 @@ def make_split(name: str, n: int, seed: int, offset: int = 0) -> list[dict[str, 
 
 def datasets(params: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     seed = int(params.get("data_seed", 1234))
+    taken: set[str] = set()
     return {
-        "train": make_split("train", int(params.get("train_examples", 3200)), seed),
-        "val": make_split("val", int(params.get("val_examples", 96)), seed),
-        "test": make_split("test", int(params.get("test_examples", 96)), seed),
+        "train": make_split("train", int(params.get("train_examples", 3200)), seed, taken=taken),
+        "val": make_split("val", int(params.get("val_examples", 96)), seed, taken=taken),
+        "test": make_split("test", int(params.get("test_examples", 96)), seed, taken=taken),
     }
 
 
