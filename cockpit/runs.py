@@ -71,6 +71,22 @@ def package_versions(names: tuple[str, ...] = ("torch", "cockpit", "numpy", "nvi
     return out
 
 
+def git_revision(where: Path) -> dict[str, Any]:
+    """The git commit of the folder holding the campaign (and so usually the task code), at run time."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, timeout=10).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+    except (OSError, subprocess.SubprocessError):
+        return {"git": "git not available"}
+    if not commit:
+        return {"git": "not a git checkout"}
+    return {"git": commit, "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
 def create_run(
     campaign: Path | str,
     variant: str | None = None,
@@ -120,6 +136,7 @@ def create_run(
                 "packages": package_versions(),
             },
             "command": {"argv": list(sys.argv), "cwd": os.getcwd()},
+            "revisions": git_revision(campaign_dir),
         }
         if extra:
             frozen["extra"] = extra
