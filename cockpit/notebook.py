@@ -131,6 +131,7 @@ class PilotSpec:
     overfit_examples: int = 16
     overfit_steps: int = 60
     overfit_loss_ratio: float = 0.1  # must fall below this share of its starting value
+    overfit_lr: float | None = None  # default: the training lr, raised to at least 3e-3
     grad_tolerance: float = 1e-4  # relative, accumulated vs single-batch gradient
     headroom: float = 0.1
 

@@ -46,7 +46,7 @@ REMEDY = {
     "or divide by the accumulation count",
     "worst_case": "the longest batch does not fit: lower the microbatch and raise accumulation, "
     "enable activation checkpointing or bf16, or shorten max_length (and check what that truncates)",
-    "overfit": "the model cannot learn 16 fixed examples: check labels, the loss, the learning rate, frozen parameters",
+    "overfit": "the model cannot learn a few fixed examples: check labels, the loss, the learning rate ([pilot] overfit_lr), frozen parameters",
     "validation": "separate validation settings from training's: eval mode, no grad, its own microbatch",
     "save": "fix what is saved (model, optimizer, scheduler, scaler, step, RNG, data position) before the series",
     "resume": "fix the checkpoint: everything that changes during training must be saved and restored",
