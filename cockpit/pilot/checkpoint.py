@@ -8,7 +8,6 @@ is refused with :class:`UnsafeArtifact`, never unpickled.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from ..archive import sha256  # one hashing function for exports and archives
 
 CHECKPOINT = "checkpoint.pt"
 ARTIFACT_DIR = "artifact"
@@ -55,14 +56,6 @@ def safe_load(path: Path | str, map_location: str | torch.device = "cpu") -> Any
             f"strings, lists or dicts, and unpickling them could run arbitrary code ({str(exc).splitlines()[0]}). "
             "Re-export it as a state_dict of tensors (or safetensors) from code you trust."
         ) from exc
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def export_artifact(model: torch.nn.Module, out_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
