@@ -13,7 +13,7 @@ schedule, decay); otherwise it is listed as not measured and never planned.
 Exporting the chosen model and the final evaluation come out of the package's
 reserve, which is never smaller than the export time the pilot measured.
 
-Runs are queued seed by seed: every variant's seed 0 (reference first, then
+Runs are queued seed by seed: every quality variant's seed 0 (reference first, then
 notebook order), then every seed 1, and so on, so a package cut short still
 compares every variant it holds. Packages are filled strictly in that order.
 """
@@ -203,8 +203,12 @@ def cost(nb: nbm.Notebook, variant: str, timing: Timing, updates: int | None, wh
 def build(nb: nbm.Notebook, days: tuple[int, ...] = DEFAULT_DAYS, seeds: int = DEFAULT_SEEDS,
           reserve_hours: float | None = None, all_runs: list[sh.RunFiles] | None = None) -> Plan:
     all_runs = sh.campaign_runs(nb.directory) if all_runs is None else all_runs
+    from .series import default_variants
+
     ref = nb.reference.id
-    order_v = [ref] + [v.id for v in nb.variants if v.id != ref]
+    # the runs a rental pays for are the series: quality variants (memory variants are
+    # ways of running them, compared by their pilots), the reference first
+    order_v = [ref] + [v for v in default_variants(nb) if v != ref]
     ds = _dataset_size(all_runs)
     timings = {v: measure(all_runs, v) for v in order_v}
     ref_t = timings[ref]
