@@ -3,7 +3,9 @@
 Thin on purpose: screens own their behaviour. The app keeps the notebook as
 last read, watches ``campaign.toml`` for changes made by someone else (the
 CLI, a pilot) and offers the actions the footer, the screens and the command
-palette share.
+palette share. It also drives a series (``cockpit.series.Series``): a timer
+hands ``Series.poll`` to a worker thread, which starts the next runs detached
+and reaps the finished ones, so the UI never waits on a run.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
@@ -22,17 +25,17 @@ from .device import DeviceSource, NvmlSource
 
 
 class Launcher(Protocol):
-    def start(self, rdir: Path) -> int: ...
+    def start(self, rdir: Path, nproc: int = 1, env: dict[str, str] | None = None) -> int: ...
     def stop(self, rdir: Path) -> str: ...
 
 
 class ProcessLauncher:
-    """Starts and stops real pilots, detached (cockpit.launch)."""
+    """Starts and stops real pilots and series runs, detached (cockpit.launch)."""
 
-    def start(self, rdir: Path) -> int:
+    def start(self, rdir: Path, nproc: int = 1, env: dict[str, str] | None = None) -> int:
         from .. import launch
 
-        return launch.start(rdir)
+        return launch.start(rdir, nproc=nproc, env=env)
 
     def stop(self, rdir: Path) -> str:
         from .. import launch
@@ -48,6 +51,7 @@ class Timing:
     runs_s: float = 2.0  # re-derive run statuses from their folders
     notebook_s: float = 1.0  # has campaign.toml changed on disk?
     device_s: float = 1.0  # NVML reading
+    series_s: float = 1.0  # a running series: reap finished runs, start the next ones
 
 
 class NotebookChanged(Message):
@@ -94,6 +98,10 @@ class CockpitApp(App[None]):
         self.watch = watch
         self.sub_title = self.notebook.campaign.name
         self._stat: tuple[int, int] | None = None
+        self.series = None  # cockpit.series.Series while one is driven from here
+        self.series_started: list[str] = []
+        self._series_timer = None
+        self._series_busy = False  # a poll is running in a thread (it writes campaign.toml itself)
 
     def on_mount(self) -> None:
         from .screens.campaign import CampaignScreen
@@ -113,6 +121,8 @@ class CockpitApp(App[None]):
         return st.st_mtime_ns, st.st_size
 
     def _check_notebook(self) -> None:
+        if self._series_busy:
+            return  # our own series is writing run rows: reloaded when its poll returns
         stat = self._stat_now()
         if stat == self._stat:
             return
@@ -156,10 +166,35 @@ class CockpitApp(App[None]):
         if not isinstance(self.screen, DeviceScreen):
             self.push_screen(DeviceScreen())
 
+    def run_kind(self, run_id: str) -> str:
+        """"pilot" or "train": the notebook row says, else the run's frozen run.toml."""
+        from .. import runs
+
+        for row in self.notebook.runs:
+            if row.id == run_id:
+                return row.kind
+        try:
+            return str(runs.read_run_toml(runs.run_dir(self.campaign_dir, run_id))["run"].get("kind", "pilot"))
+        except (OSError, KeyError, ValueError):
+            return "pilot"
+
     def open_run(self, run_id: str) -> None:
+        if self.run_kind(run_id) == "train":
+            from .screens.train import TrainRunScreen
+
+            self.push_screen(TrainRunScreen(run_id))
+            return
         from .screens.run import RunScreen
 
         self.push_screen(RunScreen(run_id))
+
+    def action_compare(self, view: str = "tables") -> None:
+        from .screens.compare import CompareScreen
+
+        if isinstance(self.screen, CompareScreen):
+            self.screen.action_view(view)
+        else:
+            self.push_screen(CompareScreen(view))
 
     def open_data(self, run_id: str) -> None:
         from .screens.data import DataScreen
@@ -179,18 +214,183 @@ class CockpitApp(App[None]):
         from .. import runs
 
         try:
-            rid, rdir = runs.create_run(self.notebook_path, variant, seed, kind="pilot")
+            rid, rdir = runs.create_run(self.notebook_path, variant, seed, kind="pilot", extra=self._launch_extra())
         except nbm.NotebookError as exc:
             self.notify(str(exc), title="pilot not created", severity="error", timeout=15)
             return
         try:
-            pid = self.launcher.start(rdir)
+            pid = self.launcher.start(rdir, nproc=self._nproc())
         except OSError as exc:
             self.notify(f"{rdir}: the pilot did not start: {exc}", severity="error", timeout=15)
             return
         self.reload_notebook()
         self.notify(f"pilot {rid} started ({variant}, seed {seed}, pid {pid})", title="pilot")
         self.open_run(rid)
+
+    def _nproc(self) -> int:
+        """Processes per run, as ``cockpit pilot`` decides: one per data replica under DDP or FSDP."""
+        nb = self.notebook
+        return nb.batch.data_replicas if nb.selection.strategy in ("DDP", "FSDP") else 1
+
+    def _launch_extra(self) -> dict:
+        return {"launch": {"nproc": self._nproc(), "nnodes": 1, "rdzv": ""}}
+
+    # ---- a series of train runs (variants x seeds), driven from here
+
+    def action_start_series(self) -> None:
+        from .. import series as sr
+        from .screens.dialogs import StartSeriesScreen
+
+        if self.series is not None and not self.series.done:
+            self.notify(f"a series is running: {self.series_status()}; stop it first (palette: Stop the series)",
+                        severity="warning")
+            return
+
+        def chosen(choice: tuple[list[str], list[int], int, int | None] | None) -> None:
+            if choice is not None:
+                self.start_series(*choice)
+
+        nb = self.notebook
+        self.push_screen(StartSeriesScreen(nb, sr.default_variants(nb)), chosen)
+
+    def start_series(self, variants: list[str], seeds: list[int], parallel: int = 1, updates: int | None = None) -> None:
+        """Plan it now (errors shown at once), then start and follow it from a timer."""
+        from .. import series as sr
+        from ..errors import CockpitError
+
+        try:
+            nb = nbm.load(self.notebook_path)
+            items, notes = sr.plan(nb, variants, seeds, overrides=sr.budget_overrides(updates))
+            notes += sr.parallel_check(self.notebook_path, [i.variant for i in items], parallel)
+            series = sr.Series(self.notebook_path, items, parallel=parallel, starter=self._series_starter)
+        except (CockpitError, nbm.NotebookError) as exc:
+            self.notify(str(exc), title="series not started", severity="error", timeout=20)
+            return
+        if not items:
+            self.notify("nothing to run", title="series", severity="warning")
+            return
+        self.series, self.series_started = series, []
+        budget = f"{updates} updates each (a quick look, recorded in each run)" if updates else "the notebook's budget"
+        self.notify("\n".join([f"{len(items)} runs, {parallel} at a time, {budget}", *notes]), title="series")
+        if self._series_timer is not None:
+            self._series_timer.stop()
+        self._series_timer = self.set_interval(self.timing.series_s, self._series_tick)
+        self._series_tick()
+
+    def _series_starter(self, campaign: Path, variant: str, seed: int, *, kind: str = "train", follows: str = "",
+                        overrides: dict | None = None, env: dict[str, str] | None = None) -> tuple[str, Path]:
+        """What ``commands.pilot.start`` does, through this app's launcher (tests start a harmless process)."""
+        from .. import runs
+
+        rid, rdir = runs.create_run(campaign, variant, seed, kind=kind, follows=follows, overrides=overrides,
+                                    extra=self._launch_extra())
+        self.launcher.start(rdir, nproc=self._nproc(), env=env)
+        return rid, rdir
+
+    def _series_tick(self) -> None:
+        if self.series is None or self._series_busy:
+            return
+        self._series_busy = True
+        self._series_poll()
+
+    @work(thread=True, group="series", exit_on_error=False, description="series: reap and start runs")
+    def _series_poll(self) -> None:
+        from .. import runs
+
+        series = self.series
+        changes: list = []
+        error = ""
+        try:
+            changes = series.poll()
+        except Exception as exc:  # noqa: BLE001 - shown; the runs already started keep running
+            error = f"{type(exc).__name__}: {exc}"
+            series.pending.clear()
+        done = series.done
+        if done:
+            try:
+                runs.reconcile(self.notebook_path)
+            except Exception as exc:  # noqa: BLE001
+                error = error or f"reconcile: {exc}"
+        self.call_from_thread(self._series_polled, series, changes, done, error)
+
+    def _series_polled(self, series, changes: list, done: bool, error: str) -> None:  # noqa: ANN001
+        self._series_busy = False
+        if series is not self.series:
+            return
+        if error:
+            self.notify(f"{error}\nno further run is started", title="series", severity="error", timeout=20)
+        for what, s in changes:
+            if what == "started":
+                self.series_started.append(s.run_id)
+                self.notify(f"{s.run_id} started: {s.item.label()}", title="series")
+            else:
+                st = s.state
+                bad = st is not None and st.status != "completed"
+                self.notify(f"{s.run_id} {st.status if st else '?'}: {st.stop_reason if st else ''}", title="series",
+                            severity="warning" if bad else "information", timeout=10 if bad else 5)
+        if changes or done or error:
+            self.reload_notebook()
+        if done:
+            if self._series_timer is not None:
+                self._series_timer.stop()
+                self._series_timer = None
+            self.notify(f"series finished: {self.series_status()}; C compares the variants", title="series")
+
+    def series_status(self) -> str:
+        """The series in a few words, for the campaign screen."""
+        s = self.series
+        if s is None:
+            return ""
+        finished = [x for x in s.started if x.finished]
+        outcomes: dict[str, int] = {}
+        for x in finished:
+            status = x.state.status if x.state else "?"
+            outcomes[status] = outcomes.get(status, 0) + 1
+        total = len(s.started) + len(s.pending)
+        words = ", ".join(f"{n} {k}" for k, n in outcomes.items())
+        out = f"series {len(finished)}/{total} done" + (f" ({words})" if words else "")
+        if s.active:
+            out += f", running {', '.join(x.run_id for x in s.active)}"
+        if s.pending:
+            out += f", {len(s.pending)} waiting"
+        return out
+
+    def action_stop_series(self) -> None:
+        from .screens.dialogs import ConfirmScreen
+
+        s = self.series
+        if s is None or s.done:
+            self.notify("no series is running", severity="warning")
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self._stop_series()
+
+        self.push_screen(ConfirmScreen(
+            f"Stop the series?\n{len(s.pending)} runs not started are dropped; "
+            f"{', '.join(x.run_id for x in s.active) or 'no run'} get SIGTERM, then SIGKILL after 10 s."), confirmed)
+
+    @work(thread=True, group="series-stop", exit_on_error=False, description="stop the series")
+    def _stop_series(self) -> None:
+        said = self.series.stop() if self.series is not None else []
+        self.call_from_thread(self.notify, "\n".join(said) or "nothing was running", title="series stopped")
+
+    async def action_quit(self) -> None:
+        from .screens.dialogs import ConfirmScreen
+
+        s = self.series
+        if s is None or not s.pending:
+            self.exit()
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.exit()
+
+        self.push_screen(ConfirmScreen(
+            f"Quit with {len(s.pending)} series runs not started?\nThey will not start; the runs already running "
+            f"({', '.join(x.run_id for x in s.active) or 'none'}) keep running."), confirmed)
 
     def action_note(self, kind: str = "decision", run_id: str = "") -> None:
         from . import notes

@@ -13,6 +13,10 @@ class CockpitCommands(Provider):
         app = self.app
         out: list[tuple[str, Callable[[], object], str]] = [
             ("Start a pilot", app.action_start_pilot, "pick a variant and a seed, then watch it live"),
+            ("Start a series", app.action_start_series, "variants x seeds, each a full training run"),
+            ("Stop the series", app.action_stop_series, app.series_status() or "no series running"),
+            ("Compare variants", partial(app.action_compare, "tables"), "quality across seeds, memory per phase"),
+            ("Compare loss curves", partial(app.action_compare, "curves"), "chosen runs overlaid"),
             ("Add a decision", partial(app.action_note, "decision"), "saved to campaign.toml at once"),
             ("Add an observation", partial(app.action_note, "observation"), "saved to campaign.toml at once"),
             ("Edit the conclusion", app.action_conclusion, "text and chosen variant"),

@@ -92,6 +92,11 @@ class RunFeed:
     mem: dict[str, Series] = field(default_factory=dict)
     capacity: dict[str, float] = field(default_factory=dict)  # gpu key -> total bytes
     loss: Series = field(default_factory=Series)
+    # Series (train) runs: loss by update number, every validation point, the latest step event.
+    step_loss: Series = field(default_factory=Series)
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    last_step: dict[str, Any] | None = None
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> its phase_start inputs
     log: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
     log_total: int = 0  # log lines ever appended: the screen writes only the new ones
     events_read: int = 0  # events decoded and folded
@@ -214,6 +219,18 @@ class RunFeed:
             if isinstance(loss, (int, float)) and isinstance(t, (int, float)):
                 self.loss.add(t, float(loss))
                 dirty.add("loss")
+            if e.get("rank") in (None, 0):
+                self.last_step = e
+                step = e.get("step")
+                if isinstance(loss, (int, float)) and isinstance(step, (int, float)):
+                    self.step_loss.add(float(step), float(loss))
+                dirty.add("steps")
+        elif kind == ev.EVAL:
+            if e.get("rank") in (None, 0):
+                self.evals.append(e)
+                self.log.append(f"{'eval':<7} {eval_words(e)}")
+                self.log_total += 1
+                dirty |= {"evals", "loss", "log"}
         elif kind == ev.LOG:
             level = str(e.get("level", "info"))
             self.log.append(f"{level:<7} {e.get('message', '')}")
@@ -222,6 +239,8 @@ class RunFeed:
         elif kind == ev.PHASE_START:
             phase = e.get("phase")
             self.phase = phase
+            if phase and isinstance(e.get("inputs"), dict):
+                self.inputs[phase] = e["inputs"]
             if phase and isinstance(t, (int, float)):
                 self.marks.append(PhaseMark(phase, t))
             dirty |= {"gates", "status", "mem"}
@@ -239,6 +258,11 @@ class RunFeed:
             dirty |= {"gates", "status"}
         elif kind == ev.RUN_END:
             self.end = e
+            if (self.start or {}).get("run_kind") == "train" and e.get("rank") in (None, 0):
+                status, reason = str(e.get("status", "?")), str(e.get("stop_reason", ""))
+                self.log.append(f"{'end':<7} " + (reason if reason.startswith(status) else f"{status}: {reason}"))
+                self.log_total += 1
+                dirty.add("log")
             dirty |= {"gates", "status"}
 
     def _sample(self, e: dict[str, Any], t: Any) -> None:
@@ -278,6 +302,19 @@ class RunFeed:
         return list(planned) if planned else list(ev.PHASES)
 
     @property
+    def kind(self) -> str:
+        """The run_start's run kind: "pilot" (gated phases) or "train" (a series run)."""
+        return str((self.start or {}).get("run_kind") or "pilot")
+
+    @property
+    def planned_updates(self) -> int | None:
+        """A train run's budget as it started (None until the train phase says so)."""
+        value = (self.inputs.get("train") or {}).get("updates")
+        if value is None:
+            value = ((self.start or {}).get("params") or {}).get("updates")
+        return int(value) if isinstance(value, (int, float)) and value else None
+
+    @property
     def has_gpu(self) -> bool:
         return any(k.startswith("gpu") for k in self.mem) or bool(self.capacity)
 
@@ -290,6 +327,15 @@ class RunFeed:
             if m.phase == phase:
                 return m.t
         return None
+
+
+def eval_words(e: dict[str, Any]) -> str:
+    """One validation point in words: update, val_loss and the task's metrics."""
+    loss = e.get("loss")
+    out = f"update {e.get('step', '?')}: val_loss " + (f"{loss:.4g}" if isinstance(loss, (int, float)) else "non-finite")
+    for k, v in (e.get("metrics") or {}).items():
+        out += f" {k} " + (f"{v:.3g}" if isinstance(v, (int, float)) else "-")
+    return out
 
 
 def gate_peak(gate: dict[str, Any] | None, gpu: bool | None = None) -> tuple[float | None, str]:

@@ -44,7 +44,7 @@ class SleepLauncher:
         self.started: list[Path] = []
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, rdir: Path) -> int:
+    def start(self, rdir: Path, nproc: int = 1, env: dict[str, str] | None = None) -> int:
         proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
         self.procs.append(proc)
         runs.write_process(rdir, proc.pid)

@@ -17,6 +17,7 @@ from cockpit.tui.screens.help import HelpScreen
 from cockpit.tui.screens.run import RunScreen
 
 SIZE = (80, 24)
+NEW = "r0012"  # the next run id after the recorded r0001-r0011
 
 
 async def until(pilot, predicate, timeout: float = 5.0, what: str = "") -> None:
@@ -153,13 +154,13 @@ async def test_start_pilot_watch_it_live_and_stop_it(make_app, recorded: Path, l
         await pilot.press("down", "enter")  # lr5e-5, then the seed field
         await pilot.press("backspace", "7", "enter")
         await until(pilot, lambda: isinstance(app.screen, RunScreen), what="run screen after start")
-        assert launcher.started and launcher.started[0].name == "r0003"
-        row = nbm.load(recorded).run("r0003")
+        assert launcher.started and launcher.started[0].name == NEW
+        row = nbm.load(recorded).run(NEW)
         assert (row.variant, row.seed, row.kind) == ("lr5e-5", 7, "pilot")
         await until(pilot, shows(app, "running"))
         # The pilot writes: gates appear live, row by row.
         writer = ev.EventWriter(launcher.started[0] / ev.EVENTS_FILE)
-        writer.emit(ev.RUN_START, run_id="r0003", variant="lr5e-5", seed=7, phases=list(ev.PHASES))
+        writer.emit(ev.RUN_START, run_id=NEW, variant="lr5e-5", seed=7, phases=list(ev.PHASES))
         writer.emit(ev.PHASE_START, phase="stack", inputs={})
         writer.emit(ev.GATE, phase="stack", verdict="pass", checks=[], duration_s=0.4,
                     mem={"torch": None, "nvml": None, "rss": 2**30, "rss_peak": 2**30})
@@ -174,12 +175,12 @@ async def test_start_pilot_watch_it_live_and_stop_it(make_app, recorded: Path, l
         await until(pilot, shows(app, "FAIL"))
         # Stop asks first; n keeps it running, y stops it.
         await pilot.press("x")
-        await until(pilot, shows(app, "Stop pilot r0003?"))
+        await until(pilot, shows(app, f"Stop pilot {NEW}?"))
         await pilot.press("n")
         await until(pilot, lambda: isinstance(app.screen, RunScreen))
         assert launcher.procs[0].poll() is None
         await pilot.press("x")
-        await until(pilot, shows(app, "Stop pilot r0003?"))
+        await until(pilot, shows(app, f"Stop pilot {NEW}?"))
         await pilot.press("y")
         await until(pilot, shows(app, "stopped (SIGTERM)"), what="stop notification")
         await until(pilot, shows(app, "crashed"), what="no final event after the stop")
@@ -200,10 +201,10 @@ async def test_quit_and_reopen_reattaches_to_a_running_pilot(make_app, launcher)
     assert launcher.procs[0].poll() is None  # quitting left it alive
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, shows(app, "running"), what="r0003 running in the campaign table")
-        await pilot.press("down", "down", "enter")
+        await until(pilot, shows(app, "running"), what=f"{NEW} running in the campaign table")
+        await pilot.press(*["down"] * 11, "enter")
         await until(pilot, shows(app, "1/14 gates"))
-        assert "r0003" in screen_text(app) and "running" in screen_text(app)
+        assert NEW in screen_text(app) and "running" in screen_text(app)
 
 
 async def test_add_decision_and_observation_saved_at_once(make_app, recorded: Path):
@@ -265,8 +266,15 @@ async def test_external_change_is_detected_and_reloaded(make_app, recorded: Path
         await until(pilot, shows(app, "r0001"))
         nbm.mutate(recorded, lambda nb: nb.decisions.append(
             nbm.Decision(date="2026-01-02", text="written by the CLI", kind="observation", runs=[])))
+        await until(pilot, lambda: "changed on disk" in notes(app), what="the change noticed")
+        # With eleven runs the notes sit below the table at 80x24: Tab to them, scroll down.
+        await pilot.press("tab")
+        for _ in range(20):
+            if shows(app, "written by the CLI")():
+                break
+            await pilot.press("down")
+            await pilot.pause(0.02)
         await until(pilot, shows(app, "written by the CLI"), what="reloaded decision")
-        assert "changed on disk" in notes(app)
 
 
 async def test_inspect_json_written_later_is_read(make_app, recorded: Path):

@@ -20,6 +20,11 @@ SCREENS = {
     "data": ["i"],
     "device": ["g"],
     "help": ["question_mark"],
+    "compare_tables": ["C"],
+    "compare_curves": ["C", "l"],
+    "train_run": ["down", "down", "enter"],
+    "train_diverged": ["down"] * 8 + ["enter"],
+    "series_dialog": ["S"],
 }
 SLOW = Timing(events_s=30, runs_s=30, notebook_s=30, device_s=30)
 

@@ -4,7 +4,9 @@ runs (status in colour and in words), variants, decisions, selection and conclus
 Runs come first from the notebook (instant), then from their folders, whose
 events a worker thread reads so a large events.jsonl never delays the first
 paint; that re-reading repeats every few seconds so a running pilot's row
-moves on by itself.
+moves on by itself. Pilots and series (train) runs share the table; the runs
+of a series started here appear as soon as they are created, and the table's
+bottom border says how far the series is.
 """
 
 from __future__ import annotations
@@ -48,9 +50,11 @@ class CampaignScreen(Screen[None]):
     BINDINGS = [
         Binding("enter", "open", "Open run", id="open", show=False),
         Binding("p", "app.start_pilot", "Pilot", id="pilot"),
+        Binding("S", "app.start_series", "Series", id="series"),
+        Binding("C", "app.compare", "Compare", id="compare"),
         Binding("d", "note('decision')", "Decision", id="decision"),
-        Binding("o", "note('observation')", "Observe", id="observation"),
-        Binding("v", "verdict", "Verdict", id="verdict"),
+        Binding("o", "note('observation')", "Observe", id="observation", show=False),
+        Binding("v", "verdict", "Verdict", id="verdict", show=False),
         Binding("i", "data", "Data", id="data"),
         Binding("c", "app.conclusion", "Conclusion", id="conclusion", show=False),
         Binding("s", "app.selection", "Sheet", id="selection", show=False),
@@ -62,6 +66,7 @@ class CampaignScreen(Screen[None]):
         super().__init__()
         self.states: dict[str, runs.RunState] = {}
         self._shown: dict[str, tuple[str, ...]] = {}
+        self._ended: dict[str, runs.RunState] = {}  # only the worker thread touches it
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -72,7 +77,7 @@ class CampaignScreen(Screen[None]):
             yield Static(id="variants")
             yield Static(id="decisions")
             yield Static(id="sheet")
-        yield Footer()
+        yield Footer(compact=True)  # every main key fits in 80 columns
 
     def on_mount(self) -> None:
         table = self.query_one("#runs", DataTable)
@@ -91,7 +96,18 @@ class CampaignScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="run-states", exit_on_error=False, description="read run folders")
     def load_states(self) -> None:
-        states = {st.id: st for st in runs.list_runs(self.app.campaign_dir)}
+        # As runs.list_runs, but a run that has ended (its final event written, no rank still running)
+        # is read once: a long series does not re-parse every finished run's events every few seconds.
+        rd = runs.runs_dir(self.app.campaign_dir)
+        states: dict[str, runs.RunState] = {}
+        if rd.is_dir():
+            for p in sorted(rd.iterdir()):
+                if not (p / runs.RUN_FILE).exists():
+                    continue
+                st = self._ended.get(p.name) or runs.state(p)
+                if st.run_end is not None and st.status not in ("running", "created"):
+                    self._ended[p.name] = st
+                states[p.name] = st
         self.post_message(RunStates(states))
 
     def on_run_states(self, message: RunStates) -> None:
@@ -125,6 +141,7 @@ class CampaignScreen(Screen[None]):
                     [key for key, _, _ in RUN_COLUMNS])
         running = [rid for rid in ids if self.states.get(rid) and self.states[rid].status == "running"]
         table.border_title = f"runs ({len(ids)})" + (f"  running: {', '.join(running)}" if running else "")
+        table.border_subtitle = self.app.series_status()
 
     def selected_run(self) -> str | None:
         table = self.query_one("#runs", DataTable)
@@ -169,7 +186,9 @@ class CampaignScreen(Screen[None]):
 def run_cells(rid: str, row: nbm.RunRow | None, st: runs.RunState | None) -> tuple[Text, ...]:
     status = st.status if st else (row.status if row else "?")
     phase = (st.phase if st else None) or (row.phase if row else "") or ""
-    peak = st.peak_mib if st and st.peak_mib is not None else (row.peak_mib if row else None)
+    peak = st.peak_mib if st and st.peak_mib is not None else train_peak_mib(st)
+    if peak is None and row is not None:
+        peak = row.peak_mib
     secs = st.duration_s if st and st.started is not None else (row.duration_s if row else None)
     reason = (st.stop_reason if st else "") or (row.stop_reason if row else "")
     return (
@@ -183,6 +202,14 @@ def run_cells(rid: str, row: nbm.RunRow | None, st: runs.RunState | None) -> tup
         Text(row.verdict if row else "", style="italic"),
         Text(reason, style="dim"),
     )
+
+
+def train_peak_mib(st: runs.RunState | None) -> float | None:
+    """A series run has no gates: its peak is in its final event (torch peak reserved, else peak RSS)."""
+    mem = ((st.run_end or {}).get("mem") or {}) if st else {}
+    torch = mem.get("torch") or {}
+    value = torch.get("peak_reserved") if torch.get("peak_reserved") is not None else mem.get("rss_peak")
+    return value / fm.MIB if isinstance(value, (int, float)) else None
 
 
 def summary(nb: nbm.Notebook) -> Text:

@@ -1,4 +1,4 @@
-"""Modal dialogs: confirm, start a pilot, notes, verdict, conclusion, selection, gate detail.
+"""Modal dialogs: confirm, start a pilot or a series, notes, verdict, conclusion, selection, gate detail.
 
 Every dialog works from the keyboard alone: Enter accepts (ctrl+s in the
 multi-field ones), Escape cancels, Tab moves between fields.
@@ -12,10 +12,11 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
-from textual.widgets import Input, Label, OptionList, Static, TextArea
+from textual.widgets import Input, Label, OptionList, SelectionList, Static, TextArea
+from textual.widgets.selection_list import Selection
 
 from ... import notebook as nbm
 from .. import format as fm
@@ -92,6 +93,98 @@ class StartPilotScreen(Dialog):
             return
         index = options.highlighted if options.highlighted is not None else 0
         self.dismiss((self.variants[index], seed))
+
+
+class StartSeriesScreen(Dialog):
+    """Choose variants (space) and seeds; Enter starts one train run per variant x seed."""
+
+    BINDINGS = [Binding("ctrl+s", "start", "Start", id="start")]
+
+    def __init__(self, nb: nbm.Notebook, chosen: list[str]) -> None:
+        super().__init__()
+        self.nb = nb
+        self.chosen = chosen
+
+    def compose(self) -> ComposeResult:
+        nb = self.nb
+        with Vertical(classes="dialog", id="series-dialog"):
+            yield Label("Start a series: each variant x seed a full training run", classes="title")
+            yield Label("variants (space chooses, arrows move)")
+            yield SelectionList[str](
+                *[Selection(f"{v.id}  {v.kind}: {v.differs}"[:56], v.id, v.id in self.chosen) for v in nb.variants],
+                id="series-variants")
+            with Horizontal(classes="field"):
+                yield Label("seeds", classes="name")
+                yield Input("0,1,2", id="series-seeds", compact=True)
+            with Horizontal(classes="field"):
+                yield Label("at once", classes="name")
+                yield Input("1", id="series-parallel", type="integer", compact=True)
+            with Horizontal(classes="field"):
+                yield Label("updates", classes="name")
+                yield Input("", id="series-updates", type="integer", compact=True)
+            yield Static(id="series-plan", classes="hint")
+            yield Label("Enter in a field or ctrl+s starts; Tab moves; Escape cancels", classes="hint")
+
+    def on_mount(self) -> None:
+        self.query_one("#series-variants", SelectionList).focus()
+        self.show_plan()
+
+    @on(SelectionList.SelectedChanged)
+    @on(Input.Changed)
+    def show_plan(self) -> None:
+        text = Text()
+        try:
+            variants, seeds, parallel, updates = self.choice()
+        except ValueError as exc:
+            text.append(str(exc), style="bold red")
+        else:
+            from ... import series as sr
+
+            items, _ = sr.plan(self.nb, variants, seeds, overrides=sr.budget_overrides(updates))
+            follows = sum(1 for i in items if i.follows)
+            text.append(f"{len(items)} runs", style="bold")
+            text.append(f" ({len(variants)} variants x {len(seeds)} seeds), {parallel} at a time, ")
+            if updates:
+                text.append(f"{updates} updates each: a quick look, kept apart by compare", style="yellow")
+            else:
+                b = self.nb.batch
+                budget = b.updates or b.epochs or b.examples
+                text.append(f"the notebook's budget ({budget} {self.nb.campaign.held_constant}; "
+                            "a number in updates overrides it)")
+            if follows:
+                text.append(f"; {follows} follow an earlier run of the same variant and seed")
+        self.query_one("#series-plan", Static).update(text)
+
+    def choice(self) -> tuple[list[str], list[int], int, int | None]:
+        """The chosen series, or ValueError with what to fix."""
+        from ... import series as sr
+        from ...errors import CockpitError
+
+        variants = list(self.query_one("#series-variants", SelectionList).selected)
+        if not variants:
+            raise ValueError("choose at least one variant (space)")
+        try:
+            seeds = sr.parse_seeds(self.query_one("#series-seeds", Input).value)
+        except CockpitError as exc:
+            raise ValueError(str(exc).replace("--seeds", "seeds")) from None
+        raw = self.query_one("#series-parallel", Input).value.strip() or "1"
+        parallel = int(raw) if raw.lstrip("-").isdigit() else 0
+        if parallel < 1:
+            raise ValueError("at once: a whole number >= 1")
+        raw = self.query_one("#series-updates", Input).value.strip()
+        updates = int(raw) if raw.lstrip("-").isdigit() else None
+        if raw and (updates is None or updates < 1):
+            raise ValueError("updates: a whole number >= 1, or empty for the notebook's budget")
+        return variants, seeds, parallel, updates
+
+    @on(Input.Submitted)
+    def action_start(self) -> None:
+        try:
+            choice = self.choice()
+        except ValueError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.dismiss(choice)
 
 
 class NoteScreen(Dialog):

@@ -19,6 +19,8 @@ HELP = (
     ("Campaign", (
         ("arrows, Enter", "choose a run and open it (live if it is running)"),
         ("p", "start a pilot: pick variant and seed"),
+        ("S", "start a series: variants x seeds, each a training run"),
+        ("C", "compare variants: tables and loss curves"),
         ("d / o", "add a decision / an observation, linked to the selected run"),
         ("v", "set the selected run's verdict"),
         ("c / s", "edit the conclusion / the selection sheet"),
@@ -28,8 +30,17 @@ HELP = (
     )),
     ("Run", (
         ("arrows, Enter", "choose a gate and show its checks, memory and remedy"),
-        ("x", "stop the pilot (asks first; SIGTERM, then SIGKILL after 10 s)"),
+        ("x", "stop the pilot or run (asks first; SIGTERM, then SIGKILL after 10 s)"),
         ("i", "data view"),
+    )),
+    ("Series run", (
+        ("x / i", "stop it / data view; no gates: loss by update, validation, stop reason"),
+    )),
+    ("Compare", (
+        ("t / l", "tables (as `cockpit compare`) / loss curves of chosen runs"),
+        ("space, a, n", "choose the run under the cursor / all / none"),
+        ("z", "zoom the curves to the runs that did not diverge"),
+        ("o", "open the run under the cursor"),
     )),
 )
 

@@ -49,6 +49,8 @@ class RunScreen(Screen[None]):
         Binding("g", "app.device", "GPUs", id="gpus"),
     ]
 
+    noun = "pilot"
+
     def __init__(self, run_id: str) -> None:
         super().__init__()
         self.run_id = run_id
@@ -72,6 +74,9 @@ class RunScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.attach()  # Textual calls on_mount of every class in the MRO: subclasses override attach()
+
+    def attach(self) -> None:
         self.rdir = runs.run_dir(self.app.campaign_dir, self.run_id)
         self.feed = RunFeed(self.rdir / ev.EVENTS_FILE)
         self.sub_title = f"{self.app.notebook.campaign.name} / {self.run_id}"
@@ -104,18 +109,22 @@ class RunScreen(Screen[None]):
         if not dirty and not behind and not charts:
             return
         with self.app.batch_update():
-            if "gates" in dirty:
-                self.query_one(GateTable).show(feed)
             if charts:
                 self._charts_drawn = now
-                if "mem" in charts:
-                    self.show_memory()
-                if "loss" in charts:
-                    self.show_loss()
                 self._charts_pending = set()
-            if "log" in dirty:
-                self.show_log()
-            self.show_head(behind)
+            self.redraw(dirty, charts, behind)
+
+    def redraw(self, dirty: set[str], charts: set[str], behind: int) -> None:
+        """Redraw what changed (inside one batch_update); charts only when their turn has come."""
+        if "gates" in dirty:
+            self.query_one(GateTable).show(self.feed)
+        if "mem" in charts:
+            self.show_memory()
+        if "loss" in charts:
+            self.show_loss()
+        if "log" in dirty:
+            self.show_log()
+        self.show_head(behind)
 
     # ---- drawing
 
@@ -245,11 +254,11 @@ class RunScreen(Screen[None]):
                 self.stop_run()
 
         self.app.push_screen(
-            ConfirmScreen(f"Stop pilot {self.run_id}?\nSIGTERM now, SIGKILL if it is still alive after 10 s."),
+            ConfirmScreen(f"Stop {self.noun} {self.run_id}?\nSIGTERM now, SIGKILL if it is still alive after 10 s."),
             confirmed,
         )
 
-    @work(thread=True, exclusive=True, group="stop", exit_on_error=False, description="stop the pilot")
+    @work(thread=True, exclusive=True, group="stop", exit_on_error=False, description="stop the run")
     def stop_run(self) -> None:
         self.post_message(StopDone(self.app.launcher.stop(self.rdir)))
 

@@ -4,7 +4,9 @@ Plain Unicode, so it reads the same over any SSH terminal: each cell holds a
 2x4 braille dot grid. Several series share the axes; vertical marks (phase
 boundaries) are drawn as dim rules with their labels under the chart.
 Points are bucketed per dot column (keeping the maximum, so peaks survive),
-so drawing costs O(points + cells) however long the run.
+so drawing costs O(points + cells) however long the run. A line may also carry
+points drawn as a marker character (validation points, one marker per run when
+several runs are overlaid), so runs stay apart on a terminal without colour.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ class Line:
     style: str
     t: Sequence[float]
     y: Sequence[float]
+    points: Sequence[tuple[float, float]] = ()  # (x, y) drawn as ``marker`` over the braille line
+    marker: str = ""
 
 
 @dataclass
@@ -34,7 +38,7 @@ class Mark:
 
 class BraillePlot(Widget):
     DEFAULT_CSS = """
-    BraillePlot { height: 1fr; min-height: 4; }
+    BraillePlot { height: 1fr; min-height: 4; text-wrap: nowrap; text-overflow: clip; }
     """
 
     def __init__(
@@ -54,9 +58,11 @@ class BraillePlot(Widget):
         self.marks: list[Mark] = []
         self.y_max: float | None = None  # e.g. a GPU's capacity; None: from the data
         self.empty_text = "no data yet"
+        self.legend = True  # False: the caller shows its own legend (many overlaid runs)
+        self.x_fmt: Callable[[float], str] | None = None  # x labels on the bottom row when there are no marks
 
     def set_data(self, lines: list[Line], marks: list[Mark] | None = None, y_max: float | None = None) -> None:
-        self.lines = [ln for ln in lines if len(ln.t)]
+        self.lines = [ln for ln in lines if len(ln.t) or len(ln.points)]
         self.marks = marks or []
         self.y_max = y_max
         self.refresh()
@@ -64,7 +70,7 @@ class BraillePlot(Widget):
     def render(self) -> Text:
         width, height = self.size.width, self.size.height
         return render_plot(self.lines, self.marks, width, height, self.title, self.fmt, self.zero_based,
-                           self.y_max, self.empty_text)
+                           self.y_max, self.empty_text, legend=self.legend, x_fmt=self.x_fmt)
 
 
 def render_plot(
@@ -77,26 +83,31 @@ def render_plot(
     zero_based: bool = True,
     y_max: float | None = None,
     empty_text: str = "no data yet",
+    *,
+    legend: bool = True,
+    x_fmt: Callable[[float], str] | None = None,
 ) -> Text:
     out = Text(no_wrap=True, overflow="crop")
-    legend = Text(title, style="bold")
-    for ln in lines:
-        legend.append("  ")
-        legend.append("\u28ff ", style=ln.style)
-        legend.append(ln.label)
-    out.append_text(legend)
+    head = Text(title, style="bold")
+    if legend:
+        for ln in lines:
+            head.append("  ")
+            head.append(f"{ln.marker or chr(0x28ff)} ", style=ln.style)
+            head.append(ln.label)
+    out.append_text(head)
     if not lines or width < 12 or height < 3:
         if height >= 2:
             out.append("\n")
             out.append(empty_text, style="dim")
         return out
-    t0 = min(ln.t[0] for ln in lines)
-    t1 = max(ln.t[-1] for ln in lines)
+    xs = [x for ln in lines if len(ln.t) for x in (ln.t[0], ln.t[-1])] + [p[0] for ln in lines for p in ln.points]
+    t0, t1 = min(xs), max(xs)
     if t1 <= t0:
         t1 = t0 + 1.0
-    ys = [max(ln.y) for ln in lines]
+    ys = [max(ln.y) for ln in lines if len(ln.y)] + [p[1] for ln in lines for p in ln.points]
     top = max(ys) if y_max is None else y_max
-    bottom = 0.0 if zero_based else min(min(ln.y) for ln in lines)
+    lows = [min(ln.y) for ln in lines if len(ln.y)] + [p[1] for ln in lines for p in ln.points]
+    bottom = 0.0 if zero_based else min(lows)
     if top <= bottom:
         top = bottom + (abs(bottom) or 1.0)
     top_label, bottom_label = fmt(top), fmt(bottom)
@@ -130,6 +141,18 @@ def render_plot(
                 owner[r][c] = si
             prev = dy
 
+    # Marker points over the lines, each in its line's style (the last line drawn wins a shared cell).
+    points: dict[tuple[int, int], tuple[str, int]] = {}
+    for si, ln in enumerate(lines):
+        if not ln.marker:
+            continue
+        for px, py in ln.points:
+            if py > top or py < bottom:
+                continue  # a point outside a fixed scale is not drawn at the edge as if it were there
+            x = int((px - t0) / span * (dots_x - 1))
+            dy = dots_y - 1 - int(round((py - bottom) / yspan * (dots_y - 1)))
+            points[(dy // 4, x // 2)] = (ln.marker, si)
+
     mark_cols: dict[int, str] = {}
     for m in marks:
         if t0 <= m.t <= t1:
@@ -148,7 +171,10 @@ def render_plot(
         row = cells[r]
         for c in range(cols):
             bits = row[c]
-            if bits:
+            if (r, c) in points:
+                marker, si = points[(r, c)]
+                out.append(marker, style=f"bold {lines[si].style}")
+            elif bits:
                 out.append(chr(0x2800 + bits), style=lines[owner[r][c]].style)
             elif c in mark_cols:
                 out.append("\u250a", style="dim")
@@ -166,6 +192,10 @@ def render_plot(
         for i, ch in enumerate(text):
             axis[c + i] = ch
         free_from = c + len(text) + 1
+    if not mark_cols and x_fmt is not None:
+        left, right = x_fmt(t0), x_fmt(t1)
+        if len(left) + len(right) + 1 <= cols:
+            axis = list(left + " " * (cols - len(left) - len(right)) + right)
     out.append("\n")
     out.append(" " * gutter + "".join(axis), style="dim")
     return out

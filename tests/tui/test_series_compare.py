@@ -1,0 +1,249 @@
+"""Series and compare in the TUI, by key presses against the recorded series (r0003-r0010).
+
+The recorded series: lr1e-4 and lr5e-5 over seeds 0-2, lr2e-4 seed 0, and
+lr2e-4 seed 1 (r0009) diverged near update 80; len24 is a memory variant with
+a passed pilot (r0011) whose max_length 24 cuts targets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from screen_text import screen_text
+from test_screens import NEW, notes, shows, until
+
+from cockpit import compare
+from cockpit import events as ev
+from cockpit import notebook as nbm
+from cockpit.tui import comparison as cmp
+from cockpit.tui.app import Timing
+from cockpit.tui.screens.campaign import CampaignScreen
+from cockpit.tui.screens.compare import CompareScreen
+from cockpit.tui.screens.dialogs import ConfirmScreen
+from cockpit.tui.screens.train import TrainRunScreen
+from cockpit.tui.widgets.plot import BraillePlot
+
+SIZE = (80, 24)
+WIDE = (120, 40)
+FAST = Timing(events_s=0.05, runs_s=0.3, notebook_s=0.2, device_s=0.5, series_s=0.1)
+
+
+def test_read_only_collect_matches_cockpit_compare(recorded: Path):
+    """The TUI's tables come from the same figures as `cockpit compare` (which reconciles first)."""
+    before = (recorded / "campaign.toml").read_bytes()
+    nb = nbm.load(recorded)
+    ours = cmp.collect(nb)
+    assert (recorded / "campaign.toml").read_bytes() == before  # reading never rewrites the notebook
+    cli = compare.collect(recorded)
+    for key in ("quality", "not_completed", "memory", "flags", "reference", "method"):
+        assert ours[key] == cli[key], key
+    by_variant = {g["variant"]: g for g in ours["quality"]}
+    assert by_variant["lr1e-4"]["stats"]["n"] == 3 and by_variant["lr2e-4"]["stats"]["n"] == 1
+    assert by_variant["lr2e-4"]["not_completed"] == {"diverged": 1}
+    assert by_variant["lr2e-4"]["verdict"] == "not distinguishable"
+    assert by_variant["lr5e-5"]["verdict"] == "worse"
+    assert [f["flag"] for f in ours["flags"]["len24"]][0] == "shorter max_length truncates targets"
+
+
+def test_curves_colours_and_markers_tell_every_run_apart(recorded: Path):
+    nb = nbm.load(recorded)
+    data = cmp.collect(nb)
+    curves = cmp.curves(nb, data)
+    assert [c.id for c in curves] == [f"r{i:04d}" for i in range(3, 11)]
+    assert len({(c.style, c.marker) for c in curves}) == len(curves)
+    assert len({c.style for c in curves}) == 3  # one colour per variant
+    r3 = next(c for c in curves if c.id == "r0003")
+    assert len(r3.steps) == 200 and [s for s, _ in r3.evals] == [50, 100, 150, 200]
+    assert r3.evals[-1][1] == r3.value  # the last validation is the value compare counts
+    r9 = next(c for c in curves if c.id == "r0009")
+    assert r9.status == "diverged" and len(r9.evals) == 1 and r9.steps[-1] < 100
+    assert "r0009" in cmp.default_selection(curves)  # a diverged run is shown, never hidden
+    top = cmp.zoom_top(curves)
+    assert top is not None and top < max(r9.loss) / 2
+
+
+async def test_compare_tables_as_the_cli_prints_them(make_app):
+    app = make_app()
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("C")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen))
+        await until(pilot, shows(app, "val_loss across seeds"), what="the quality table")
+        text = screen_text(app)
+        for expected in ("lr1e-4", "lr5e-5", "lr2e-4", "reference", "worse", "not distinguishable",
+                         "s0=3.84", "1 diverged", "mean", "std", "min", "max"):
+            assert expected in text, expected
+        # Page down to the runs that did not complete, memory per phase and the flags.
+        for _ in range(6):
+            await pilot.press("pagedown")
+        await until(pilot, shows(app, "shorter max_length truncates targets"), what="the len24 flag")
+        text = screen_text(app)
+        assert "412 of 3200 examples lose target tokens" in text
+        assert "not distinguishable" in text and "Quality:" in text  # the method text
+
+
+async def test_compare_curves_chosen_by_keys(make_app):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("C")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen))
+        screen = app.screen
+        await until(pilot, lambda: screen.curves, what="curves read")
+        await pilot.press("l")
+        await until(pilot, shows(app, "r0009 lr2e-4 s1 diverged"), what="the run list")
+        plot = screen.query_one("#curve-plot", BraillePlot)
+        assert len(plot.lines) == 8
+        assert plot.y_max is not None  # zoomed: the diverged run runs off the top
+        text = screen_text(app)
+        assert "update 200" in text and "diverged: loss" in text  # x axis, the diverged run's reason in the legend
+        assert "\u25cf" in text and "\u25b2" in text and "\u25a0" in text  # markers
+        await pilot.press("n")
+        await until(pilot, lambda: not plot.lines)
+        assert "no run chosen" in screen_text(app)
+        await pilot.press("space", "down", "down", "down", "space")  # r0003 and r0006
+        await until(pilot, lambda: [ln.label for ln in plot.lines] == ["r0003 lr1e-4 s0", "r0006 lr5e-5 s0"])
+        styles = {ln.style for ln in plot.lines}
+        assert len(styles) == 2
+        assert "lr1e-4 \u25cfs0" in screen_text(app) and "lr5e-5 \u25cfs0" in screen_text(app)
+        await pilot.press("z")
+        await until(pilot, lambda: plot.y_max is None)
+        await pilot.press("t")
+        await until(pilot, lambda: screen.query_one("#compare-tabs").active == "tables")
+        await pilot.press("l", "o")  # open the run under the cursor: r0006
+        await until(pilot, lambda: isinstance(app.screen, TrainRunScreen))
+        assert app.screen.run_id == "r0006"
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen))
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, CampaignScreen))
+        # The palette reaches the curves directly.
+        await pilot.press("ctrl+p", *"loss curves")
+        await until(pilot, shows(app, "Compare loss curves"))
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen) and
+                    app.screen.query_one("#compare-tabs").active == "curves")
+
+
+async def test_series_run_shows_curve_validation_and_stop_reason(make_app):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("down", "down", "enter")  # r0003
+        await until(pilot, lambda: isinstance(app.screen, TrainRunScreen))
+        await until(pilot, shows(app, "update 200/200"))
+        text = screen_text(app)
+        assert "completed" in text and "budget reached: 200 updates" in text
+        assert "validation (4) every 50" in text
+        for cell in ("50", "4.3567", "200", "3.8403"):
+            assert cell in text
+        assert "final val 3.84 @200" in text  # metrics.json
+        assert "0.480 s/update" in text
+        assert "update 200: val_loss 3.84" in text  # the eval events in the log
+        assert "gates" not in text.split("\n")[1]
+        await pilot.press("escape", *["down"] * 6, "enter")  # r0009, the diverged one
+        await until(pilot, lambda: isinstance(app.screen, TrainRunScreen) and app.screen.run_id == "r0009")
+        await until(pilot, shows(app, "diverged"))
+        text = screen_text(app)
+        assert "update 81/200" in text
+        assert "stop reason diverged: loss 18.89 at update 81 is above 4 x its starting value" in text
+        assert "validation (1) every 50" in text and "4.1507" in text
+        assert "final val 4.151 @50" in text
+        plot = app.screen.query_one("#loss", BraillePlot)
+        assert plot.lines[0].t[-1] == 81  # the curve up to the divergence, kept
+        assert plot.lines[1].points == cmp.read_evals(app.screen.rdir / "evals.csv")  # its one validation point
+
+
+def _finish(rdir: Path, launcher, status: str = "completed", reason: str = "budget reached: 4 updates") -> None:
+    """What a series run writes, in brief; then its process ends."""
+    w = ev.EventWriter(rdir / ev.EVENTS_FILE)
+    w.emit(ev.RUN_START, run_id=rdir.name, variant="lr5e-5", seed=3, run_kind="train", phases=["train"],
+           validation={"every_updates": 2})
+    w.emit(ev.PHASE_START, phase="train", inputs={"updates": 4})
+    for k in range(1, 5):
+        w.emit(ev.STEP, step=k, loss=4.5 - 0.1 * k, lr=5e-5, grad_norm=0.9, examples=16, duration_s=0.4, phase="train")
+        if k % 2 == 0:
+            w.emit(ev.EVAL, step=k, loss=4.4 - 0.1 * k, metrics={"token_accuracy": 0.03}, duration_s=0.2, examples=96)
+    w.emit(ev.RUN_END, status=status, stop_reason=reason, phase="train", exit_code=0, updates=4)
+    w.close()
+    for proc in launcher.procs:
+        if str(proc.pid) in (rdir / "process.json").read_text():
+            proc.kill()
+            proc.wait()
+
+
+async def test_start_a_series_and_watch_its_runs_live(make_app, recorded: Path, launcher):
+    app = make_app(timing=FAST)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("S")
+        await until(pilot, shows(app, "Start a series"))
+        await until(pilot, shows(app, "9 runs (3 variants x 3 seeds)"))
+        await pilot.press("space", "down", "down", "space")  # lr1e-4 and lr2e-4 off: lr5e-5 only
+        await pilot.press("tab", *["backspace"] * 5, *"3,4")
+        await until(pilot, shows(app, "2 runs (1 variants x 2 seeds), 1 at a time"))
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, CampaignScreen))
+        await until(pilot, lambda: len(launcher.started) == 1, what="the first run started")
+        first = launcher.started[0]
+        assert first.name == NEW
+        row = nbm.load(recorded).run(NEW)
+        assert (row.variant, row.seed, row.kind) == ("lr5e-5", 3, "train")
+        await until(pilot, shows(app, "series 0/2 done, running r0012, 1 waiting"), what="series status")
+        await until(pilot, lambda: "r0012" in screen_text(app) and "running" in screen_text(app))
+        assert len(launcher.started) == 1  # one at a time: the second waits
+        # Quitting now would drop the waiting run: Cockpit asks first.
+        await pilot.press("q")
+        await until(pilot, shows(app, "Quit with 1 series runs not started?"))
+        await pilot.press("n")
+        await until(pilot, lambda: isinstance(app.screen, CampaignScreen))
+        # The first run ends: the series starts the next one by itself.
+        _finish(first, launcher)
+        await until(pilot, lambda: len(launcher.started) == 2, what="the second run started")
+        await until(pilot, shows(app, "r0012 completed"), what="a notification for the finished run")
+        second = launcher.started[1]
+        assert nbm.load(recorded).run(second.name).seed == 4
+        # Open the live second run: it is a train run, shown without gates.
+        await pilot.press(*["down"] * 12, "enter")
+        await until(pilot, lambda: isinstance(app.screen, TrainRunScreen) and app.screen.run_id == second.name)
+        await until(pilot, shows(app, "running"))
+        w = ev.EventWriter(second / ev.EVENTS_FILE)
+        w.emit(ev.RUN_START, run_id=second.name, variant="lr5e-5", seed=4, run_kind="train", phases=["train"])
+        w.emit(ev.PHASE_START, phase="train", inputs={"updates": 4})
+        w.emit(ev.STEP, step=1, loss=4.49, lr=5e-5, grad_norm=0.9, examples=16, duration_s=0.4, phase="train")
+        w.emit(ev.STEP, step=2, loss=None, lr=5e-5, grad_norm=None, examples=16, duration_s=0.4, phase="train")
+        w.close()
+        await until(pilot, shows(app, "update 2/4"), what="live steps")
+        assert "loss non-finite" in screen_text(app)
+        # It is killed without a final event: crashed, and the series is over.
+        for proc in launcher.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        await until(pilot, lambda: "series finished" in notes(app), what="the series' end", timeout=10)
+        await until(pilot, shows(app, "crashed"))
+        await pilot.press("escape")
+        nb = nbm.load(recorded)
+        assert nb.run(NEW).status == "completed"
+        assert nb.run(second.name).status == "crashed"
+        assert "1 completed" in app.series_status() and "1 crashed" in app.series_status()
+
+
+async def test_series_dialog_refuses_bad_seeds_and_stops_a_series(make_app, launcher):
+    app = make_app(timing=FAST)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("S")
+        await until(pilot, shows(app, "Start a series"))
+        await pilot.press("tab", *["backspace"] * 5, *"2-1")
+        await until(pilot, shows(app, "seeds '2-1': write seeds as 0,1,2 or a range 0-4"))
+        await pilot.press("enter")
+        await until(pilot, lambda: "write seeds as" in notes(app))
+        assert not launcher.started
+        await pilot.press(*["backspace"] * 3, "0", "tab", "backspace", "2", "enter")  # seed 0, two at once
+        await until(pilot, lambda: len(launcher.started) == 2, what="two runs at once")
+        await pilot.press("ctrl+p", *"stop the series")
+        await until(pilot, shows(app, "Stop the series"))
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "1 runs not started are dropped" in screen_text(app)
+        await pilot.press("y")
+        await until(pilot, lambda: "series stopped" in notes(app), what="stopped", timeout=10)
+        await until(pilot, lambda: all(p.poll() is not None for p in launcher.procs), what="SIGTERM reached them")
+        await until(pilot, lambda: "series finished" in notes(app), what="the series' end", timeout=10)
+        assert len(launcher.started) == 2
