@@ -1,4 +1,5 @@
-"""The TUI never imports torch: proven in a fresh interpreter that runs the app headless."""
+"""The TUI never imports torch: proven in a fresh interpreter that runs the app headless
+through every screen: a pilot, a series run, the device panel, compare and the series dialog."""
 
 from __future__ import annotations
 
@@ -19,6 +20,17 @@ async def main():
         await pilot.pause(0.2)
         await pilot.press("escape", "g")
         await pilot.pause(0.2)
+        await pilot.press("escape", "down", "down", "enter")  # a series (train) run
+        await pilot.pause(0.2)
+        await pilot.press("escape", "C")  # compare: tables, then curves
+        await app.workers.wait_for_complete()
+        await pilot.press("l", "a")
+        await pilot.pause(0.2)
+        await pilot.press("escape", "S")  # the series dialog plans with cockpit.series
+        await pilot.pause(0.2)
+        await pilot.press("escape")
+        names = {type(s).__name__ for s in app.screen_stack}
+        assert names == {"Screen", "CampaignScreen"}, names
 asyncio.run(main())
 bad = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
 print("TORCH" if bad else "CLEAN", bad[:3])

@@ -60,6 +60,12 @@ def test_cockpit_in_tmux(recorded: Path):
         assert "worst_case" in screen and "GPU memory" in screen
         term.keys("Escape")
         term.wait_for("Which learning rate")
+        term.keys("C")  # shift+c in a real terminal: the compare screen
+        term.wait_for("val_loss across seeds")
+        term.keys("l")
+        term.wait_for("update 200")
+        term.keys("Escape")
+        term.wait_for("Which learning rate")
         term.keys("?")
         term.wait_for("start a pilot")
         term.keys("Escape")
