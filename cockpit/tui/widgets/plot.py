@@ -3,8 +3,9 @@
 Plain Unicode, so it reads the same over any SSH terminal: each cell holds a
 2x4 braille dot grid. Several series share the axes; vertical marks (phase
 boundaries) are drawn as dim rules with their labels under the chart.
-Points are bucketed per dot column (keeping the maximum, so peaks survive),
-so drawing costs O(points + cells) however long the run. A line may also carry
+Points are bucketed per dot column (keeping the maximum, so peaks survive)
+and joined by straight lines across columns without a point, so drawing costs
+O(points + cells) however long the run. A line may also carry
 points drawn as a marker character (validation points, one marker per run when
 several runs are overlaid), so runs stay apart on a terminal without colour.
 """
@@ -127,19 +128,31 @@ def render_plot(
             cur = column_max[x]
             if cur is None or y > cur:
                 column_max[x] = y
+        def run(x: int, a: int, b: int, si: int = si) -> None:
+            for d in range(min(a, b), max(a, b) + 1):
+                r, c = d // 4, x // 2
+                cells[r][c] |= _BITS[x % 2][d % 4]
+                owner[r][c] = si
+
         prev: int | None = None
+        prev_x = 0
         for x, y in enumerate(column_max):
             if y is None:
                 continue
             dy = int(round((min(max(y, bottom), top) - bottom) / yspan * (dots_y - 1)))
             dy = dots_y - 1 - dy  # row 0 is the top
-            # join with the previous column by a vertical run, so the line has no gaps
-            lo, hi = (dy, dy) if prev is None else (min(prev, dy), max(prev, dy))
-            for d in range(lo, hi + 1):
-                r, c = d // 4, x // 2
-                cells[r][c] |= _BITS[x % 2][d % 4]
-                owner[r][c] = si
-            prev = dy
+            if prev is None:
+                run(x, dy, dy)
+            else:
+                # Columns without a point (sparse data) get the straight line between their neighbours;
+                # each column joins the previous one by a vertical run, so the line has no gaps.
+                last = prev
+                for gx in range(prev_x + 1, x):
+                    gy = int(round(prev + (dy - prev) * (gx - prev_x) / (x - prev_x)))
+                    run(gx, last, gy)
+                    last = gy
+                run(x, last, dy)
+            prev, prev_x = dy, x
 
     # Marker points over the lines, each in its line's style (the last line drawn wins a shared cell).
     points: dict[tuple[int, int], tuple[str, int]] = {}
