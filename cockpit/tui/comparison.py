@@ -11,7 +11,8 @@ drives, so opening the compare screen never rewrites ``campaign.toml``.
 Curves: each train run's ``curve.csv`` (loss per update) and ``evals.csv``
 (validation points), non-finite values left out (a diverged run's last loss may
 be ``nan``; its stop reason says so). Each variant has a colour and each of its
-runs a marker, so every overlaid run is told apart by colour and by marker.
+runs a marker, so every overlaid run is told apart by colour and by marker;
+the screen can also give each run a colour of its own.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from .. import notebook as nbm
 VARIANT_STYLES = ("bright_green", "bright_cyan", "bright_magenta", "yellow", "dodger_blue1", "orange1", "orchid",
                   "white")
 MARKERS = ("\u25cf", "\u25b2", "\u25a0", "\u25c6", "\u25bc", "\u25cb", "\u25b3", "\u25a1", "\u25c7")
+RUN_STYLES = ("bright_green", "bright_cyan", "bright_magenta", "yellow", "dodger_blue1", "orange1", "orchid",
+              "white", "spring_green1", "light_slate_blue", "gold1", "deep_pink2", "turquoise2", "tan")
 
 
 def collect(nb: nbm.Notebook) -> dict[str, Any]:
@@ -98,6 +101,10 @@ class Curve:
     loss: list[float] = field(default_factory=list)
     evals: list[tuple[float, float]] = field(default_factory=list)  # (update, val_loss)
     counted: bool = False  # counted in the quality table (the latest completed run of its seed)
+    run_style: str = ""  # a colour of its own, when runs rather than variants are coloured
+
+    def look(self, per_run: bool) -> str:
+        return self.run_style if per_run and self.run_style else self.style
 
     def label(self) -> str:
         return f"{self.id} {self.variant} s{self.seed}"
@@ -150,7 +157,7 @@ def curves(nb: nbm.Notebook, data: dict[str, Any]) -> list[Curve]:
     for r in train:
         style, marker = look[r["id"]]
         c = Curve(r["id"], r["variant"], int(r["seed"]), r["status"], r["stop_reason"], r["value"], style, marker,
-                  counted=r["id"] in counted)
+                  counted=r["id"] in counted, run_style=RUN_STYLES[len(out) % len(RUN_STYLES)])
         for row in rows.get(r["id"], []):
             step, loss = row.get("step"), row.get("loss")
             if _finite(step) and _finite(loss):

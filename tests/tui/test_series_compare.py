@@ -106,6 +106,13 @@ async def test_compare_curves_chosen_by_keys(make_app):
         assert "lr1e-4 \u25cfs0" in screen_text(app) and "lr5e-5 \u25cfs0" in screen_text(app)
         await pilot.press("z")
         await until(pilot, lambda: plot.y_max is None)
+        await pilot.press("c")  # a colour per run: the two runs keep distinct colours
+        await until(pilot, lambda: screen.per_run)
+        assert len({ln.style for ln in plot.lines}) == 2 and "r0003 s0" in screen_text(app)
+        await pilot.press("a")
+        await until(pilot, lambda: len(plot.lines) == 8)
+        assert len({ln.style for ln in plot.lines}) == 8
+        await pilot.press("c", "n", "space")  # back to r0006 (under the cursor) alone
         await pilot.press("t")
         await until(pilot, lambda: screen.query_one("#compare-tabs").active == "tables")
         await pilot.press("l", "o")  # open the run under the cursor: r0006
@@ -192,6 +199,12 @@ async def test_start_a_series_and_watch_its_runs_live(make_app, recorded: Path, 
         await pilot.press("q")
         await until(pilot, shows(app, "Quit with 1 series runs not started?"))
         await pilot.press("n")
+        await until(pilot, lambda: isinstance(app.screen, CampaignScreen))
+        # Compare lists the running run, chosen by default, while the series goes on.
+        await pilot.press("C", "l")
+        await until(pilot, shows(app, "r0012 lr5e-5 s3 running"), what="the running run in compare")
+        assert "r0012" in app.screen.chosen
+        await pilot.press("escape")
         await until(pilot, lambda: isinstance(app.screen, CampaignScreen))
         # The first run ends: the series starts the next one by itself.
         _finish(first, launcher)

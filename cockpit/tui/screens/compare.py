@@ -7,7 +7,8 @@ phase side by side with the reference, the flags of a variant that changed the
 question), and the curves: the campaign's train runs in a list (space chooses
 a run, ``a`` all, ``n`` none), their loss per update overlaid, each
 validation point drawn as the run's marker. A variant has one colour, each of
-its runs a marker of its own; the list is the legend.
+its runs a marker of its own (``c`` gives each run a colour of its own); the
+list is the legend.
 
 Everything is read in a worker thread from the run folders, read-only; while
 a train run is running, the screen reads again every few seconds.
@@ -51,6 +52,7 @@ class CompareScreen(Screen[None]):
         Binding("a", "choose_all", "All", id="all"),
         Binding("n", "choose_none", "None", id="none"),
         Binding("z", "zoom", "Zoom", id="zoom"),
+        Binding("c", "colours", "Colours", id="colours"),
         Binding("o", "open", "Open run", id="open"),
         Binding("r", "reload", "Reload", id="reload", show=False),
     ]
@@ -61,7 +63,9 @@ class CompareScreen(Screen[None]):
         self.data: dict[str, Any] | None = None
         self.curves: list[cmp.Curve] = []
         self.chosen: set[str] | None = None  # None until the first read: then the default selection
+        self._known: set[str] = set()  # runs listed so far
         self.zoom = True  # a diverged run runs off the top instead of flattening every other curve
+        self.per_run = False  # colours: one per variant (markers tell its runs apart), or one per run
         self._listed: tuple[tuple[str, str], ...] = ()
 
     def compose(self) -> ComposeResult:
@@ -74,7 +78,7 @@ class CompareScreen(Screen[None]):
                 with Vertical(id="curve-side"):
                     yield BraillePlot("loss", zero_based=False, id="curve-plot")
                     yield Static(id="curve-legend")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.sub_title = f"{self.app.notebook.campaign.name} / compare"
@@ -112,8 +116,11 @@ class CompareScreen(Screen[None]):
                 Text(f"the comparison could not be read: {message.error}", style="bold red"))
             return
         self.data, self.curves = message.data, message.curves
-        if self.chosen is None:
-            self.chosen = set(cmp.default_selection(self.curves))
+        # The default choice on opening, and for each run that appears later (a series going on);
+        # a run the user took out stays out.
+        new = {c.id for c in self.curves} - self._known
+        self.chosen = (self.chosen or set()) | (set(cmp.default_selection(self.curves)) & new)
+        self._known |= new
         self.show_tables()
         self.show_list()
         self.show_curves()
@@ -132,14 +139,14 @@ class CompareScreen(Screen[None]):
         self.query_one("#compare-tables", Static).update(Group(*items))
 
     def show_list(self) -> None:
-        listed = tuple((c.id, c.status) for c in self.curves)
+        listed = tuple((c.id, c.status, c.look(self.per_run)) for c in self.curves)
         if listed == self._listed:
             return
         self._listed = listed
         box = self.query_one("#curve-runs", SelectionList)
         highlighted = box.highlighted
         box.clear_options()
-        box.add_options([Selection(entry(c), c.id, c.id in (self.chosen or set())) for c in self.curves])
+        box.add_options([Selection(entry(c, self.per_run), c.id, c.id in (self.chosen or set())) for c in self.curves])
         if box.option_count:  # a cursor from the start: space works at once
             box.highlighted = min(highlighted or 0, box.option_count - 1)
         box.border_title = f"runs ({len(self.curves)}) space"
@@ -147,11 +154,11 @@ class CompareScreen(Screen[None]):
     def show_curves(self) -> None:
         plot = self.query_one("#curve-plot", BraillePlot)
         shown = [c for c in self.curves if c.id in (self.chosen or set())]
-        lines = [Line(c.label(), c.style, c.steps, c.loss, points=c.evals, marker=c.marker) for c in shown]
+        lines = [Line(c.label(), c.look(self.per_run), c.steps, c.loss, points=c.evals, marker=c.marker) for c in shown]
         top = cmp.zoom_top(shown) if self.zoom else None
         plot.title = "loss by update, validation as markers" + ("  z: full range" if top else "")
         plot.set_data(lines, y_max=top)
-        self.query_one("#curve-legend", Static).update(legend(shown))
+        self.query_one("#curve-legend", Static).update(legend(shown, self.per_run))
 
     # ---- actions
 
@@ -188,6 +195,13 @@ class CompareScreen(Screen[None]):
         self.action_view("curves")
         self.show_curves()
 
+    def action_colours(self) -> None:
+        self.per_run = not self.per_run
+        self.action_view("curves")
+        self.show_list()
+        self.show_curves()
+        self.notify("a colour per run" if self.per_run else "a colour per variant, a marker per run", timeout=3)
+
     def action_open(self) -> None:
         box = self.query_one("#curve-runs", SelectionList)
         if box.highlighted is None or not box.option_count:
@@ -199,10 +213,10 @@ class CompareScreen(Screen[None]):
         self.load()
 
 
-def entry(c: cmp.Curve) -> Text:
+def entry(c: cmp.Curve, per_run: bool = False) -> Text:
     """A run in the list: its marker in its colour (the legend), id, variant, seed, outcome."""
     out = Text()
-    out.append(f"{c.marker} ", style=f"bold {c.style}")
+    out.append(f"{c.marker} ", style=f"bold {c.look(per_run)}")
     out.append(f"{c.id} ", style="bold")
     out.append(f"{c.variant} s{c.seed} ")
     if c.status == "completed" and c.value is not None:
@@ -212,23 +226,31 @@ def entry(c: cmp.Curve) -> Text:
     return out
 
 
-def legend(shown: list[cmp.Curve]) -> Text:
-    """The chosen runs under the plot: marker, run, variant and seed, its last loss or its stop reason."""
+def legend(shown: list[cmp.Curve], per_run: bool = False) -> Text:
+    """The chosen runs under the plot: colour and markers by variant (or each run), and the reason of
+    every run that ended badly."""
     out = Text()
     if not shown:
         return out
-    variants = dict.fromkeys(c.variant for c in shown)
-    for i, vid in enumerate(variants):
-        if i:
-            out.append("  ")
-        style = next(c.style for c in shown if c.variant == vid)
-        out.append("\u2501\u2501 ", style=style)
-        out.append(vid, style="bold")
-        marks = " ".join(f"{c.marker}s{c.seed}" for c in shown if c.variant == vid)
-        out.append(f" {marks}", style=style)
+    if per_run:
+        for i, c in enumerate(shown):
+            if i:
+                out.append("  ")
+            out.append(f"{c.marker}\u2501 ", style=c.look(True))
+            out.append(f"{c.id} s{c.seed}")
+    else:
+        variants = dict.fromkeys(c.variant for c in shown)
+        for i, vid in enumerate(variants):
+            if i:
+                out.append("  ")
+            style = next(c.style for c in shown if c.variant == vid)
+            out.append("\u2501\u2501 ", style=style)
+            out.append(vid, style="bold")
+            marks = " ".join(f"{c.marker}s{c.seed}" for c in shown if c.variant == vid)
+            out.append(f" {marks}", style=style)
     for c in shown:
         if c.status not in ("completed", "running"):
             said = c.stop_reason.startswith(c.status)
-            out.append(f"\n{c.marker} {c.id} " + ("" if said else f"{c.status}: "), style=f"bold {c.style}")
+            out.append(f"\n{c.marker} {c.id} " + ("" if said else f"{c.status}: "), style=f"bold {c.look(per_run)}")
             out.append(c.stop_reason or "no stop reason recorded", style="dim")
     return out

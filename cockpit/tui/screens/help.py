@@ -40,6 +40,7 @@ HELP = (
         ("t / l", "tables (as `cockpit compare`) / loss curves of chosen runs"),
         ("space, a, n", "choose the run under the cursor / all / none"),
         ("z", "zoom the curves to the runs that did not diverge"),
+        ("c", "a colour per variant (markers per run) or per run"),
         ("o", "open the run under the cursor"),
     )),
 )
