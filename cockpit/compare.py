@@ -390,14 +390,16 @@ def flags(nb: nbm.Notebook, vid: str, mem: dict[str, PilotMem], groups: list[Gro
 
 
 def collect(campaign: Path | str) -> dict[str, Any]:
-    """Everything ``cockpit compare`` shows, as plain values (the TUI uses the same)."""
-    nb = runs.reconcile(campaign)
+    """Everything ``cockpit compare`` shows, as plain values, after bringing run rows up to date."""
+    return summarize(runs.reconcile(campaign))
+
+
+def summarize(nb: nbm.Notebook) -> dict[str, Any]:
+    """The comparison of a loaded notebook, without writing anything (the TUI's view)."""
     trs = train_runs(nb)
     groups = group_runs(nb, trs)
     mem = {v.id: pilot_memory(nb, v.id) for v in nb.variants}
     c = nb.campaign
-    not_completed = [asdict(r) for r in trs if r.status != ev.Status.COMPLETED.value]
-    superseded = [asdict(r) for r in trs if r.superseded_by]
     return {
         "campaign": c.name,
         "question": c.question,
@@ -407,12 +409,13 @@ def collect(campaign: Path | str) -> dict[str, Any]:
         "held_constant": c.held_constant,
         "reference": nb.reference.id,
         "quality": [{**asdict(g), "stats": {**asdict(g.stats), "spread": g.stats.spread}} for g in groups],
-        "not_completed": not_completed,
-        "superseded": superseded,
+        "not_completed": [asdict(r) for r in trs if r.status != ev.Status.COMPLETED.value],
+        "superseded": [asdict(r) for r in trs if r.superseded_by],
         "memory": {vid: _mem_dict(m) for vid, m in mem.items()},
         "flags": {v.id: flags(nb, v.id, mem, groups) for v in nb.variants},
         "kinds": {v.id: v.kind for v in nb.variants},
         "method": METHOD,
+        "train_runs": [asdict(r) for r in trs],
     }
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,27 +38,7 @@ RUN_STYLES = ("bright_green", "bright_cyan", "bright_magenta", "yellow", "dodger
 
 def collect(nb: nbm.Notebook) -> dict[str, Any]:
     """The same dictionary as ``compare.collect``, without reconciling (no write)."""
-    trs = compare.train_runs(nb)
-    groups = compare.group_runs(nb, trs)
-    mem = {v.id: compare.pilot_memory(nb, v.id) for v in nb.variants}
-    c = nb.campaign
-    return {
-        "campaign": c.name,
-        "question": c.question,
-        "metric": c.quality_metric,
-        "higher_is_better": c.higher_is_better,
-        "quality_target": c.quality_target,
-        "held_constant": c.held_constant,
-        "reference": nb.reference.id,
-        "quality": [{**asdict(g), "stats": {**asdict(g.stats), "spread": g.stats.spread}} for g in groups],
-        "not_completed": [asdict(r) for r in trs if r.status != ev.Status.COMPLETED.value],
-        "superseded": [asdict(r) for r in trs if r.superseded_by],
-        "memory": {vid: compare._mem_dict(m) for vid, m in mem.items()},
-        "flags": {v.id: compare.flags(nb, v.id, mem, groups) for v in nb.variants},
-        "kinds": {v.id: v.kind for v in nb.variants},
-        "method": compare.METHOD,
-        "train_runs": [asdict(r) for r in trs],
-    }
+    return compare.summarize(nb)
 
 
 class Collector:
