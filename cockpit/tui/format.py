@@ -29,6 +29,15 @@ def status_text(status: str) -> Text:
     return Text(status, style=STATUS_STYLE.get(status, ""))
 
 
+def run_head(run_id: str, start: dict, status: str) -> Text:
+    """The start of a run screen's header line: id, variant, seed and status."""
+    out = Text()
+    out.append(f"{run_id} ", style="bold")
+    out.append(f"{start.get('variant', '?')} seed {start.get('seed', '?')}  ")
+    out.append_text(status_text(status))
+    return out
+
+
 def verdict_text(verdict: str | None) -> Text:
     if not verdict:
         return Text("...", style="dim")

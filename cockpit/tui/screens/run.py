@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -146,10 +145,7 @@ class RunScreen(Screen[None]):
             return
         start = feed.start or {}
         status = self.status()
-        out = Text()
-        out.append(f"{self.run_id} ", style="bold")
-        out.append(f"{start.get('variant', '?')} seed {start.get('seed', '?')}  ")
-        out.append_text(fm.status_text(status))
+        out = fm.run_head(self.run_id, start, status)
         phase = (feed.end or {}).get("phase") or feed.phase
         done = sum(1 for p in feed.phases if p in feed.gates)
         out.append(f"  {done}/{len(feed.phases)} gates  phase {phase or '-'}")

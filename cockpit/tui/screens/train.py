@@ -101,10 +101,7 @@ class TrainRunScreen(RunScreen):
             return
         start = feed.start or {}
         status = self.status()
-        out = Text()
-        out.append(f"{self.run_id} ", style="bold")
-        out.append(f"{start.get('variant', '?')} seed {start.get('seed', '?')}  ")
-        out.append_text(fm.status_text(status))
+        out = fm.run_head(self.run_id, start, status)
         step = feed.last_step or {}
         planned = feed.planned_updates
         done = step.get("step", 0)
