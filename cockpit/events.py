@@ -142,7 +142,7 @@ class EventWriter:
         self.path = Path(path)
         self.rank = rank
         self._lock = threading.Lock()
-        self._fh: TextIO = open(self.path, "a", encoding="utf-8", buffering=1)
+        self._fh: TextIO = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - held open, closed by close()
 
     def emit(self, kind: str, **payload: Any) -> dict[str, Any]:
         event = make(kind, **payload)

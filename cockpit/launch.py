@@ -31,7 +31,7 @@ def pilot_command(rdir: Path, nproc: int = 1, nnodes: int = 1, rdzv: str | None 
 def start(rdir: Path, nproc: int = 1, nnodes: int = 1, rdzv: str | None = None, env: dict[str, str] | None = None) -> int:
     """Start the pilot for an existing run folder; returns its pid."""
     rdir = Path(rdir).resolve()
-    log = open(rdir / runs.LOG_FILE, "ab", buffering=0)
+    log = open(rdir / runs.LOG_FILE, "ab", buffering=0)  # noqa: SIM115 - handed to the child, closed below
     child_env = dict(os.environ)
     child_env["PYTHONUNBUFFERED"] = "1"
     # The task may live next to the campaign or in the current project: keep both importable.

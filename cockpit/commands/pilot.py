@@ -78,9 +78,7 @@ def follow(rdir: Path, quiet: bool = False, poll_s: float = 0.1) -> runs.RunStat
                 console.print(f"[dim]{time.monotonic() - started:6.1f}s[/] {e['phase']}{rank}: [{style}]{e['verdict']}[/] "
                               f"({e.get('duration_s', 0):.2f} s)", highlight=False)
         if not alive:
-            launch.reap()
-            for e in tail.read_new():
-                pass
+            launch.reap()  # alive was read before this pass's events, so they are all printed
             break
         time.sleep(poll_s)
     runs.record_state(rdir.parent.parent, rdir)  # all ranks have ended: the row gets the final word

@@ -56,7 +56,7 @@ class Nvml:
         if not self.available:
             return None
         out = []
-        for (i, h), name in zip(self.handles, self.names):
+        for (i, h), name in zip(self.handles, self.names, strict=True):
             info = self._nvml.nvmlDeviceGetMemoryInfo(h)
             out.append({"index": i, "name": name, "used": int(info.used), "total": int(info.total)})
         return out

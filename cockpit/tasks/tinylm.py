@@ -97,7 +97,7 @@ def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str,
     ids = torch.full((len(rows), width), PAD, dtype=torch.long)
     lab_t = torch.full((len(rows), width), -100, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (r, lab) in enumerate(zip(rows, labels)):
+    for i, (r, lab) in enumerate(zip(rows, labels, strict=True)):
         ids[i, : len(r)] = torch.tensor(r)
         lab_t[i, : len(lab)] = torch.tensor(lab)
         mask[i, : len(r)] = 1

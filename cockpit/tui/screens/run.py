@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -152,20 +153,28 @@ class RunScreen(Screen[None]):
         if feed.first_t is not None:
             end_t = feed.last_t if status != "running" else time.time()
             out.append(f"  {fm.duration((end_t or feed.first_t) - feed.first_t)}")
-        reason = (feed.end or {}).get("stop_reason") or ""
-        if status == ev.Status.CRASHED.value:
-            reason = f"process gone without a final event during phase {phase or 'start-up'}"
+        reason = self.crash_reason(status, phase)
         if reason:
             out.append(f"\n{reason}", style="dim" if status == "passed" else "bold")
         elif status == "running":
             out.append("\nx stops it; quitting Cockpit leaves it running", style="dim")
         if feed.gates:
             out.append(f"  ({self.query_one(GateTable).scale_label})", style="dim")
+        self.finish_head(out, status, behind)
+
+    def finish_head(self, out: Text, status: str, behind: int) -> None:
+        """Shared end of the header: the backlog being read, then the output tail of a failed run."""
         if behind:
             out.append(f"  catching up: {behind / 2**20:.1f} MiB of events to read", style="yellow")
         self.query_one("#run-head", Static).update(out)
         if status in (ev.Status.CRASHED.value, ev.Status.ERROR.value) and not self._output_shown:
             self.show_output_tail()
+
+    def crash_reason(self, status: str, phase: str | None) -> str:
+        reason = ((self.feed.end or {}).get("stop_reason") or "") if self.feed else ""
+        if status == ev.Status.CRASHED.value:
+            reason = f"process gone without a final event during phase {phase or 'start-up'}"
+        return reason
 
     def show_memory(self) -> None:
         feed = self.feed

@@ -117,20 +117,14 @@ class TrainRunScreen(RunScreen):
             out.append(step_words(step))
         else:
             out.append("no update yet", style="dim")
-        reason = (feed.end or {}).get("stop_reason") or ""
-        if status == ev.Status.CRASHED.value:
-            reason = f"process gone without a final event during phase {feed.phase or 'start-up'}"
+        reason = self.crash_reason(status, feed.phase)
         if reason:
             out.append("\n")
             out.append("stop reason ", style="dim")
             out.append(reason, style="" if status == "completed" else "bold red")
         elif status == "running":
             out.append("\nx stops it; quitting Cockpit leaves it running", style="dim")
-        if behind:
-            out.append(f"  catching up: {behind / 2**20:.1f} MiB of events to read", style="yellow")
-        self.query_one("#run-head", Static).update(out)
-        if status in (ev.Status.CRASHED.value, ev.Status.ERROR.value) and not self._output_shown:
-            self.show_output_tail()
+        self.finish_head(out, status, behind)
 
     def show_evals(self) -> None:
         feed = self.feed
