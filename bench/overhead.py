@@ -26,7 +26,7 @@ import torch  # noqa: E402
 
 from cockpit import events as ev  # noqa: E402
 from cockpit.pilot.meter import Meter  # noqa: E402
-from cockpit.pilot.train import Trainer, resolve_device  # noqa: E402
+from cockpit.pilot.trainer import Trainer, resolve_device  # noqa: E402
 from cockpit.tasks import tinylm  # noqa: E402
 
 

@@ -18,7 +18,6 @@ which refuses a pickled object. Only these functions import torch, lazily.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import importlib.machinery
 import importlib.util
 import json
@@ -36,6 +35,7 @@ from . import events as ev
 from . import notebook as nbm
 from . import runs
 from .errors import CockpitError
+from .fsutil import sha256
 
 FORMAT = "cockpit-archive/1"
 MANIFEST = "manifest.json"
@@ -50,14 +50,6 @@ class ArchiveError(CockpitError):
     """An archive that cannot be written, or one that fails verification."""
 
     exit_code = 1
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- revisions

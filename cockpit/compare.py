@@ -10,9 +10,9 @@ its own. Runs that did not complete are listed with their reason, never
 dropped silently; runs with settings other than the notebook's (a budget
 override, ``--set``, a notebook changed since) form their own group.
 
-Memory and time: per variant, the latest passed pilot's peak per phase (torch
-peak allocated / reserved on a GPU, else the process's peak RSS) and time per
-step (the update_second phase), side by side with the reference, with flags for
+Memory and time: per variant, the latest passed pilot's peak per phase (by the
+one rule of ``cockpit.runs``: torch peak reserved on a GPU, else the process's
+peak RSS) and time per step (the update_second phase), side by side with the reference, with flags for
 a variant that changed the experimental question: a different effective batch,
 a shorter maximum length that truncates targets, the quality target not reached,
 or settings other than memory settings changed by a memory variant.
@@ -20,8 +20,6 @@ or settings other than memory settings changed by a memory variant.
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,7 +28,6 @@ from typing import Any
 from . import arithmetic, runs
 from . import events as ev
 from . import notebook as nbm
-from .series import latest_passed_pilot
 
 # What a memory variant may change without changing the experimental question.
 MEMORY_KNOBS = frozenset({
@@ -108,17 +105,6 @@ class TrainRun:
     superseded_by: str = ""
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, ValueError, OSError):
-        return {}
-
-
-def _order(rid: str) -> tuple[int, str]:
-    return (int(rid[1:]) if rid[1:].isdigit() else -1, rid)
-
-
 def _differences(got: dict[str, Any], want: dict[str, Any]) -> str:
     keys = sorted(set(got) | set(want))
     parts = []
@@ -145,29 +131,22 @@ def quality_of(metrics: dict[str, Any], events: list[dict[str, Any]], metric: st
     return ev.finite_or_none(v)
 
 
-def train_runs(nb: nbm.Notebook) -> list[TrainRun]:
-    """Every train run of the campaign, from its folder (status derived from its events)."""
-    cdir = nb.directory
+def train_runs(nb: nbm.Notebook, all_runs: list[runs.RunFiles] | None = None) -> list[TrainRun]:
+    """Every training run of the campaign, from its folder (status derived from its events)."""
     out: list[TrainRun] = []
     wanted: dict[str, dict[str, Any]] = {}
-    for st in runs.list_runs(cdir):
-        try:
-            frozen = runs.read_run_toml(st.dir)
-        except Exception:  # noqa: BLE001 - a damaged folder is listed by `cockpit runs`, not compared
-            continue
-        meta = frozen.get("run", {})
-        if meta.get("kind") != "train":
-            continue
-        vid = str(meta.get("variant", ""))
-        params = frozen.get("params", {})
+    for st in runs.training_runs(all_runs if all_runs is not None else runs.campaign_runs(nb.directory)):
+        meta = st.frozen.get("run", {})
+        vid = st.variant
+        params = st.frozen.get("params", {})
         if vid not in wanted:
             try:
                 wanted[vid] = {k: v for k, v in nb.params(vid).items() if v is not None}
             except nbm.NotebookError:
                 wanted[vid] = {}
         tag = _differences(params, wanted[vid]) if wanted[vid] else "variant no longer in the notebook"
-        metrics = _read_json(st.dir / "metrics.json")
-        evs = ev.read_events(st.dir / ev.EVENTS_FILE) if not metrics else []
+        metrics = st.metrics or {}
+        evs = st.events if not metrics else []
         updates = metrics.get("updates")
         if updates is None and evs:
             steps = [e.get("step") for e in ev.iter_kind(evs, ev.STEP) if e.get("step") is not None]
@@ -178,7 +157,7 @@ def train_runs(nb: nbm.Notebook) -> list[TrainRun]:
             updates=updates, planned_updates=metrics.get("planned_updates"), step_time_s=metrics.get("step_time_s"),
             tag=tag, dir=str(st.dir),
         ))
-    out.sort(key=lambda r: _order(r.id))
+    out.sort(key=lambda r: runs.order_key(r.id))
     return out
 
 
@@ -271,47 +250,38 @@ class PilotMem:
     params_note: str = ""
 
 
-def _data_gate(cdir: Path, vid: str) -> tuple[str, dict[str, Any]] | None:
+def _data_gate(all_runs: list[runs.RunFiles], vid: str) -> tuple[str, dict[str, Any]] | None:
     """The data gate of the variant's latest pilot that reached it, passed or not: the truncation
     count is a fact about the data whatever the pilot's verdict (a truncating variant may warn or fail)."""
-    rd = runs.runs_dir(cdir)
-    if not rd.is_dir():
-        return None
-    for p in sorted((p for p in rd.iterdir() if (p / runs.RUN_FILE).is_file()), key=lambda p: _order(p.name), reverse=True):
-        try:
-            meta = runs.read_run_toml(p)["run"]
-        except Exception:  # noqa: BLE001 - a damaged folder is not this variant's pilot
+    for r in reversed(all_runs):
+        if r.kind != "pilot" or r.variant != vid:
             continue
-        if meta.get("kind", "pilot") != "pilot" or meta.get("variant") != vid:
-            continue
-        gate = next((g for g in ev.gates(ev.read_events(p / ev.EVENTS_FILE)) if g.get("phase") == "data"), None)
+        gate = r.gate("data")
         if gate is not None:
-            return p.name, gate
+            return r.id, gate
     return None
 
 
-def pilot_memory(nb: nbm.Notebook, vid: str) -> PilotMem:
-    rdir = latest_passed_pilot(nb.directory, vid)
+def pilot_memory(nb: nbm.Notebook, vid: str, all_runs: list[runs.RunFiles] | None = None) -> PilotMem:
+    all_runs = all_runs if all_runs is not None else runs.campaign_runs(nb.directory)
+    pilot = runs.latest_passed_pilot(all_runs, vid)
     params = {k: v for k, v in nb.params(vid).items() if v is not None}
-    data = _data_gate(nb.directory, vid)
-    if rdir is None:
+    data = _data_gate(all_runs, vid)
+    if pilot is None:
         ml = params.get("max_length")
         trunc = data[1].get("truncation") if data else None
         ml = (data[1].get("inputs") or {}).get("max_length", ml) if data else ml
         return PilotMem(vid, None, {}, None, "", None, int(ml) if isinstance(ml, int) else None,
                         trunc if isinstance(trunc, dict) else None)
-    evs = ev.read_events(rdir / ev.EVENTS_FILE)
+    evs = pilot.events
     phases: dict[str, PhaseMem] = {}
     max_length = None
     truncation = None
     for g in ev.gates(evs):
         mem = g.get("mem") or {}
-        t = mem.get("torch")
-        if t:
-            pm = PhaseMem(g["phase"], t.get("peak_allocated"), t.get("peak_reserved"), "torch peak allocated", g.get("duration_s"))
-        else:
-            pm = PhaseMem(g["phase"], mem.get("rss_peak") or mem.get("rss"), None, "process peak RSS", g.get("duration_s"))
-        phases[g["phase"]] = pm
+        peak, counter = runs.mem_peak(mem)
+        reserved = (mem.get("torch") or {}).get("peak_reserved")
+        phases[g["phase"]] = PhaseMem(g["phase"], peak, reserved, counter, g.get("duration_s"))
         if g["phase"] == "data":
             max_length = (g.get("inputs") or {}).get("max_length")
             truncation = g.get("truncation")
@@ -321,11 +291,11 @@ def pilot_memory(nb: nbm.Notebook, vid: str) -> PilotMem:
     counter = next((p.counter for p in phases.values()), "")
     if max_length is None and isinstance(params.get("max_length"), int):
         max_length = params["max_length"]
-    frozen = runs.read_run_toml(rdir).get("params", {})
+    frozen = pilot.frozen.get("params", {})
     note = _differences(frozen, params)
-    return PilotMem(vid, rdir.name, phases, max(peaks) if peaks else None, counter, step_time, max_length,
+    return PilotMem(vid, pilot.id, phases, max(peaks) if peaks else None, counter, step_time, max_length,
                     truncation if isinstance(truncation, dict) else None,
-                    f"pilot {rdir.name} ran with {note}, not the notebook's current settings" if note else "")
+                    f"pilot {pilot.id} ran with {note}, not the notebook's current settings" if note else "")
 
 
 def _trunc_counts(tr: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -390,15 +360,16 @@ def flags(nb: nbm.Notebook, vid: str, mem: dict[str, PilotMem], groups: list[Gro
 
 
 def collect(campaign: Path | str) -> dict[str, Any]:
-    """Everything ``cockpit compare`` shows, as plain values, after bringing run rows up to date."""
-    return summarize(runs.reconcile(campaign))
+    """Everything ``cockpit compare`` shows, as plain values. Reads only: nothing is written."""
+    return summarize(nbm.load(campaign))
 
 
 def summarize(nb: nbm.Notebook) -> dict[str, Any]:
-    """The comparison of a loaded notebook, without writing anything (the TUI's view)."""
-    trs = train_runs(nb)
+    """The comparison of a loaded notebook, read from its run folders (the CLI and the TUI alike)."""
+    all_runs = runs.campaign_runs(nb.directory)
+    trs = train_runs(nb, all_runs)
     groups = group_runs(nb, trs)
-    mem = {v.id: pilot_memory(nb, v.id) for v in nb.variants}
+    mem = {v.id: pilot_memory(nb, v.id, all_runs) for v in nb.variants}
     c = nb.campaign
     return {
         "campaign": c.name,
@@ -436,18 +407,7 @@ def _mem_dict(m: PilotMem) -> dict[str, Any]:
 def curves(campaign: Path | str, run_ids: list[str]) -> dict[str, list[dict[str, float | None]]]:
     """Each run's curve.csv as rows of floats (None for empty cells), for overlaid loss plots."""
     cdir = nbm.find(campaign).parent
-    out: dict[str, list[dict[str, float | None]]] = {}
-    for rid in run_ids:
-        path = runs.run_dir(cdir, rid) / "curve.csv"
-        rows: list[dict[str, float | None]] = []
-        try:
-            with open(path, newline="", encoding="utf-8") as fh:
-                for row in csv.DictReader(fh):
-                    rows.append({k: (float(v) if v not in ("", None) else None) for k, v in row.items()})
-        except FileNotFoundError:
-            pass
-        out[rid] = rows
-    return out
+    return {rid: runs.read_csv_rows(runs.run_dir(cdir, rid) / runs.CURVE_FILE) for rid in run_ids}
 
 
 # --------------------------------------------------------------------------- rich tables
@@ -538,7 +498,7 @@ def _render_memory(data: dict[str, Any], console: Any) -> None:
         console.print(f"[italic]memory (MiB, {counter}) · time (s) per phase, from the latest passed pilot of each variant[/]",
                       highlight=False)
         console.print(t)
-        if "process peak RSS" in counters:
+        if runs.HOST_PEAK in counters:
             console.print("on a CPU the peak is the pilot process's RSS, which includes the Python and torch runtime; "
                           "GPU counters are absent here, not zero", style="dim", highlight=False)
     else:

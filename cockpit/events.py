@@ -109,8 +109,12 @@ class ExitCode(enum.IntEnum):
     INTERNAL = 6  # a bug in Cockpit itself
     STOPPED = 7  # SIGINT or SIGTERM
     RANK_FAILED = 8  # a distributed rank died or hung (collective timeout)
+    CRASHED = 9  # the process was killed from outside: no final event
 
 
+# The one mapping from how a run ended to its status, exit code and words.
+# ERROR covers two exit codes (the task's code raised, or Cockpit did): the
+# final event carries which; a run without one (killed from outside) crashed.
 STATUS_EXIT = {
     Status.PASSED: ExitCode.OK,
     Status.COMPLETED: ExitCode.OK,
@@ -119,7 +123,48 @@ STATUS_EXIT = {
     Status.DIVERGED: ExitCode.NONFINITE,
     Status.ERROR: ExitCode.USER_ERROR,
     Status.STOPPED: ExitCode.STOPPED,
+    Status.CRASHED: ExitCode.CRASHED,
 }
+
+EXIT_MEANING = {
+    ExitCode.OK: "every gate passed (pilot) or the run completed (training)",
+    ExitCode.GATE_FAILED: "a gate failed",
+    ExitCode.USAGE: "bad command line, notebook or task reference",
+    ExitCode.OOM: "out of memory",
+    ExitCode.NONFINITE: "non-finite loss or gradient, or divergence",
+    ExitCode.USER_ERROR: "an exception in the task's code",
+    ExitCode.INTERNAL: "a bug in Cockpit",
+    ExitCode.STOPPED: "stopped by a signal (SIGTERM, SIGINT, cockpit stop)",
+    ExitCode.RANK_FAILED: "a distributed rank died or hung",
+    ExitCode.CRASHED: "the process was killed from outside (SIGKILL, out of host memory, power)",
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended: status, exit code and the reason in words (run_end carries all three)."""
+
+    status: Status
+    code: ExitCode
+    reason: str
+
+    @classmethod
+    def of(cls, status: Status, reason: str, code: ExitCode | None = None) -> Outcome:
+        return cls(status, code if code is not None else STATUS_EXIT[status], reason)
+
+
+def exit_code_of(status: str, run_end: dict[str, Any] | None = None) -> ExitCode:
+    """The exit code of a run: its final event's, else the one its status implies."""
+    code = (run_end or {}).get("exit_code")
+    if isinstance(code, int) and not isinstance(code, bool):
+        try:
+            return ExitCode(code)
+        except ValueError:
+            pass
+    try:
+        return STATUS_EXIT.get(Status(status), ExitCode.INTERNAL)
+    except ValueError:
+        return ExitCode.INTERNAL
 
 
 def make(kind: str, **payload: Any) -> dict[str, Any]:

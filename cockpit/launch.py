@@ -1,8 +1,11 @@
-"""Start and stop pilot processes, detached from the terminal. No torch.
+"""Starting and stopping runs, detached from the terminal: the one place that does it. No torch.
 
-A pilot runs in its own session (``start_new_session``), with its output in
-the run folder, so closing the SSH session or quitting the TUI never kills
-it; anything can reattach later by tailing ``events.jsonl``.
+A run (pilot or training) runs in its own session (``start_new_session``),
+with its output in the run folder, so closing the SSH session or quitting
+the TUI never kills it; anything can reattach later by tailing
+``events.jsonl``. The CLI, the TUI and a series all start runs through
+:func:`new_run`, and stop them through :func:`stop`, which signals only a
+process that :func:`cockpit.runs.owned` recognises as this run's.
 """
 
 from __future__ import annotations
@@ -12,12 +15,20 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from . import notebook as nbm
 from . import runs
 
 
-def pilot_command(rdir: Path, nproc: int = 1, nnodes: int = 1, rdzv: str | None = None) -> list[str]:
+def nproc_for(nb: nbm.Notebook) -> int:
+    """Processes per run: one per data replica when the selection says DDP or FSDP, else one."""
+    return nb.batch.data_replicas if nb.selection.strategy in ("DDP", "FSDP") else 1
+
+
+def command(rdir: Path, nproc: int = 1, nnodes: int = 1, rdzv: str | None = None) -> list[str]:
     if nproc <= 1 and nnodes <= 1:
         return [sys.executable, "-m", "cockpit.pilot", str(rdir)]
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}"]
@@ -29,9 +40,8 @@ def pilot_command(rdir: Path, nproc: int = 1, nnodes: int = 1, rdzv: str | None 
 
 
 def start(rdir: Path, nproc: int = 1, nnodes: int = 1, rdzv: str | None = None, env: dict[str, str] | None = None) -> int:
-    """Start the pilot for an existing run folder; returns its pid."""
+    """Start the process of an existing run folder; returns its pid."""
     rdir = Path(rdir).resolve()
-    log = open(rdir / runs.LOG_FILE, "ab", buffering=0)  # noqa: SIM115 - handed to the child, closed below
     child_env = dict(os.environ)
     child_env["PYTHONUNBUFFERED"] = "1"
     # The task may live next to the campaign or in the current project: keep both importable.
@@ -41,24 +51,66 @@ def start(rdir: Path, nproc: int = 1, nnodes: int = 1, rdzv: str | None = None, 
     child_env["PYTHONPATH"] = os.pathsep.join(paths)
     if env:
         child_env.update(env)
-    proc = subprocess.Popen(
-        pilot_command(rdir, nproc, nnodes, rdzv),
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        env=child_env,
-        cwd=os.getcwd(),
-        close_fds=True,
-    )
-    log.close()
-    runs.write_process(rdir, proc.pid)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(rdir / runs.LOG_FILE, flags, 0o644)
+    argv = command(rdir, nproc, nnodes, rdzv)
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=child_env,
+            cwd=os.getcwd(),
+            close_fds=True,
+        )
+    finally:
+        os.close(fd)
+    runs.write_process(rdir, proc.pid, argv)
     # Keep a handle so the zombie is reaped if this process waits; detached otherwise.
     _children[proc.pid] = proc
     return proc.pid
 
 
-_children: dict[int, subprocess.Popen] = {}
+Starter = Callable[..., Any]  # start(rdir, nproc=..., env=...) -> pid
+
+
+def new_run(
+    campaign: Path | str,
+    variant: str | None,
+    seed: int,
+    *,
+    kind: str = "pilot",
+    follows: str = "",
+    overrides: dict[str, Any] | None = None,
+    nproc: int | None = None,
+    nnodes: int = 1,
+    rdzv: str | None = None,
+    env: dict[str, str] | None = None,
+    starter: Starter | None = None,
+    extra: dict[str, Any] | None = None,
+) -> tuple[str, Path]:
+    """Create a run (its id, run.toml and notebook row) and start its process detached.
+
+    Rows of runs that ended without writing their end are settled first (this
+    changes the campaign). ``starter`` replaces :func:`start` (the TUI's tests
+    start a harmless process).
+    """
+    path = nbm.find(campaign)
+    nb = runs.settle(path)
+    if nproc is None:
+        nproc = nproc_for(nb)
+    info = {"launch": {"nproc": nproc, "nnodes": nnodes, "rdzv": rdzv or ""}, **(extra or {})}
+    rid, rdir = runs.create_run(path, variant, seed, kind=kind, follows=follows, overrides=overrides, extra=info)
+    if starter is None:
+        start(rdir, nproc=nproc, nnodes=nnodes, rdzv=rdzv, env=env)
+    else:
+        starter(rdir, nproc=nproc, env=env)
+    return rid, rdir
+
+
+_children: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def reap() -> None:
@@ -68,31 +120,46 @@ def reap() -> None:
 
 
 def stop(rdir: Path, grace_s: float = 10.0) -> str:
-    """SIGTERM the run's process group, then SIGKILL after a grace period.
+    """SIGTERM the run's process group, then SIGKILL after a grace period. Returns what happened.
 
-    Returns what happened, in words.
+    Nothing is signalled unless the process recorded in ``process.json`` is
+    still the one Cockpit started for this run folder (pid, start time and
+    command line): a stale or planted file never makes Cockpit kill another process.
     """
-    info = runs.process_info(rdir)
-    if not info or not runs.is_alive(rdir):
-        return "not running"
-    pid = int(info["pid"])
+    proc = runs.owned(rdir)
+    if proc is None:
+        return "not running" if not runs.is_alive(rdir) else "not stopped: the recorded process is not this run's"
+    pid = int(proc.pid)
     try:
         pgid = os.getpgid(pid)
     except ProcessLookupError:
         return "not running"
-    os.killpg(pgid, signal.SIGTERM)
+    if pgid != pid:
+        # Cockpit starts every run as the leader of its own session and group; a process that is
+        # not its group's leader was not started by Cockpit, so only it (never its group) is signalled.
+        pgid = 0
+    _signal(pid, pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         reap()
         if not runs.is_alive(rdir):
             return "stopped (SIGTERM)"
         time.sleep(0.05)
+    if runs.owned(rdir) is None:
+        return "stopped (SIGTERM)"
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        _signal(pid, pgid, signal.SIGKILL)
     except ProcessLookupError:
         return "stopped (SIGTERM)"
     reap()
     return f"killed (SIGKILL after {grace_s:g} s)"
+
+
+def _signal(pid: int, pgid: int, sig: signal.Signals) -> None:
+    if pgid:
+        os.killpg(pgid, sig)
+    else:
+        os.kill(pid, sig)
 
 
 def wait(rdir: Path, timeout: float | None = None, poll_s: float = 0.1) -> bool:

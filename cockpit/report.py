@@ -11,7 +11,6 @@ text (Unicode), so the report needs no plotting library.
 
 from __future__ import annotations
 
-import csv
 import datetime as _dt
 import math
 from dataclasses import dataclass
@@ -141,19 +140,9 @@ def line_chart(series: list[tuple[str, list[tuple[float, float]]]], height: int 
     return out
 
 
-def read_curve(rdir: Path, name: str = "curve.csv", column: str = "loss") -> list[tuple[float, float]]:
+def read_curve(rdir: Path, name: str = runs.CURVE_FILE, column: str = "loss") -> list[tuple[float, float]]:
     """(step, value) pairs of a run's CSV (curve.csv: training loss; evals.csv: val_loss)."""
-    p = Path(rdir) / name
-    if not p.is_file():
-        return []
-    out = []
-    with open(p, newline="", encoding="utf-8") as fh:
-        for row in csv.DictReader(fh):
-            try:
-                out.append((float(row["step"]), float(row[column])))
-            except (KeyError, TypeError, ValueError):
-                continue
-    return out
+    return runs.read_series(Path(rdir) / name, column)
 
 
 def mean_curve(curves: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:
@@ -175,7 +164,7 @@ def _curve_charts(res: list[VariantResult], all_runs: list[sh.RunFiles]) -> list
             continue
         label = f"{r.variant}" + (f" [{r.tag}]" if r.tag else "") + f" ({len(r.runs)} seed{'s' if len(r.runs) != 1 else ''})"
         t = mean_curve([read_curve(dirs[rid]) for rid, _, _ in r.runs if rid in dirs])
-        v = mean_curve([read_curve(dirs[rid], "evals.csv", "val_loss") for rid, _, _ in r.runs if rid in dirs])
+        v = mean_curve([read_curve(dirs[rid], runs.EVALS_FILE, "val_loss") for rid, _, _ in r.runs if rid in dirs])
         if t:
             train.append((label, t))
         if v:
@@ -244,15 +233,10 @@ def _held(nb: nbm.Notebook) -> list[str]:
     return out
 
 
-def _series_peak(r: sh.RunFiles | None) -> str:
-    """A series run's peak from its metrics.json, with the counter named; "absent" when not measured."""
-    pk = (r.metrics or {}).get("peak") if r else None
-    if not isinstance(pk, dict):
-        return "absent"
-    for key, name in (("peak_reserved", "torch peak reserved"), ("rss_peak", "process RSS")):
-        if isinstance(pk.get(key), (int, float)):
-            return f"{pk[key] / 2**20:,.0f} ({name})"
-    return "absent"
+def _peak(r: sh.RunFiles | None) -> str:
+    """A run's peak by the one rule, with the counter named; "absent" when not measured."""
+    peak, counter = r.peak if r is not None else (None, "")
+    return f"{peak:,.0f} ({counter})" if peak is not None else "absent"
 
 
 def _runs_section(nb: nbm.Notebook, all_runs: list[sh.RunFiles]) -> list[str]:
@@ -260,11 +244,10 @@ def _runs_section(nb: nbm.Notebook, all_runs: list[sh.RunFiles]) -> list[str]:
     metric = nb.campaign.quality_metric
     rows = []
     listed = set()
-    for row in nb.runs:
+    for row in runs.view(nb):
         listed.add(row.id)
         r = by_id.get(row.id)
-        counter = runs.peak_of(r.gates)[1] if r else ""
-        peak = f"{row.peak_mib:,.0f} ({counter})" if row.peak_mib is not None else _series_peak(r)
+        peak = _peak(r)
         val = sh.metric_value(r.metrics if r else None, metric)
         rows.append([row.id, row.kind, row.variant, row.seed, row.status, row.phase or "", row.stop_reason,
                      peak, f"{row.duration_s:.1f}" if row.duration_s is not None else "",
@@ -385,8 +368,8 @@ def _conclusion(nb: nbm.Notebook, generated: str) -> list[str]:
 
 
 def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: int = pl.DEFAULT_SEEDS) -> str:
-    nb = runs.reconcile(campaign)
-    all_runs = sh.campaign_runs(nb.directory)
+    nb = nbm.load(campaign)
+    all_runs = runs.campaign_runs(nb.directory)
     c = nb.campaign
     chosen = nb.conclusion.chosen_variant or nb.reference.id
     try:

@@ -1,7 +1,7 @@
 """A series: every chosen variant x seed trained at the campaign's fixed budget. No torch.
 
-Each item becomes a new run (``kind = "train"``, its own id, started detached
-like a pilot) through :func:`cockpit.commands.pilot.start`; items run one
+Each item becomes a new training run (``kind = "train"``, its own id, started
+detached like a pilot) through :func:`cockpit.launch.new_run`; items run one
 after another, or ``parallel`` at a time. The plan is made before anything
 starts, so the same list is shown, run and recorded:
 
@@ -94,11 +94,7 @@ def default_variants(nb: nbm.Notebook) -> list[str]:
 
 def _latest_train(nb: nbm.Notebook, variant: str, seed: int) -> nbm.RunRow | None:
     rows = [r for r in nb.runs if r.kind == "train" and r.variant == variant and r.seed == seed]
-    return max(rows, key=lambda r: _order(r.id)) if rows else None
-
-
-def _order(rid: str) -> tuple[int, str]:
-    return (int(rid[1:]) if rid[1:].isdigit() else -1, rid)
+    return max(rows, key=lambda r: runs.order_key(r.id)) if rows else None
 
 
 def intended_params(nb: nbm.Notebook, variant: str, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -158,25 +154,24 @@ def parallel_check(campaign: Path | str, variants: list[str], parallel: int) -> 
     if parallel <= 1:
         return []
     cdir = nbm.find(campaign).parent
+    all_runs = runs.campaign_runs(cdir)
     peaks: list[tuple[float, str, float | None, str]] = []  # (bytes, counter, total, what total)
     missing = []
     for vid in dict.fromkeys(variants):
-        pilot = latest_passed_pilot(cdir, vid)
+        pilot = runs.latest_passed_pilot(all_runs, vid)
         if pilot is None:
             missing.append(vid)
             continue
-        st = runs.state(pilot)
-        start = next(ev.iter_kind(ev.read_events(pilot / ev.EVENTS_FILE), ev.RUN_START), {}) or {}
-        stack = start.get("stack") or {}
-        gpu = [g["mem"]["torch"]["peak_reserved"] for g in st.gates
-               if ((g.get("mem") or {}).get("torch") or {}).get("peak_reserved") is not None]
-        if gpu:
+        peak, counter = pilot.peak
+        if peak is None:
+            continue
+        stack = pilot.stack
+        if counter == runs.GPU_PEAK:
             totals = [g.get("total") for g in stack.get("gpus") or [] if g.get("total")]
-            peaks.append((float(max(gpu)), "torch peak reserved per GPU", float(min(totals)) if totals else None, "GPU memory"))
+            peaks.append((peak * 2**20, f"{counter} per GPU", float(min(totals)) if totals else None, "GPU memory"))
         else:
-            rss = [g["mem"].get("rss_peak") or g["mem"].get("rss") for g in st.gates if (g.get("mem") or {}).get("rss")]
-            if rss:
-                peaks.append((float(max(rss)), "process RSS", float(stack["memory_total"]) if stack.get("memory_total") else None, "RAM"))
+            total = float(stack["memory_total"]) if stack.get("memory_total") else None
+            peaks.append((peak * 2**20, counter, total, "RAM"))
     notes = []
     if missing:
         notes.append(f"no passed pilot for {', '.join(missing)}: {parallel} parallel runs are not sized from a measurement")
@@ -195,29 +190,6 @@ def parallel_check(campaign: Path | str, variants: list[str], parallel: int) -> 
     return notes
 
 
-def latest_passed_pilot(campaign_dir: Path, variant: str) -> Path | None:
-    best: tuple[tuple[int, str], Path] | None = None
-    rd = runs.runs_dir(campaign_dir)
-    if not rd.is_dir():
-        return None
-    for p in rd.iterdir():
-        if not (p / runs.RUN_FILE).is_file():
-            continue
-        try:
-            meta = runs.read_run_toml(p)["run"]
-        except Exception:  # noqa: BLE001 - a broken folder is not this variant's pilot
-            continue
-        if meta.get("kind", "pilot") != "pilot" or meta.get("variant") != variant:
-            continue
-        end = next(ev.iter_kind(ev.read_events(p / ev.EVENTS_FILE), ev.RUN_END), None)
-        if end is None or end.get("status") != ev.Status.PASSED.value:
-            continue
-        key = _order(p.name)
-        if best is None or key > best[0]:
-            best = (key, p)
-    return best[1] if best else None
-
-
 class Series:
     """Start items detached, at most ``parallel`` alive at once; ``poll()`` advances without blocking."""
 
@@ -232,9 +204,7 @@ class Series:
         if parallel > 1 and "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in self.env:
             # CPU runs side by side: share the cores instead of oversubscribing them.
             self.env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // parallel))
-        if starter is None:
-            from .commands.pilot import start as starter
-        self._start = starter
+        self._start = starter or launch.new_run
         self.started: list[Started] = []
         self.t0 = time.monotonic()
 
@@ -255,8 +225,8 @@ class Series:
                 launch.reap()
                 s.finished = True
                 s.state = runs.state(s.dir)
-                if s.state.status == ev.Status.CRASHED.value:
-                    runs.record_state(self.campaign, s.dir)
+                if s.state.status == ev.Status.CRASHED.value:  # killed: its process could not write its row
+                    runs.settle_run(self.campaign, s.dir)
                 changes.append(("finished", s))
         while self.pending and len(self.active) < self.parallel:
             item = self.pending.popleft()
@@ -293,20 +263,14 @@ class Series:
             if self.done:
                 break
             time.sleep(poll_s)
-        runs.reconcile(self.campaign)
+        runs.settle(self.campaign)
         return self.started
 
 
 def result(s: Started) -> dict[str, Any]:
     """One line of a series summary: the run's state and its metrics.json (if it wrote one)."""
-    import json
-
     st = s.state or runs.state(s.dir)
-    metrics: dict[str, Any] = {}
-    try:
-        metrics = json.loads((s.dir / "metrics.json").read_text())
-    except (FileNotFoundError, ValueError):
-        pass
+    metrics = runs.read_metrics(s.dir)
     return {
         "run": s.run_id,
         "variant": s.item.variant,

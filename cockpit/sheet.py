@@ -14,13 +14,11 @@ result; without them the sheet says the result is not measured yet.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import events as ev
 from . import notebook as nbm
 from . import runs
 from .errors import CockpitError
@@ -43,94 +41,10 @@ class SheetError(CockpitError):
 # --------------------------------------------------------------------------- runs on disk
 
 
-@dataclass
-class RunFiles:
-    """One run folder as the sheet, plan and report read it."""
-
-    id: str
-    dir: Path
-    kind: str
-    variant: str
-    seed: int
-    status: str
-    stop_reason: str
-    phase: str | None
-    events: list[dict[str, Any]] = field(default_factory=list)
-    rank_events: list[dict[str, Any]] = field(default_factory=list)  # ranks > 0
-    metrics: dict[str, Any] | None = None  # series runs: metrics.json
-
-    @property
-    def run_start(self) -> dict[str, Any]:
-        return next(ev.iter_kind(self.events, ev.RUN_START), {})
-
-    @property
-    def gates(self) -> list[dict[str, Any]]:
-        return ev.gates(self.events) + ev.gates(self.rank_events)
-
-    def gate(self, phase: str) -> dict[str, Any] | None:
-        return next((g for g in ev.gates(self.events) if g.get("phase") == phase), None)
-
-    @property
-    def stack(self) -> dict[str, Any]:
-        return dict(self.run_start.get("stack") or {})
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return dict(self.run_start.get("params") or {})
-
-
-def _run_number(rid: str) -> tuple[int, str]:
-    return (int(rid[1:]) if rid[1:].isdigit() else -1, rid)
-
-
-def read_run(rdir: Path) -> RunFiles | None:
-    rdir = Path(rdir)
-    try:
-        frozen = runs.read_run_toml(rdir)
-    except (FileNotFoundError, ValueError):
-        return None
-    st = runs.state(rdir)
-    meta = frozen.get("run", {})
-    rank_events: list[dict[str, Any]] = []
-    for p in sorted(rdir.glob("events.rank*.jsonl")):
-        rank_events += ev.read_events(p)
-    metrics = None
-    mp = rdir / "metrics.json"
-    if mp.is_file():
-        try:
-            metrics = json.loads(mp.read_text("utf-8"))
-        except ValueError:
-            metrics = None
-    return RunFiles(
-        id=meta.get("id", rdir.name),
-        dir=rdir,
-        kind=meta.get("kind", "pilot"),
-        variant=meta.get("variant", ""),
-        seed=int(meta.get("seed", 0)),
-        status=st.status,
-        stop_reason=st.stop_reason,
-        phase=st.phase,
-        events=ev.read_events(rdir / ev.EVENTS_FILE),
-        rank_events=rank_events,
-        metrics=metrics if isinstance(metrics, dict) else None,
-    )
-
-
-def campaign_runs(campaign_dir: Path) -> list[RunFiles]:
-    rd = runs.runs_dir(Path(campaign_dir))
-    if not rd.is_dir():
-        return []
-    out = [r for p in sorted(rd.iterdir(), key=lambda p: _run_number(p.name)) if (r := read_run(p))]
-    return out
-
-
-def latest_passed_pilot(all_runs: list[RunFiles], variant: str) -> RunFiles | None:
-    passed = [r for r in all_runs if r.kind == "pilot" and r.variant == variant and r.status == "passed"]
-    return max(passed, key=lambda r: _run_number(r.id)) if passed else None
-
-
-def series_runs(all_runs: list[RunFiles], variant: str | None = None) -> list[RunFiles]:
-    return [r for r in all_runs if r.kind != "pilot" and (variant is None or r.variant == variant)]
+RunFiles = runs.RunFiles
+campaign_runs = runs.campaign_runs
+latest_passed_pilot = runs.latest_passed_pilot
+series_runs = runs.training_runs
 
 
 def metric_value(metrics: dict[str, Any] | None, metric: str) -> float | None:

@@ -131,7 +131,7 @@ def write_run(campaign: Path, *, variant: str | None = None, seed: int = 0, kind
     else:  # crashed: a process record whose pid is gone, no run_end
         (rdir / runs.PROCESS_FILE).write_text(json.dumps({"pid": 2**22 + 12345, "create_time": 1.0}))
     w.close()
-    runs.record_state(campaign, rdir)
+    runs.settle_run(campaign, rdir)
     return rid, rdir
 
 

@@ -10,7 +10,7 @@ import torch
 
 from cockpit import notebook as nbm
 from cockpit.pilot.task import load_task
-from cockpit.pilot.train import Trainer
+from cockpit.pilot.trainer import Trainer
 from cockpit.tasks import classifier as c
 
 ROOT = Path(__file__).resolve().parents[1]

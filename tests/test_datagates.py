@@ -2,7 +2,7 @@
 
 Each case writes a campaign into tmp_path whose ``[task] entry`` is a file in
 ``tests/broken_tasks`` (``path/to/file.py:attribute``) or a built-in task, and
-starts the pilot exactly as ``cockpit pilot`` does (``commands.pilot.start``:
+starts the pilot exactly as ``cockpit pilot`` does (``launch.new_run``:
 a detached process). The cases run in parallel, a few at a time, in one
 module-scoped fixture.
 
@@ -26,7 +26,6 @@ import tomli_w
 
 from cockpit import events as ev
 from cockpit import launch, runs
-from cockpit.commands import pilot as pilot_cmd
 
 ROOT = Path(__file__).resolve().parents[1]
 BROKEN = ROOT / "tests" / "broken_tasks"
@@ -140,7 +139,7 @@ def _start(root: Path, name: str, case: Case) -> Path:
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     if case.stop_after:
         env["COCKPIT_INJECT"] = f"sleep:{_next_phase(case.stop_after)}"
-    _, rdir = pilot_cmd.start(folder, None, 0, env=env)
+    _, rdir = launch.new_run(folder, None, 0, env=env)
     return rdir
 
 

@@ -64,7 +64,7 @@ def test_a_rank_that_dies_is_named(tmp_path):
     code, data = pilot(camp, env={"COCKPIT_INJECT": "die:update_second", "COCKPIT_INJECT_RANK": "1"})
     assert data["status"] == "crashed" and code == int(ev.ExitCode.RANK_FAILED)
     assert "rank 1 ended without a final event during phase update_second" in data["stop_reason"]
-    nb_row = runs.reconcile(camp).runs[-1]
+    nb_row = runs.settle(camp).runs[-1]
     assert nb_row.status == "crashed" and "rank 1" in nb_row.stop_reason
 
 

@@ -22,7 +22,6 @@ import tomllib
 from cockpit import events as ev
 from cockpit import launch, runs
 from cockpit import notebook as nbm
-from cockpit.commands import pilot as pilot_cmd
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "campaigns" / "demo" / "campaign.toml"
@@ -71,7 +70,7 @@ def pilots(tmp_path_factory):
     for name, (entry, env) in specs.items():
         camp = make_campaign(root, name, entry)
         # one thread each: seven pilots share the machine's cores
-        rid, rdir = pilot_cmd.start(camp, None, 0, env={"OMP_NUM_THREADS": "1", **env})
+        rid, rdir = launch.new_run(camp, None, 0, env={"OMP_NUM_THREADS": "1", **env})
         started[name] = (camp, rid, rdir)
     # the signal cases: stop them once they are inside the phase that sleeps
     _, _, term_dir = started["term"]
@@ -87,7 +86,7 @@ def pilots(tmp_path_factory):
 
 def result(pilots, name):
     camp, rid, rdir = pilots[name]
-    nb = runs.reconcile(camp)
+    nb = runs.settle(camp)  # what a command that changes the campaign does first
     return nb.run(rid), runs.state(rdir), rdir
 
 
@@ -205,7 +204,7 @@ def test_sigkill_is_found_and_marked_crashed(pilots):
     assert st.status == "crashed" and row.status == "crashed" and row.phase == "update_second"
     assert "without a final event" in row.stop_reason
     nb = nbm.load(pilots["kill"][0])
-    assert nb.run(pilots["kill"][1]).status == "crashed"  # written back to campaign.toml
+    assert nb.run(pilots["kill"][1]).status == "crashed"  # written back to campaign.toml by settle
 
 
 def test_cli_json_summary_and_exit_code(tmp_path):

@@ -59,7 +59,7 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 @pytest.fixture(scope="module")
 def series_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """Every case started at once: two seeds, a forced divergence, patience, wall clock, SIGTERM."""
-    from cockpit.commands.pilot import start
+    from cockpit.launch import new_run as start
 
     root = tmp_path_factory.mktemp("series")
     main = tiny_campaign(root, "main")

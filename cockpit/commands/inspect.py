@@ -21,7 +21,6 @@ from .. import notebook as nbm
 from .. import runs
 from ..errors import CockpitError, UsageError
 
-INSPECT_FILE = "inspect.json"
 SUPERVISED = "bold black on green"
 MASKED = "dim"
 IGNORE = -100
@@ -39,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def resolve(target: str, run_id: str | None) -> Path:
     """The run folder named by RUN_DIR, or by CAMPAIGN and RUN_ID (default: the latest run with inspect.json)."""
     path = Path(target)
-    if (path / runs.RUN_FILE).is_file() or (path / INSPECT_FILE).is_file():
+    if (path / runs.RUN_FILE).is_file() or (path / runs.INSPECT_FILE).is_file():
         if run_id:
             raise UsageError(f"{path} is a run folder already; drop {run_id!r}, or pass the campaign folder")
         return path
@@ -55,7 +54,7 @@ def resolve(target: str, run_id: str | None) -> Path:
             raise UsageError(f"{campaign_dir}: no run {run_id!r}" + (f"; runs: {', '.join(have[-8:])}" if have
                                                                      else "; start one with `cockpit pilot`"))
         return rdir
-    inspected = sorted(p.parent for p in runs.runs_dir(campaign_dir).glob(f"*/{INSPECT_FILE}"))
+    inspected = sorted(p.parent for p in runs.runs_dir(campaign_dir).glob(f"*/{runs.INSPECT_FILE}"))
     if not inspected:
         raise UsageError(f"{campaign_dir}: no run has inspected examples yet; `cockpit pilot {target}` records them "
                          "in its data gate")
@@ -63,7 +62,7 @@ def resolve(target: str, run_id: str | None) -> Path:
 
 
 def load(rdir: Path) -> dict[str, Any]:
-    path = rdir / INSPECT_FILE
+    path = rdir / runs.INSPECT_FILE
     try:
         doc = json.loads(path.read_text("utf-8"))
     except FileNotFoundError:

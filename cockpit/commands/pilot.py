@@ -11,7 +11,6 @@ from typing import Any
 
 from .. import events as ev
 from .. import launch, runs
-from .. import notebook as nbm
 from ..errors import UsageError
 
 
@@ -43,21 +42,6 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def start(campaign: str | Path, variant: str | None, seed: int, *, kind: str = "pilot", follows: str = "",
-          overrides: dict[str, Any] | None = None, nproc: int | None = None, nnodes: int = 1,
-          rdzv: str | None = None, env: dict[str, str] | None = None) -> tuple[str, Path]:
-    """Create a run and start its process detached. Used by the CLI, the TUI and series."""
-    path = nbm.find(campaign)
-    runs.reconcile(path)
-    nb = nbm.load(path)
-    if nproc is None:
-        nproc = nb.batch.data_replicas if nb.selection.strategy in ("DDP", "FSDP") else 1
-    extra = {"launch": {"nproc": nproc, "nnodes": nnodes, "rdzv": rdzv or ""}}
-    rid, rdir = runs.create_run(path, variant, seed, kind=kind, follows=follows, overrides=overrides, extra=extra)
-    launch.start(rdir, nproc=nproc, nnodes=nnodes, rdzv=rdzv, env=env)
-    return rid, rdir
-
-
 def follow(rdir: Path, quiet: bool = False, poll_s: float = 0.1) -> runs.RunState:
     """Print each gate as it lands, until the process ends."""
     from rich.console import Console
@@ -81,7 +65,7 @@ def follow(rdir: Path, quiet: bool = False, poll_s: float = 0.1) -> runs.RunStat
             launch.reap()  # alive was read before this pass's events, so they are all printed
             break
         time.sleep(poll_s)
-    runs.record_state(rdir.parent.parent, rdir)  # all ranks have ended: the row gets the final word
+    runs.settle_run(rdir.parent.parent, rdir)  # all ranks have ended: the row gets the final word
     return runs.state(rdir)
 
 
@@ -97,18 +81,9 @@ def summary(st: runs.RunState) -> dict[str, Any]:
         "peak_mib": st.peak_mib,
         "peak_counter": st.peak_counter,
         "duration_s": st.duration_s,
-        "exit_code": int(exit_code(st)),
+        "exit_code": int(st.exit_code),
         "gates": [{k: v for k, v in row(g).items()} for g in st.gates],
     }
-
-
-def exit_code(st: runs.RunState) -> ev.ExitCode:
-    if st.run_end and "exit_code" in st.run_end:
-        return ev.ExitCode(int(st.run_end["exit_code"]))
-    try:
-        return ev.STATUS_EXIT.get(ev.Status(st.status), ev.ExitCode.INTERNAL)
-    except ValueError:
-        return ev.ExitCode.INTERNAL
 
 
 def print_result(st: runs.RunState) -> None:
@@ -131,8 +106,8 @@ def print_result(st: runs.RunState) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    rid, rdir = start(args.campaign, args.variant, args.seed, follows=args.follows,
-                      overrides=parse_overrides(args.set), nproc=args.nproc, nnodes=args.nnodes, rdzv=args.rdzv)
+    rid, rdir = launch.new_run(args.campaign, args.variant, args.seed, follows=args.follows,
+                               overrides=parse_overrides(args.set), nproc=args.nproc, nnodes=args.nnodes, rdzv=args.rdzv)
     if args.detach:
         print(json.dumps({"run": rid, "dir": str(rdir)}) if args.json else f"started {rid} in {rdir}")
         return 0
@@ -142,4 +117,4 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(summary(st), indent=2, default=str))
     else:
         print_result(st)
-    return int(exit_code(st))
+    return int(st.exit_code)

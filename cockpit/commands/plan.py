@@ -6,7 +6,6 @@ import argparse
 
 from .. import notebook as nbm
 from .. import plan as pl
-from .. import runs
 from ..errors import UsageError
 
 
@@ -36,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--seeds must be >= 1")
     if args.reserve_hours is not None and args.reserve_hours < 0:
         raise UsageError("--reserve-hours must be >= 0")
-    nb = runs.reconcile(args.campaign)
+    nb = nbm.load(args.campaign)
     p = pl.build(nb, days=args.days, seeds=args.seeds, reserve_hours=args.reserve_hours)
     print("\n".join(pl.render(p)))
     if args.write:

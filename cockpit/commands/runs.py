@@ -21,8 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    nb = runs.reconcile(args.campaign)  # marks runs whose process died without a final event as crashed
-    rows = nb.runs
+    nb = nbm.load(args.campaign)
+    rows = runs.view(nb)  # each unfinished row as its folder says now (a killed run: crashed); nothing is written
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return 0

@@ -56,7 +56,7 @@ def _variants(text: str | None) -> list[str] | None:
 
 def run(args: argparse.Namespace) -> int:
     path = nbm.find(args.campaign)
-    nb = runs.reconcile(path)
+    nb = runs.settle(path)
     overrides = parse_overrides(args.set)
     overrides.update(sr.budget_overrides(args.updates))
     seeds = sr.parse_seeds(args.seeds) if args.seeds is not None else None
@@ -118,9 +118,7 @@ def run(args: argparse.Namespace) -> int:
     bad = [r for r in results if r["status"] != "completed"]
     if not bad:
         return 0
-    from .pilot import exit_code
-
-    return int(exit_code(runs.state(Path(bad[0]["dir"]))))
+    return int(runs.state(Path(bad[0]["dir"])).exit_code)
 
 
 def _print(results: list[dict[str, Any]], wall: float, path: Path) -> None:

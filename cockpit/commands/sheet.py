@@ -7,7 +7,6 @@ import dataclasses
 import json
 
 from .. import notebook as nbm
-from .. import runs
 from .. import sheet as sh
 
 
@@ -19,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    nb = runs.reconcile(args.campaign)
+    nb = nbm.load(args.campaign)
     s = sh.build(nb, args.variant)
     if args.json:
         print(json.dumps(dataclasses.asdict(s), indent=2, default=str))

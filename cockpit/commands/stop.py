@@ -17,10 +17,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     path = nbm.find(args.campaign)
-    rdir = runs.run_dir(path.parent, args.run)
+    try:
+        rdir = runs.run_dir(path.parent, args.run)
+    except runs.BadRunId as exc:
+        raise UsageError(f"{exc}; `cockpit runs {path.parent}` lists the runs.") from None
     if not rdir.is_dir():
         raise UsageError(f"{rdir}: no such run folder; `cockpit runs {path.parent}` lists the runs.")
     what = launch.stop(rdir, grace_s=args.grace)
-    runs.reconcile(path)
+    runs.settle(path)
     print(f"{args.run}: {what}")
     return 0

@@ -9,18 +9,15 @@ is refused with :class:`UnsafeArtifact`, never unpickled.
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..archive import sha256  # one hashing function for exports and archives
+from .. import fsutil
+from ..fsutil import sha256  # one hashing function for exports and archives
 
-CHECKPOINT = "checkpoint.pt"
-ARTIFACT_DIR = "artifact"
 MODEL_FILE = "model.pt"
 CONTROL_FILE = "control.pt"
 MANIFEST = "manifest.json"
@@ -33,17 +30,8 @@ class UnsafeArtifact(Exception):
 def atomic_save(obj: Any, path: Path) -> int:
     """torch.save through a temporary file, fsync and rename; returns the size in bytes."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with fsutil.atomic_writer(path) as fh:
+        torch.save(obj, fh)
     return path.stat().st_size
 
 
@@ -72,9 +60,7 @@ def export_artifact(model: torch.nn.Module, out_dir: Path, meta: dict[str, Any])
 
 
 def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:
-    tmp = out_dir / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    os.replace(tmp, out_dir / MANIFEST)
+    fsutil.write_text(out_dir / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
 
 
 def verify_manifest(out_dir: Path) -> dict[str, Any]:

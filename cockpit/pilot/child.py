@@ -3,7 +3,9 @@
 ``python -m cockpit.pilot.child resume RUN_DIR`` restores the checkpoint and
 runs the next updates; ``... replay RUN_DIR`` reloads the exported artifact
 with safe loading only and replays the control inputs. Each writes its
-findings to ``RUN_DIR/<what>.json`` for the pilot to compare.
+findings to ``RUN_DIR/<what>.json`` for the pilot to compare. The work itself
+(:func:`resume_with`, :func:`replay_with`) takes the task as an object, so a
+test can run it in its own process around an in-memory task.
 """
 
 from __future__ import annotations
@@ -17,81 +19,80 @@ from typing import Any
 import psutil
 import torch
 
-from .. import runs
+from .. import fsutil, runs
 from . import checkpoint as ck
-from .task import load_task
-from .train import Trainer, resolve_device
+from .task import Task, load_task
+from .trainer import Trainer, resolve_device
 
 
-def _trainer(rdir: Path) -> tuple[Trainer, dict[str, Any]]:
-    frozen = runs.read_run_toml(rdir)
-    params = dict(frozen["params"])
-    task = load_task(frozen["task"]["entry"], rdir.parent.parent)
+def _trainer(task: Task, params: dict[str, Any], seed: int, device: torch.device) -> Trainer:
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    device = resolve_device(params.get("device"))
     if world > 1:
         from . import dist
 
         dist.init()
         if device.type == "cuda":
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    tr = Trainer(task, params, int(frozen["run"]["seed"]), device, rank=rank, world=world)
+    tr = Trainer(task, params, seed, device, rank=rank, world=world)
     tr.load_data()
     tr.build()
-    return tr, frozen
+    return tr
 
 
 def _peak(tr: Trainer) -> int:
     if tr.device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(tr.device))
+        return int(torch.cuda.max_memory_reserved(tr.device))
     return int(psutil.Process().memory_info().rss)
 
 
-def resume(rdir: Path) -> dict[str, Any]:
-    tr, frozen = _trainer(rdir)
-    tr.load_state_dict(ck.safe_load(rdir / ck.CHECKPOINT, map_location=tr.device))
+def resume_with(task: Task, params: dict[str, Any], seed: int, rdir: Path, device: torch.device,
+                pilot: dict[str, Any]) -> dict[str, Any]:
+    tr = _trainer(task, params, seed, device)
+    tr.load_state_dict(ck.safe_load(Path(rdir) / runs.CHECKPOINT, map_location=tr.device))
     out: dict[str, Any] = {
         "pid": os.getpid(),
         "step": tr.step,
         "lr": float(tr.optimizer.param_groups[0]["lr"]),
         "data": tr.order.state(),
     }
-    k = int(frozen.get("pilot", {}).get("updates_after_resume", 2))
+    k = int(pilot.get("updates_after_resume", 2))
     out["losses"] = [tr.update()["loss"] for _ in range(k)]
     out["peak"] = _peak(tr)
     return out
 
 
-def replay(rdir: Path) -> dict[str, Any]:
-    from .gates import control_outputs
-
-    adir = rdir / ck.ARTIFACT_DIR
+def replay_with(task: Task, params: dict[str, Any], seed: int, rdir: Path, device: torch.device,
+                pilot: dict[str, Any]) -> dict[str, Any]:
+    adir = Path(rdir) / runs.ARTIFACT_DIR
     manifest = ck.verify_manifest(adir)
-    tr, _ = _trainer(rdir)
+    tr = _trainer(task, params, seed, device)
     tr.model.load_state_dict(ck.safe_load(adir / ck.MODEL_FILE, map_location=tr.device))
     recorded = ck.safe_load(adir / ck.CONTROL_FILE)
-    got = control_outputs(tr, manifest["controls"])
-    exact = tr.device.type == "cpu"
-    if exact:
-        equal = bool(torch.equal(got["predictions"], recorded["predictions"])) and float(got["loss"]) == float(recorded["loss"])
+    got = tr.control_outputs(manifest["controls"])
+    same_pred = bool(torch.equal(got["predictions"], recorded["predictions"]))
+    a, b = float(got["loss"]), float(recorded["loss"])
+    if tr.device.type == "cpu":
+        equal = same_pred and a == b
         how = "bit-identical"
     else:
-        equal = bool(torch.equal(got["predictions"], recorded["predictions"])) and abs(float(got["loss"]) - float(recorded["loss"])) <= 1e-5 * max(1.0, abs(float(recorded["loss"])))
+        equal = same_pred and abs(a - b) <= 1e-5 * max(1.0, abs(b))
         how = "predictions identical, loss within 1e-5"
-    detail = f"{len(manifest['controls'])} control inputs, {how}: loss {float(got['loss']):.6f} vs {float(recorded['loss']):.6f}" if equal else (
-        f"replayed loss {float(got['loss']):.6f} vs recorded {float(recorded['loss']):.6f}; predictions "
-        f"{'equal' if torch.equal(got['predictions'], recorded['predictions']) else 'differ'}")
+    detail = (f"{len(manifest['controls'])} control inputs, {how}: loss {a:.6f} vs {b:.6f}" if equal else
+              f"replayed loss {a:.6f} vs recorded {b:.6f}; predictions {'equal' if same_pred else 'differ'}")
     return {"pid": os.getpid(), "safe": True, "equal": equal, "detail": detail}
 
 
 def main(argv: list[str]) -> int:
     what, rdir = argv[0], Path(argv[1])
-    result = {"resume": resume, "replay": replay}[what](rdir)
+    frozen = runs.read_run_toml(rdir)
+    params = dict(frozen["params"])
+    task = load_task(frozen["task"]["entry"], rdir.parent.parent)
+    fn = {"resume": resume_with, "replay": replay_with}[what]
+    result = fn(task, params, int(frozen["run"]["seed"]), rdir, resolve_device(params.get("device")),
+                dict(frozen.get("pilot", {})))
     rank = int(os.environ.get("RANK", "0"))
     name = f"{what}.json" if rank == 0 else f"{what}.rank{rank}.json"
-    tmp = rdir / (name + ".tmp")
-    tmp.write_text(json.dumps(result))
-    os.replace(tmp, rdir / name)
+    fsutil.write_text(rdir / name, json.dumps(result))
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         import torch.distributed
 

@@ -79,7 +79,7 @@ def free_port() -> int:
 
 
 def is_timeout(exc: BaseException) -> bool:
-    from .train import is_collective_failure
+    from .trainer import is_collective_failure
 
     return is_collective_failure(exc)
 

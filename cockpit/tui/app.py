@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from textual import work
 from textual.app import App
@@ -211,29 +211,17 @@ class CockpitApp(App[None]):
         self.push_screen(StartPilotScreen([v.id for v in self.notebook.variants], self.notebook.reference.id), chosen)
 
     def start_pilot(self, variant: str, seed: int) -> None:
-        from .. import runs
+        from .. import launch
+        from ..errors import CockpitError
 
         try:
-            rid, rdir = runs.create_run(self.notebook_path, variant, seed, kind="pilot", extra=self._launch_extra())
-        except nbm.NotebookError as exc:
-            self.notify(str(exc), title="pilot not created", severity="error", timeout=15)
-            return
-        try:
-            pid = self.launcher.start(rdir, nproc=self._nproc())
-        except OSError as exc:
-            self.notify(f"{rdir}: the pilot did not start: {exc}", severity="error", timeout=15)
+            rid, rdir = launch.new_run(self.notebook_path, variant, seed, kind="pilot", starter=self.launcher.start)
+        except (CockpitError, OSError) as exc:
+            self.notify(str(exc), title="pilot not started", severity="error", timeout=15, markup=False)
             return
         self.reload_notebook()
-        self.notify(f"pilot {rid} started ({variant}, seed {seed}, pid {pid})", title="pilot")
+        self.notify(f"pilot {rid} started ({variant}, seed {seed})", title="pilot", markup=False)
         self.open_run(rid)
-
-    def _nproc(self) -> int:
-        """Processes per run, as ``cockpit pilot`` decides: one per data replica under DDP or FSDP."""
-        nb = self.notebook
-        return nb.batch.data_replicas if nb.selection.strategy in ("DDP", "FSDP") else 1
-
-    def _launch_extra(self) -> dict:
-        return {"launch": {"nproc": self._nproc(), "nnodes": 1, "rdzv": ""}}
 
     # ---- a series of train runs (variants x seeds), driven from here
 
@@ -277,15 +265,11 @@ class CockpitApp(App[None]):
         self._series_timer = self.set_interval(self.timing.series_s, self._series_tick)
         self._series_tick()
 
-    def _series_starter(self, campaign: Path, variant: str, seed: int, *, kind: str = "train", follows: str = "",
-                        overrides: dict | None = None, env: dict[str, str] | None = None) -> tuple[str, Path]:
-        """What ``commands.pilot.start`` does, through this app's launcher (tests start a harmless process)."""
-        from .. import runs
+    def _series_starter(self, campaign: Path, variant: str, seed: int, **kw: Any) -> tuple[str, Path]:
+        """``launch.new_run`` through this app's launcher (tests start a harmless process)."""
+        from .. import launch
 
-        rid, rdir = runs.create_run(campaign, variant, seed, kind=kind, follows=follows, overrides=overrides,
-                                    extra=self._launch_extra())
-        self.launcher.start(rdir, nproc=self._nproc(), env=env)
-        return rid, rdir
+        return launch.new_run(campaign, variant, seed, starter=self.launcher.start, **kw)
 
     def _series_tick(self) -> None:
         if self.series is None or self._series_busy:
@@ -308,9 +292,9 @@ class CockpitApp(App[None]):
         done = series.done
         if done:
             try:
-                runs.reconcile(self.notebook_path)
+                runs.settle(self.notebook_path)  # this app drove the series: it writes the rows of runs killed on the way
             except Exception as exc:  # noqa: BLE001
-                error = error or f"reconcile: {exc}"
+                error = error or f"settle: {exc}"
         self.call_from_thread(self._series_polled, series, changes, done, error)
 
     def _series_polled(self, series, changes: list, done: bool, error: str) -> None:  # noqa: ANN001

@@ -143,7 +143,7 @@ def curves(nb: nbm.Notebook, data: dict[str, Any]) -> list[Curve]:
             if _finite(step) and _finite(loss):
                 c.steps.append(step)
                 c.loss.append(loss)
-        c.evals = read_evals(runs.run_dir(nb.directory, r["id"]) / "evals.csv")
+        c.evals = read_evals(runs.run_dir(nb.directory, r["id"]) / runs.EVALS_FILE)
         out.append(c)
     return out
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import events as ev
+from .. import runs
 
 CHUNK_BYTES = 16 * 1024
 BUDGET_S = 0.02  # parsing time per tick: the UI keeps the rest
@@ -339,26 +340,17 @@ def eval_words(e: dict[str, Any]) -> str:
 
 
 def gate_peak(gate: dict[str, Any] | None, gpu: bool | None = None) -> tuple[float | None, str]:
-    """Peak of one gate: torch peak reserved on a GPU, else the largest NVML used, else RSS.
+    """Peak of one gate by the one rule (``cockpit.runs.mem_peak``): torch peak reserved, else peak RSS.
 
     In a run that has a GPU (``gpu=True``) a phase without GPU counters has no
     peak rather than its RSS: the bars compare GPU memory with GPU capacity.
     """
     if not gate:
         return None, ""
-    mem = gate.get("mem") or {}
-    torch = mem.get("torch") or {}
-    if torch.get("peak_reserved") is not None:
-        return float(torch["peak_reserved"]), "torch peak reserved"
-    nvml = [g.get("used") for g in mem.get("nvml") or [] if isinstance(g, dict) and g.get("used") is not None]
-    if nvml:
-        return float(max(nvml)), "NVML used"
-    if gpu:
+    value, counter = runs.mem_peak(gate.get("mem"))
+    if value is None or (gpu and counter != runs.GPU_PEAK):
         return None, ""
-    rss = mem.get("rss_peak") if mem.get("rss_peak") is not None else mem.get("rss")
-    if rss is not None:
-        return float(rss), "process RSS"
-    return None, ""
+    return float(value), counter
 
 
 def gate_capacity(gate: dict[str, Any] | None) -> float | None:

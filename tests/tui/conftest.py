@@ -38,16 +38,20 @@ def recorded(tmp_path: Path) -> Path:
 
 
 class SleepLauncher:
-    """Starts ``sleep`` in its own session in place of a pilot; stops it with the real launch.stop."""
+    """Starts a sleeping process in its own session in place of a pilot; stops it with the real launch.stop.
+
+    Its command line names the run folder, as a real run's does, so launch.stop recognises it as the run's.
+    """
 
     def __init__(self) -> None:
         self.started: list[Path] = []
         self.procs: list[subprocess.Popen] = []
 
     def start(self, rdir: Path, nproc: int = 1, env: dict[str, str] | None = None) -> int:
-        proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        argv = [sys.executable, "-c", "import time; time.sleep(60)", str(Path(rdir).resolve())]
+        proc = subprocess.Popen(argv, start_new_session=True)
         self.procs.append(proc)
-        runs.write_process(rdir, proc.pid)
+        runs.write_process(rdir, proc.pid, argv)
         self.started.append(rdir)
         return proc.pid
 

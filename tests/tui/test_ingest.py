@@ -30,7 +30,7 @@ def test_cpu_run_uses_rss_and_skips_the_torn_line():
     feed.drain()
     assert feed.end is None and feed.phase == "backward"
     assert not feed.has_gpu
-    assert feed.phase_peak("stack") == (1100 * 2**20, "process RSS")
+    assert feed.phase_peak("stack") == (1100 * 2**20, "process peak RSS")
     assert feed.bad_lines == 0  # the torn last line is pending, not bad
 
 
@@ -74,4 +74,4 @@ def test_downsampling_keeps_the_peak():
 def test_gate_peak_in_a_gpu_run_ignores_rss():
     gate = {"mem": {"torch": None, "nvml": None, "rss": 10}}
     assert gate_peak(gate, gpu=True) == (None, "")
-    assert gate_peak(gate) == (10.0, "process RSS")
+    assert gate_peak(gate) == (10.0, "process peak RSS")

@@ -98,16 +98,12 @@ class CampaignScreen(Screen[None]):
     def load_states(self) -> None:
         # As runs.list_runs, but a run that has ended (its final event written, no rank still running)
         # is read once: a long series does not re-parse every finished run's events every few seconds.
-        rd = runs.runs_dir(self.app.campaign_dir)
         states: dict[str, runs.RunState] = {}
-        if rd.is_dir():
-            for p in sorted(rd.iterdir()):
-                if not (p / runs.RUN_FILE).exists():
-                    continue
-                st = self._ended.get(p.name) or runs.state(p)
-                if st.run_end is not None and st.status not in ("running", "created"):
-                    self._ended[p.name] = st
-                states[p.name] = st
+        for p in runs.run_dirs(self.app.campaign_dir):
+            st = self._ended.get(p.name) or runs.state(p)
+            if st.run_end is not None and st.final:
+                self._ended[p.name] = st
+            states[p.name] = st
         self.post_message(RunStates(states))
 
     def on_run_states(self, message: RunStates) -> None:
@@ -186,7 +182,7 @@ class CampaignScreen(Screen[None]):
 def run_cells(rid: str, row: nbm.RunRow | None, st: runs.RunState | None) -> tuple[Text, ...]:
     status = st.status if st else (row.status if row else "?")
     phase = (st.phase if st else None) or (row.phase if row else "") or ""
-    peak = st.peak_mib if st and st.peak_mib is not None else train_peak_mib(st)
+    peak = st.peak_mib if st else None  # the one rule (cockpit.runs): gates and the final event alike
     if peak is None and row is not None:
         peak = row.peak_mib
     secs = st.duration_s if st and st.started is not None else (row.duration_s if row else None)
@@ -202,14 +198,6 @@ def run_cells(rid: str, row: nbm.RunRow | None, st: runs.RunState | None) -> tup
         Text(row.verdict if row else "", style="italic"),
         Text(reason, style="dim"),
     )
-
-
-def train_peak_mib(st: runs.RunState | None) -> float | None:
-    """A series run has no gates: its peak is in its final event (torch peak reserved, else peak RSS)."""
-    mem = ((st.run_end or {}).get("mem") or {}) if st else {}
-    torch = mem.get("torch") or {}
-    value = torch.get("peak_reserved") if torch.get("peak_reserved") is not None else mem.get("rss_peak")
-    return value / fm.MIB if isinstance(value, (int, float)) else None
 
 
 def summary(nb: nbm.Notebook) -> Text:

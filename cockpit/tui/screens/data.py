@@ -21,13 +21,12 @@ from textual.widgets import Footer, Header, OptionList, Static
 
 from ... import runs
 
-INSPECT_FILE = "inspect.json"
 SUPERVISED = "bold black on green"
 
 
 def load_inspect(rdir: Path) -> tuple[dict[str, Any] | None, str]:
     """The document and, when it cannot be shown, why (in words)."""
-    path = Path(rdir) / INSPECT_FILE
+    path = Path(rdir) / runs.INSPECT_FILE
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:

@@ -22,12 +22,11 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Header, Log, Static
 
 from ... import events as ev
+from ... import runs
 from .. import format as fm
 from ..widgets.keyed import put_row
 from ..widgets.plot import BraillePlot, Line
 from .run import ATTACH_S, RunScreen, _mib_label
-
-METRICS_FILE = "metrics.json"
 
 
 class TrainRunScreen(RunScreen):
@@ -76,7 +75,7 @@ class TrainRunScreen(RunScreen):
     def read_metrics(self) -> None:
         """metrics.json, written once at the run's end (small: read on the UI thread)."""
         try:
-            self.metrics = json.loads((self.rdir / METRICS_FILE).read_text())
+            self.metrics = json.loads((self.rdir / runs.METRICS_FILE).read_text())
         except (FileNotFoundError, ValueError, OSError):
             self.metrics = None
 
@@ -213,8 +212,7 @@ def metrics_text(m: dict[str, Any] | None) -> Text:
     out.append(f"{m.get('updates', '?')}/{m.get('planned_updates', '?')} updates")
     if isinstance(m.get("step_time_s"), (int, float)):
         out.append(f", {m['step_time_s']:.3f} s/update")
-    peak = m.get("peak") or {}
-    value = peak.get("peak_reserved") if peak.get("peak_reserved") is not None else peak.get("rss_peak")
+    value, counter = runs.mem_peak(m.get("peak") if isinstance(m.get("peak"), dict) else None)
     if value is not None:
-        out.append(f"\npeak {fm.mib(value)} ({peak.get('counter', '')})", style="dim")
+        out.append(f"\npeak {fm.mib(value)} ({counter})", style="dim")
     return out

@@ -1,4 +1,4 @@
-"""The training core shared by the pilot and series runs.
+"""The training core shared by the pilot and training runs.
 
 One :class:`Trainer` holds a task's model, optimizer, scheduler, grad scaler,
 data order and step counter, and knows how to run one *update* (all the
@@ -320,7 +320,7 @@ class Trainer:
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         if total_count is not None:
-            count = self._reduce_count(total_count)
+            count = self.reduce_count(total_count)
             for p in self.model.parameters():
                 if p.grad is not None:
                     p.grad.div_(count)
@@ -332,7 +332,7 @@ class Trainer:
     def _no_sync(self):
         return self.ddp.no_sync()
 
-    def _reduce_count(self, count: float) -> float:
+    def reduce_count(self, count: float) -> float:
         """Under DDP gradients are averaged over ranks; normalise by the mean count per rank."""
         if self.ddp is None:
             return count
@@ -415,6 +415,21 @@ class Trainer:
             "data": self.order.state(),
             "seed": self.seed,
         }
+
+    @torch.no_grad()
+    def control_outputs(self, controls: list[dict[str, Any]]) -> dict[str, Any]:
+        """Loss and predictions of the control inputs in eval mode: what an export must reproduce."""
+        was = self.model.training
+        self.model.eval()
+        try:
+            batch = self.collate(controls)
+            value, count = self.loss_of(batch, net=self.model)
+            loss = float(value) / float(count) if count is not None else float(value)
+            predict = self.task.predict
+            pred = user("predict", predict, self.model, batch).detach().cpu() if predict else torch.tensor([])
+        finally:
+            self.model.train(was)
+        return {"loss": torch.tensor(loss, dtype=torch.float64), "predictions": pred}
 
     def load_state_dict(self, st: dict[str, Any]) -> None:
         self.model.load_state_dict(st["model"])

@@ -1,0 +1,183 @@
+"""The small context every phase works on: task, parameters, trainer, meter, run folder.
+
+A pilot process builds one from the frozen ``run.toml`` (:meth:`Context.from_run`);
+a test builds one around an in-memory task (:meth:`Context.in_memory`) and runs
+a single phase without a subprocess, a run folder from the CLI or a notebook.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import events as ev
+from .. import runs
+from .meter import Meter
+from .task import Task
+from .trainer import Trainer, resolve_device, user
+
+Emit = Callable[..., dict[str, Any]]
+# spawn(what, ctx, distributed) -> (what the new process found, or None) and its words when it failed
+Spawn = Callable[[str, "Context", bool], tuple[dict[str, Any] | None, str]]
+
+
+@dataclass
+class Context:
+    params: dict[str, Any]
+    seed: int
+    device: torch.device
+    rdir: Path
+    emit: Emit
+    meter: Meter
+    pilot_cfg: dict[str, Any] = field(default_factory=dict)
+    frozen: dict[str, Any] = field(default_factory=dict)
+    rank: int = 0
+    world: int = 1
+    task: Task | None = None
+    trainer_: Trainer | None = None
+    measures: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> mem, duration_s, inputs
+    scans: dict[str, Any] = field(default_factory=dict)  # split -> datascan.SplitScan (the data gate's findings)
+    saved: dict[str, Any] = field(default_factory=dict)  # what the save phase wrote (step, lr, data position)
+    steps: dict[str, Any] = field(default_factory=dict)  # state handed from forward to backward to update_first
+    spawn: Spawn | None = None
+    phase: str = ""
+
+    # ---- building
+
+    @classmethod
+    def from_run(cls, rdir: Path, writer: ev.EventWriter, rank: int = 0, world: int = 1) -> Context:
+        frozen = runs.read_run_toml(rdir)
+        params = dict(frozen["params"])
+        device = resolve_device(params.get("device"))
+        if device.type == "cuda" and world > 1:
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        return cls(params=params, seed=int(frozen["run"]["seed"]), device=device, rdir=Path(rdir),
+                   emit=writer.emit, meter=Meter(device, emit=writer.emit), pilot_cfg=dict(frozen.get("pilot", {})),
+                   frozen=frozen, rank=rank, world=world)
+
+    @classmethod
+    def in_memory(cls, task: Task, params: dict[str, Any], *, seed: int = 0, rdir: Path | None = None,
+                  pilot: dict[str, Any] | None = None, events: list[dict[str, Any]] | None = None) -> Context:
+        """A context around a task object, for running one phase in this process (tests)."""
+        sink = events if events is not None else []
+
+        def emit(kind: str, **payload: Any) -> dict[str, Any]:
+            e = ev.make(kind, **payload)
+            sink.append(e)
+            return e
+
+        device = resolve_device(params.get("device", "cpu"))
+        folder = Path(rdir) if rdir is not None else Path(tempfile.mkdtemp(prefix="cockpit-phase-"))
+        ctx = cls(params=dict(params), seed=seed, device=device, rdir=folder, emit=emit,
+                  meter=Meter(device, emit=None), pilot_cfg=dict(pilot or {}), task=task,
+                  frozen={"run": {"id": "r0000", "seed": seed}, "task": {"entry": task.name or "in-memory"}})
+        ctx.spawn = in_process
+        return ctx
+
+    # ---- what phases share
+
+    @property
+    def dist(self) -> bool:
+        return self.world > 1
+
+    @property
+    def trainer(self) -> Trainer:
+        if self.trainer_ is None:
+            raise RuntimeError("no trainer yet: the data phase builds it")
+        return self.trainer_
+
+    @property
+    def the_task(self) -> Task:
+        if self.task is None:
+            raise RuntimeError("no task yet: the stack phase loads it")
+        return self.task
+
+    def log(self, message: str, level: str = "info") -> None:
+        print(f"[{level}] {message}", flush=True)
+        self.emit(ev.LOG, level=level, message=message)
+
+    def max_length(self) -> int | None:
+        if self.task is not None and self.task.max_length:
+            return int(user("max_length", self.task.max_length, self.params))
+        return None
+
+    def batch_inputs(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {"microbatch": len(examples), "ids": [e.get("id") for e in examples][:8]}
+        task = self.the_task
+        if task.length:
+            out["lengths"] = [int(user("length", task.length, e)) for e in examples]
+            ml = self.max_length()
+            if ml:
+                out["cropped_to"] = ml
+        return out
+
+    def step_event(self, out: dict[str, Any], phase: str) -> None:
+        self.emit(ev.STEP, step=out.get("step", self.trainer.step), loss=ev.finite_or_none(out.get("loss")),
+                  lr=out.get("lr"), grad_norm=ev.finite_or_none(out.get("grad_norm")), examples=out.get("examples"),
+                  phase=phase, duration_s=out.get("duration_s"))
+
+    def peak(self, phase: str) -> int | None:
+        """A measured phase's peak by the one rule (torch peak reserved on a GPU, else peak RSS)."""
+        m = self.measures.get(phase)
+        return runs.mem_peak(m["mem"])[0] if m else None
+
+    def child(self, what: str, distributed: bool = False) -> tuple[dict[str, Any] | None, str]:
+        """Run ``what`` ("resume" or "replay") in a new process and return what it found."""
+        return (self.spawn or subprocess_child)(what, self, distributed)
+
+
+def subprocess_child(what: str, ctx: Context, distributed: bool) -> tuple[dict[str, Any] | None, str]:
+    """``python -m cockpit.pilot.child WHAT RUN_DIR`` in a new process; its findings from ``<what>.json``."""
+    from . import dist as dist_
+
+    env = os.environ.copy()
+    name = f"{what}.json"
+    if distributed:  # every rank starts its own new process; they form a new group on a new port
+        port = dist_.broadcast(dist_.free_port() if ctx.rank == 0 else None)
+        env.update({"MASTER_PORT": str(port), "COCKPIT_CHILD_DIST": "1"})
+        env.pop("TORCHELASTIC_USE_AGENT_STORE", None)  # rank 0's child hosts its own store
+        if ctx.rank:
+            name = f"{what}.rank{ctx.rank}.json"
+    else:
+        env["WORLD_SIZE"], env["RANK"] = "1", "0"
+    out = ctx.rdir / name
+    if out.exists():
+        out.unlink()
+    cmd = [sys.executable, "-m", "cockpit.pilot.child", what, str(ctx.rdir)]
+    t0 = time.perf_counter()
+    limit = float(os.environ.get("COCKPIT_CHILD_TIMEOUT_S", "1800"))
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=limit)
+    except subprocess.TimeoutExpired as exc:
+        said = exc.output if isinstance(exc.output, str) else (exc.output or b"").decode(errors="replace")
+        return None, f"no answer after {limit:g} s (COCKPIT_CHILD_TIMEOUT_S); its output: {said[-300:]}"
+    elapsed = time.perf_counter() - t0
+    if proc.stdout:
+        print(proc.stdout, end="", flush=True)
+    if proc.returncode != 0 or not out.exists():
+        tail = proc.stdout.strip().splitlines()[-3:] if proc.stdout else []
+        return None, f"exit {proc.returncode}: {' | '.join(tail)}"
+    data = json.loads(out.read_text())
+    data["elapsed_s"] = elapsed
+    return data, f"pid {data.get('pid')} in {elapsed:.1f} s"
+
+
+def in_process(what: str, ctx: Context, distributed: bool) -> tuple[dict[str, Any] | None, str]:
+    """The child's work in this process (tests of a single phase): same checks, no new interpreter."""
+    from . import child
+
+    t0 = time.perf_counter()
+    fn = {"resume": child.resume_with, "replay": child.replay_with}[what]
+    data = fn(ctx.the_task, ctx.params, ctx.seed, ctx.rdir, ctx.device, ctx.pilot_cfg)
+    data["elapsed_s"] = time.perf_counter() - t0
+    return data, f"in this process in {data['elapsed_s']:.1f} s"

@@ -1,0 +1,223 @@
+"""Scanning the splits as training sees them: every row collated, what reaches the loss recorded.
+
+The data gate (``phases/data.py``) collates every split in chunks, exactly as
+training does, and keeps what it learned per row in a :class:`SplitScan`:
+ids, supervised positions, a hash of the input, targets, and the problems
+found (ids out of order, targets out of range, padding or instruction in the
+loss, lengths over the maximum, targets lost to cropping). The leakage and
+overfit phases reuse it through ``Context.scans``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .task import Task
+from .trainer import UserCodeError, user
+
+CHUNK = 256  # examples per collate call while scanning a split
+SCAN_LIMIT = 50_000  # examples scanned per split; beyond that the gate says it stopped short
+SCAN_SECONDS = 30.0  # collating budget for all splits together (Task.extras["scan_seconds"])
+
+
+def ids_text(xs: list[Any], k: int = 5) -> str:
+    shown = ", ".join(str(x) for x in xs[:k])
+    return shown + (f" (+{len(xs) - k} more)" if len(xs) > k else "")
+
+
+def share_text(n: int, total: int) -> str:
+    return f"{n} of {total} ({100.0 * n / max(total, 1):.1f}%)"
+
+
+def rows(t: torch.Tensor) -> torch.Tensor:
+    """A per-row view: [B] stays [B, 1], [B, ...] becomes [B, -1]."""
+    return t.reshape(t.shape[0], -1)
+
+
+@dataclass
+class SplitScan:
+    """What the data gate learned about every scanned row of one split."""
+
+    name: str
+    total: int
+    ids: list[Any] = field(default_factory=list)
+    supervised: list[int] = field(default_factory=list)  # supervised positions per row
+    inputs: list[int] = field(default_factory=list)  # hash of the input tokens (attended, not targets)
+    targets: list[int | None] = field(default_factory=list)  # classification: the target id
+    problems: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    lost: list[Any] = field(default_factory=list)  # ids that lose target tokens to max_length
+    longer: list[Any] = field(default_factory=list)  # ids longer than max_length before cropping
+    lost_known: bool = True
+    masked_rows: bool = False  # labels aligned with an attention mask: the padding check applies
+    mapping: dict[str, dict[int, list[Any]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
+
+
+
+def collate(task: Task, params: dict[str, Any], examples: list[dict[str, Any]]) -> dict[str, Any]:
+    """The task's collate on CPU tensors; a result that is not a dict is the task's error."""
+    batch = user("collate", task.collate, examples, params)
+    if not isinstance(batch, dict):
+        raise UserCodeError("collate", TypeError(f"must return a dict of tensors and 'ids', got {type(batch).__name__}"))
+    return {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in batch.items()}
+
+
+def scan(task: Task, params: dict[str, Any], split: str, data: list[dict[str, Any]], ml: int | None,
+         budget: float) -> SplitScan:
+    """Collate the split in chunks as training does and record what each row brings to the loss."""
+    s = SplitScan(split, len(data))
+    data = data[:SCAN_LIMIT]
+    ign = task.ignore_index
+    classes = len(task.label_names) if task.label_names else None
+    vocab = int(user("vocab_size", task.vocab_size, params)) if task.vocab_size else None
+    field_name = task.extras.get("label_field", "label")
+    for start in range(0, len(data), CHUNK):
+        if start and time.monotonic() > budget:
+            break  # out of time: the checks say how many rows they saw
+        chunk = [e for e in data[start : start + CHUNK] if isinstance(e, dict)]
+        if not chunk:
+            continue
+        batch = collate(task, params, chunk)
+        want = [e.get("id") for e in chunk]
+        got = batch.get("ids")
+        if got is None or list(got) != want:
+            s.problems["ids"].append(
+                f"{split}[{start}:{start + len(chunk)}]: " + ("no 'ids' in the batch" if got is None
+                                                            else f"ids {ids_text(list(got), 3)} for examples {ids_text(want, 3)}"))
+        lab = batch.get(task.label_key)
+        if not torch.is_tensor(lab):
+            s.problems["targets"].append(f"batch[{task.label_key!r}] is {'missing' if lab is None else type(lab).__name__}")
+            break
+        if lab.dim() == 0 or lab.shape[0] != len(chunk):
+            s.problems["rows"].append(f"{split}[{start}:]: {tuple(lab.shape)} targets for {len(chunk)} examples")
+            break
+        inp = batch.get(task.input_key)
+        mask = batch.get(task.mask_key)
+        inp = inp if torch.is_tensor(inp) and inp.dim() >= 1 and inp.shape[0] == len(chunk) else None
+        if mask is not None and (not torch.is_tensor(mask) or inp is None or tuple(mask.shape) != tuple(inp.shape)):
+            s.problems["mask"].append(f"{task.mask_key} {tuple(mask.shape) if torch.is_tensor(mask) else type(mask).__name__}"
+                                      f" vs inputs {tuple(inp.shape) if inp is not None else 'missing'}")
+            mask = None
+        sup = rows(lab != ign)
+        n_sup = sup.sum(1).tolist()
+        s.ids.extend(want)
+        s.supervised.extend(int(x) for x in n_sup)
+        aligned = inp is not None and lab.dim() >= 2 and tuple(lab.shape) == tuple(inp.shape)
+        if task.kind == "generation" and inp is not None and not aligned:
+            s.problems["aligned"].append(f"{split}[{start}:]: labels {tuple(lab.shape)} vs inputs {tuple(inp.shape)}")
+        # lengths after collate
+        if inp is not None and ml is not None and inp.dim() >= 2:
+            lens = (rows(mask).sum(1) if mask is not None else torch.full((len(chunk),), inp.shape[1])).tolist()
+            for e, n in zip(chunk, lens, strict=True):
+                if n > ml:
+                    s.problems["length"].append(f"{e['id']} ({int(n)})")
+            if inp.shape[1] > ml and not any(n > ml for n in lens):
+                s.problems["length"].append(f"{split}[{start}:] padded to width {inp.shape[1]}")
+        # padding and instruction positions that count
+        if mask is not None and aligned:
+            s.masked_rows = True
+            pad = rows((mask == 0) & (lab != ign)).sum(1).tolist()
+            for e, n in zip(chunk, pad, strict=True):
+                if n:
+                    s.problems["padding"].append(f"{e['id']} ({int(n)} positions)")
+        if task.kind == "generation" and task.instruction_is_input and aligned:
+            lm = batch.get(task.loss_mask_key) if task.loss_mask_key else None
+            if torch.is_tensor(lm) and tuple(lm.shape) == tuple(lab.shape):
+                bad = rows((lab != ign) & (lm == 0)).sum(1).tolist()
+                for e, n in zip(chunk, bad, strict=True):
+                    if n:
+                        s.problems["instruction"].append(f"{e['id']} ({int(n)} positions)")
+            elif task.loss_mask_key:
+                s.problems["loss_mask"].append(f"batch[{task.loss_mask_key!r}] is "
+                                               f"{tuple(lm.shape) if torch.is_tensor(lm) else 'missing'}, labels {tuple(lab.shape)}")
+            att = rows(mask != 0) if mask is not None else torch.ones_like(rows(lab), dtype=torch.bool)
+            # an instruction that is input only leaves attended positions that do not count
+            masked_in = rows(lab == ign).logical_and(att).sum(1).tolist()
+            for e, n, k in zip(chunk, masked_in, n_sup, strict=True):
+                if n == 0 and k > 0:
+                    s.problems["all_supervised"].append(str(e["id"]))
+        # targets in range
+        if task.kind == "classification":
+            flat = lab.reshape(len(chunk), -1)[:, 0].tolist() if lab.dim() >= 1 else []
+            for e, t in zip(chunk, flat, strict=True):
+                t = int(t)
+                if t == ign:
+                    s.targets.append(None)
+                    continue
+                s.targets.append(t)
+                if t < 0 or (classes is not None and t >= classes):
+                    s.problems["range"].append(f"{e['id']} (target {t})")
+                name = e.get(field_name)
+                if isinstance(name, str):
+                    s.mapping[name][t].append(e["id"])
+                elif isinstance(name, int) and not isinstance(name, bool) and name != t:
+                    s.problems["field"].append(f"{e['id']} ({field_name} {name}, target {t})")
+        elif vocab is not None:
+            bad = rows((lab != ign) & ((lab < 0) | (lab >= vocab))).any(1).tolist()
+            for e, b, row in zip(chunk, bad, rows(lab).tolist(), strict=True):
+                if b:
+                    s.problems["range"].append(f"{e['id']} (label {next(x for x in row if x != ign and not 0 <= x < vocab)})")
+            if inp is not None:
+                bad_in = rows((inp < 0) | (inp >= vocab)).any(1).tolist()
+                for e, b in zip(chunk, bad_in, strict=True):
+                    if b:
+                        s.problems["input_range"].append(str(e["id"]))
+        # input identity for the leakage gate: attended tokens that are not targets
+        if inp is not None:
+            s.inputs.extend(_input_hashes(task, inp, mask, lab if aligned else None))
+        # truncation: rows longer than max_length, and the target tokens cropping took
+        if task.kind == "generation" and ml is not None and aligned:
+            _truncation(task, params, s, chunk, n_sup, ml)
+    return s
+
+
+def _input_hashes(task: Task, inp: torch.Tensor, mask: torch.Tensor | None, lab: torch.Tensor | None) -> list[int]:
+    tokens = rows(inp).tolist()
+    keep = rows(mask != 0).tolist() if mask is not None else [[True] * len(r) for r in tokens]
+    if lab is not None:
+        # token j is a target when position j - 1 is supervised (the causal shift)
+        tgt = rows(lab != task.ignore_index).tolist()
+        keep = [[k and not (j > 0 and t[j - 1]) for j, k in enumerate(kr)] for kr, t in zip(keep, tgt, strict=True)]
+    return [hash(tuple(x for x, k in zip(r, kr, strict=True) if k)) for r, kr in zip(tokens, keep, strict=True)]
+
+
+def _truncation(task: Task, params: dict[str, Any], s: SplitScan, chunk: list[dict[str, Any]], n_sup: list[int],
+                ml: int) -> None:
+    if task.length is not None:
+        lens = [int(user("length", task.length, e)) for e in chunk]
+        idx = [i for i, n in enumerate(lens) if n > ml]
+    else:
+        lens, idx = [], list(range(len(chunk)))
+    if not idx:
+        return
+    longest = max(lens) if lens else 4 * ml
+    try:
+        full = collate(task, params | {"max_length": longest + 2}, [chunk[i] for i in idx])
+    except UserCodeError:  # the collate cannot go past its limit: count the longer examples as losing targets
+        full = {}
+    lab = full.get(task.label_key)
+    if not torch.is_tensor(lab) or lab.shape[0] != len(idx):
+        s.lost_known = False
+        if lens:
+            s.longer.extend(chunk[i]["id"] for i in idx)
+            s.lost.extend(chunk[i]["id"] for i in idx)
+        return
+    unc = rows(lab != task.ignore_index).sum(1).tolist()
+    width = lab.shape[-1]
+    if lens and width <= ml:
+        # the collate function ignores params["max_length"]: every longer example counts as losing targets
+        s.lost_known = False
+        s.longer.extend(chunk[i]["id"] for i in idx)
+        s.lost.extend(chunk[i]["id"] for i in idx)
+        return
+    for i, u in zip(idx, unc, strict=True):
+        if lens or u > n_sup[i]:
+            if lens:
+                s.longer.append(chunk[i]["id"])
+            if u > n_sup[i]:
+                s.lost.append(chunk[i]["id"])
+

@@ -1,0 +1,91 @@
+"""``inspect.json``: a handful of examples exactly as the loss receives them, and the class counts.
+
+Written by the data gate; read by ``cockpit inspect`` and the TUI's data screen.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .. import fsutil, runs
+from .datascan import SplitScan, collate, rows
+
+if TYPE_CHECKING:
+    from .context import Context
+    from .gate import Gate
+
+
+def _jsonable(v: Any) -> Any:
+    if torch.is_tensor(v):
+        return v.tolist()
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    return str(v)
+
+
+def rows_as_seen(ctx: Context, examples: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
+    """The examples exactly as the loss receives them (collated together, as one microbatch)."""
+    task = ctx.the_task
+    if not examples:
+        return []
+    batch = collate(task, ctx.params, examples)
+    out = []
+    n = len(examples)
+    for r, ex in enumerate(examples):
+        row = {k: _jsonable(v[r]) for k, v in batch.items() if torch.is_tensor(v) and v.dim() >= 1 and v.shape[0] == n}
+        text: Any = None
+        if task.decode is not None:
+            try:
+                dec = task.decode(batch, r)
+                text = [[str(t), bool(sup)] for t, sup in dec] if isinstance(dec, (list, tuple)) else str(dec)
+            except Exception as exc:  # noqa: BLE001 - a broken decoder is reported, not fatal
+                print(f"--- exception in the task's decode() while inspecting ---\n{traceback.format_exc()}", file=sys.stderr)
+                text = f"(decode raised {type(exc).__name__}: {exc})"
+        lab = batch.get(task.label_key)
+        target: Any = None
+        label_name = None
+        if task.kind == "classification" and torch.is_tensor(lab):
+            target = int(rows(lab)[r, 0])
+            if task.label_names and 0 <= target < len(task.label_names):
+                label_name = task.label_names[target]
+        elif isinstance(text, list):
+            target = "".join(t for t, sup in text if sup)
+        elif torch.is_tensor(lab):
+            target = [x for x in rows(lab)[r].tolist() if x != task.ignore_index]
+        out.append({"split": split, "id": ex.get("id"), "row": row, "text": text, "target": target, "label_name": label_name})
+    return out
+
+
+def write(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
+    task = ctx.the_task
+    n_train, n_val = task.extras.get("inspect_examples", (4, 2))
+    examples: list[dict[str, Any]] = []
+    for split, n, size in (("train", n_train, ctx.trainer.microbatch), ("val", n_val, ctx.trainer.eval_microbatch)):
+        chosen = list(ctx.trainer.splits.get(split, [])[: int(n)])
+        for i in range(0, len(chosen), max(int(size), 1)):  # padded together as one microbatch of training would be
+            examples += rows_as_seen(ctx, chosen[i : i + max(int(size), 1)], split)
+    doc: dict[str, Any] = {"examples": examples}
+    if task.kind == "classification":
+        names = task.label_names
+        doc["class_counts"] = {
+            n: {(names[t] if names and 0 <= t < len(names) else str(t)): c
+                for t, c in sorted(Counter(x for x in s.targets if x is not None).items())}
+            for n, s in scans.items()
+        }
+        doc["label_names"] = list(names) if names else None
+    # every rank of a distributed pilot writes it: each through a temporary of its own
+    fsutil.write_text(ctx.rdir / runs.INSPECT_FILE, json.dumps(doc, indent=1))
+    g.extra["inspect"] = {"file": runs.INSPECT_FILE, "examples": len(examples)}
+    if doc.get("class_counts"):
+        g.extra["class_counts"] = doc["class_counts"]
+

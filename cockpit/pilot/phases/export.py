@@ -1,0 +1,51 @@
+"""Export: the evaluation artifact is written, reloaded safely in a new process, and replays the control inputs."""
+
+from __future__ import annotations
+
+import time
+
+from ... import runs
+from .. import checkpoint as ck
+from ..context import Context
+from ..gate import Gate, Phase
+from ..trainer import user
+
+
+def run(ctx: Context, g: Gate) -> None:
+    tr = ctx.trainer
+    if ctx.rank != 0:
+        g.check("exported once, by rank 0", True, "parameters are identical on every rank")
+        return
+    adir = ctx.rdir / runs.ARTIFACT_DIR
+    t0 = time.perf_counter()
+    manifest = ck.export_artifact(tr.model, adir, {
+        "run": ctx.frozen["run"]["id"], "entry": ctx.frozen["task"]["entry"], "params": ctx.params,
+        "step": tr.step, "seed": ctx.seed,
+    })
+    task = tr.task
+    controls = (user("control_inputs", task.control_inputs, ctx.params) if task.control_inputs
+                else list(tr.splits["val"][:4]))
+    outputs = tr.control_outputs(controls)
+    size = ck.atomic_save({"ids": [c["id"] for c in controls], **outputs}, adir / ck.CONTROL_FILE)
+    manifest["files"][ck.CONTROL_FILE] = {"sha256": ck.sha256(adir / ck.CONTROL_FILE), "bytes": size}
+    manifest["controls"] = controls
+    ck.write_manifest(adir, manifest)
+    g.inputs.update({"controls": len(controls), "step": tr.step})
+    mb = manifest["files"][ck.MODEL_FILE]["bytes"]
+    g.check("artifact written", mb > 0, f"{mb / 2**20:.2f} MiB weights in {time.perf_counter() - t0:.2f} s")
+    data, said = ctx.child("replay")
+    if data is None:
+        g.fail("new process", said)
+        return
+    g.check("new process", True, said)
+    g.check("safe reload", data["safe"], "torch.load(weights_only=True), hashes verified")
+    g.check("replay reproduces control outputs", data["equal"], data["detail"])
+
+
+PHASE = Phase(
+    "export", run,
+    remedy="fix export or loading: save a state_dict of tensors, rebuild the model from the task, replay",
+    checks=("artifact written", "new process", "safe reload", "replay reproduces control outputs",
+            "exported once, by rank 0"),
+    doc="artifact exported, reloaded safely, control inputs replayed",
+)

@@ -1,0 +1,61 @@
+"""Validation: eval mode, no grad, the whole split with its longest batch first, complete and deterministic outputs."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ... import events as ev
+from ..context import Context
+from ..gate import Gate, Phase
+
+
+def run(ctx: Context, g: Gate) -> None:
+    tr = ctx.trainer
+    val = list(tr.splits["val"])
+    length = tr.task.length
+    if length is not None:
+        val.sort(key=lambda e: length(e), reverse=True)  # the longest batch first
+        g.inputs["longest"] = length(val[0]) if val else 0
+    g.inputs.update({"examples": len(val), "eval_microbatch": tr.eval_microbatch})
+    modes: list[bool] = []
+    grad: list[bool] = []
+
+    def spy(module: Any, args: Any) -> None:
+        modes.append(module.training)
+        grad.append(torch.is_grad_enabled())
+
+    hook = tr.model.register_forward_pre_hook(spy)
+    try:
+        out = tr.evaluate("val", val)
+        again = tr.evaluate("val", val[: tr.eval_microbatch])
+        first = tr.evaluate("val", val[: tr.eval_microbatch])
+    finally:
+        hook.remove()
+    g.check("eval mode", bool(modes) and not any(modes),
+            "model.eval() during validation" if not any(modes) else "model was in training mode")
+    g.check("no grad", not any(grad), "torch.no_grad()" if not any(grad) else "gradients were recorded")
+    ids = out["ids"]
+    want = [e["id"] for e in val]
+    dup = len(ids) - len(set(ids))
+    missing = set(want) - set(ids)
+    g.check("complete outputs", out["n"] == len(val) and not missing and not dup,
+            f"{out['n']}/{len(val)} examples evaluated" + (f"; missing {sorted(missing)[:4]}" if missing else "")
+            + (f"; {dup} duplicated" if dup else ""))
+    g.check("finite loss", math.isfinite(out["loss"]), f"val loss {out['loss']:.4f}")
+    same = again["loss"] == first["loss"]
+    g.check("deterministic", same,
+            "same loss twice (dropout off)" if same else "two evaluations differ: dropout or sampling active in eval")
+    g.check("training mode restored", tr.model.training, "back in train mode")
+    g.extra["val_loss"] = out["loss"]
+    ctx.emit(ev.EVAL, step=tr.step, loss=ev.finite_or_none(out["loss"]), metrics={})
+
+
+PHASE = Phase(
+    "validation", run,
+    remedy="separate validation settings from training's: eval mode, no grad, its own microbatch",
+    checks=("eval mode", "no grad", "complete outputs", "finite loss", "deterministic", "training mode restored"),
+    doc="eval mode, no grad, whole split, complete outputs",
+)

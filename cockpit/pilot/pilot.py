@@ -1,0 +1,199 @@
+"""The pilot: the loop that runs every phase in order, measures each within the same bounds, records its gate.
+
+The pilot stops at the first failed gate whose failure makes later phases
+meaningless; independent phases (data, leakage, accumulation, overfit) let
+it go on so one run shows every problem. Every exception a phase raises
+becomes that phase's failed check and the run's outcome, classified once in
+:func:`cockpit.pilot.process.outcome_of`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import events as ev
+from .. import runs
+from . import dist as dist_
+from .context import Context
+from .gate import Gate, Phase
+from .phases import PHASES
+from .process import RunProcess, Stopped, outcome_of, user_frame
+from .trainer import NonFinite, UserCodeError, is_oom
+
+
+def _injected(phase: str) -> str | None:
+    """Test hook: COCKPIT_INJECT="oom:worst_case" (or error:, nonfinite:, sleep:, die:) fails that phase."""
+    for part in os.environ.get("COCKPIT_INJECT", "").split(","):
+        kind, _, where = part.partition(":")
+        if where == phase:
+            return kind
+    return None
+
+
+def _inject(ctx: Context, name: str) -> None:
+    kind = _injected(name)
+    here = os.environ.get("COCKPIT_INJECT_RANK") in (None, str(ctx.rank))
+    if kind == "oom":
+        raise torch.OutOfMemoryError(f"CUDA out of memory (injected by COCKPIT_INJECT=oom:{name})")
+    if kind == "error":
+        raise UserCodeError("loss", RuntimeError(f"injected failure in user code (COCKPIT_INJECT=error:{name})"))
+    if kind == "nonfinite":
+        raise NonFinite("loss", float("nan"), None)
+    if kind == "sleep" and here:
+        time.sleep(3600)
+    if kind == "die" and here:
+        os._exit(9)
+
+
+def _fmt_inputs(inputs: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in inputs.items() if k != "ids") or "none"
+
+
+def _mib(b: int | None) -> str:
+    return "absent" if b is None else f"{b / 2**20:,.1f} MiB"
+
+
+class PhaseEnded(Exception):
+    """A phase ended the run: its outcome, and whether the collectives can still be trusted."""
+
+    def __init__(self, outcome: ev.Outcome, collective_broken: bool = False):
+        self.outcome, self.collective_broken = outcome, collective_broken
+        super().__init__(outcome.reason)
+
+
+def _failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> PhaseEnded:
+    """Turn what a phase raised into its failed check, its message and the run's outcome."""
+    name = phase.name
+    at = f"in {name}"
+    if isinstance(exc, (Stopped, KeyboardInterrupt)):
+        g.fail("stopped", "stopped by a signal during this phase")
+        return PhaseEnded(outcome_of(exc, f"during {name}"))
+    if isinstance(exc, NonFinite):
+        g.fail("finite", str(exc))
+        g.message = f"{exc}; inputs: {_fmt_inputs(g.inputs)}"
+        return PhaseEnded(ev.Outcome.of(ev.Status.DIVERGED, f"non-finite {exc.what} {at}"))
+    if isinstance(exc, UserCodeError):
+        outcome = outcome_of(exc, at)  # prints the task's traceback to output.log
+        g.fail("task code", f"{exc.where}() raised {type(exc.exc).__name__}: {exc.exc}")
+        g.message = (f"the task's {exc.where}() raised {type(exc.exc).__name__}: {exc.exc} ({user_frame(exc.exc)}); "
+                     "full traceback in output.log")
+        return PhaseEnded(ev.Outcome.of(ev.Status.ERROR, f"{exc.where}() raised {type(exc.exc).__name__} {at}",
+                                        outcome.code))
+    if ctx.dist and dist_.is_timeout(exc):
+        who = dist_.lagging(ctx.rdir, ctx.world, ctx.rank)
+        lost = "closed by peer" in str(exc)
+        what = "lost its peer (another rank went away)" if lost else f"timed out after {dist_.timeout_s():g} s"
+        g.fail("ranks in step", f"collective {what}: {who}")
+        g.message = f"rank {ctx.rank}: a collective in {name} {what}: {who}"
+        g.remedy = "find why that rank stopped (its log in output.log); raise COCKPIT_COLLECTIVE_TIMEOUT_S only if it is just slow"
+        return PhaseEnded(ev.Outcome.of(ev.Status.ERROR, f"{who} ({'peer lost' if lost else 'collective timeout'} {at})",
+                                        ev.ExitCode.RANK_FAILED), collective_broken=True)
+    if is_oom(exc):
+        outcome_of(exc, at)  # frees the allocator's cache
+        g.fail("memory", f"out of memory: {str(exc).splitlines()[0][:300]}")
+        g.message = f"out of memory in {name} with inputs {_fmt_inputs(g.inputs)}"
+        g.remedy = PHASES_REMEDY_OOM
+        return PhaseEnded(ev.Outcome.of(ev.Status.OOM, f"out of memory {at}"))
+    outcome = outcome_of(exc, at)  # prints the traceback: a bug in Cockpit
+    g.fail("cockpit", f"{type(exc).__name__}: {exc}")
+    g.message = f"Cockpit failed inside {name}: {type(exc).__name__}: {exc} (a bug in Cockpit; traceback in output.log)"
+    return PhaseEnded(ev.Outcome.of(ev.Status.ERROR, f"internal error {at}", outcome.code))
+
+
+PHASES_REMEDY_OOM = ("the longest batch does not fit: lower the microbatch and raise accumulation, "
+                     "enable activation checkpointing or bf16, or shorten max_length (and check what that truncates)")
+
+
+def run_phase(ctx: Context, phase: Phase) -> tuple[Gate, PhaseEnded | None]:
+    """Run one phase within the meter's bounds and record its gate; never raises for a failure."""
+    name = phase.name
+    ctx.phase = name
+    g = Gate(name, dict(phase.inputs(ctx)))
+    if ctx.dist:
+        dist_.barrier()  # every rank starts the phase within the same bounds
+    ctx.emit(ev.PHASE_START, phase=name, inputs=g.inputs)
+    ended: PhaseEnded | None = None
+    measure = None
+    try:
+        with ctx.meter.measure(name) as measure:
+            _inject(ctx, name)
+            phase.run(ctx, g)
+    except (Exception, Stopped, KeyboardInterrupt) as exc:
+        ended = _failed(ctx, phase, g, exc)
+    mem = measure.mem if measure is not None and measure.mem else ctx.meter.read()
+    duration = measure.duration_s if measure is not None else 0.0
+    ctx.measures[name] = {"mem": mem, "duration_s": duration, "inputs": g.inputs}
+    if ended is None and phase.after is not None:
+        phase.after(ctx, g, mem)
+    verdict = g.verdict
+    if verdict == ev.Verdict.FAIL and not g.remedy:
+        g.remedy = phase.remedy
+    if verdict == ev.Verdict.FAIL and not g.message:
+        g.message = "; ".join(f"{c['name']}: {c['detail']}" for c in g.failures())
+    ctx.emit(ev.GATE, phase=name, verdict=verdict.value, checks=g.checks, inputs=g.inputs,
+             remedy=g.remedy if verdict in (ev.Verdict.FAIL, ev.Verdict.WARN) else "",
+             message=g.message, duration_s=duration, mem=mem, **g.extra)
+    peak = runs.mem_peak(mem)[0]
+    level = "info" if verdict in (ev.Verdict.PASS, ev.Verdict.SKIPPED) else ("warning" if verdict == ev.Verdict.WARN else "error")
+    ctx.log(f"{name}: {verdict.value} in {duration:.2f} s, peak {_mib(peak)}"
+            + (f" — {g.message}" if g.message and verdict != ev.Verdict.PASS else ""), level)
+    return g, ended
+
+
+def run_phases(ctx: Context, phases: tuple[Phase, ...] = PHASES) -> tuple[ev.Outcome, list[Gate]]:
+    """Every phase in order; the outcome of the pilot and the gates it recorded."""
+    failed: list[str] = []
+    gates: list[Gate] = []
+
+    def gate_failures(default: str) -> str:
+        return f"gate{'s' if len(failed) > 1 else ''} failed: {', '.join(failed)}" if failed else default
+
+    for phase in phases:
+        g, ended = run_phase(ctx, phase)
+        gates.append(g)
+        fail = g.verdict == ev.Verdict.FAIL
+        hard = ended is not None or (fail and not phase.independent)
+        if ctx.dist and not (ended and ended.collective_broken) and dist_.any_rank(hard) and not hard:
+            return ev.Outcome.of(ev.Status.FAILED, f"another rank failed phase {phase.name}"), gates
+        if ended is not None:
+            return ended.outcome, gates
+        if fail:
+            failed.append(phase.name)
+            if not phase.independent:
+                return ev.Outcome.of(ev.Status.FAILED, gate_failures(f"gate {phase.name} failed")), gates
+    if failed:
+        return ev.Outcome.of(ev.Status.FAILED, gate_failures("")), gates
+    return ev.Outcome.of(ev.Status.PASSED, "every gate passed"), gates
+
+
+class PilotRun(RunProcess):
+    """The pilot process: the context from run.toml, then every phase."""
+
+    kind = "pilot"
+
+    def __init__(self, rdir: Path, writer: ev.EventWriter, rank: int = 0, world: int = 1):
+        super().__init__(rdir, writer, rank, world)
+        self.ctx = Context(params=self.params, seed=self.seed, device=self.device, rdir=self.rdir, emit=self.emit,
+                           meter=self.meter, pilot_cfg=dict(self.frozen.get("pilot", {})), frozen=self.frozen,
+                           rank=rank, world=world)
+
+    def start_fields(self) -> dict[str, Any]:
+        return {"phases": [p.name for p in PHASES]}
+
+    def body(self) -> ev.Outcome:
+        outcome, _ = run_phases(self.ctx)
+        return outcome
+
+    def current_phase(self) -> str:
+        return self.ctx.phase or "start-up"
+
+    def where(self) -> str:
+        return f"after {self.current_phase()}"
+
+    def end_fields(self, outcome: ev.Outcome) -> dict[str, Any]:
+        return {"inputs": self.ctx.measures.get(self.ctx.phase, {}).get("inputs", {})}

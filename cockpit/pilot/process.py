@@ -1,0 +1,188 @@
+"""One skeleton for every run process, pilot or training, and one classification of how it ended.
+
+A run process reads its frozen ``run.toml``, writes ``run_start``, starts the
+sampler, runs its body, and always ends with one ``run_end`` carrying the
+status, the exit code and the reason: :func:`outcome_of` is the one place that
+turns an exception into an outcome (stopped, diverged, oom, an error in the
+task's code, an error in Cockpit). The row in the notebook is then written by
+``cockpit.runs.settle_run`` (rank 0).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import events as ev
+from .. import runs
+from .meter import Meter, stack_info
+from .task import TaskError
+from .trainer import NonFinite, UserCodeError, is_collective_failure, is_oom, resolve_device
+
+
+class Stopped(BaseException):
+    """Raised in the main thread by SIGTERM or SIGINT; a BaseException so no handler of user errors swallows it."""
+
+
+def install_signal_handlers() -> None:
+    def handler(signum: int, frame: Any) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def user_frame(exc: BaseException) -> str:
+    """The innermost frame of the task's own code in a traceback ('file:line in function')."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    cockpit_dir = str(Path(__file__).resolve().parent.parent)
+    frames = [f for f in tb if not f.filename.startswith(cockpit_dir) or "/tasks/" in f.filename]
+    f = (frames or tb)[-1] if (frames or tb) else None
+    return f"{f.filename}:{f.lineno} in {f.name}" if f else "no frame"
+
+
+def outcome_of(exc: BaseException, at: str) -> ev.Outcome:
+    """How a run ended from the exception that ended it. ``at`` says where ("in validation")."""
+    if isinstance(exc, (Stopped, KeyboardInterrupt)):
+        sig = f" ({exc})" if str(exc) else ""
+        return ev.Outcome.of(ev.Status.STOPPED, f"stopped by signal{sig} {at}")
+    if isinstance(exc, NonFinite):
+        value = f" ({exc.value})" if exc.value is not None else ""
+        return ev.Outcome.of(ev.Status.DIVERGED, f"non-finite {exc.what} {at}{value}")
+    if isinstance(exc, UserCodeError):
+        tb = "".join(traceback.format_exception(exc.exc))
+        print(f"--- exception in the task's {exc.where}() {at} ---\n{tb}", file=sys.stderr, flush=True)
+        return ev.Outcome.of(ev.Status.ERROR, f"{exc.where}() raised {type(exc.exc).__name__}: {exc.exc} {at} "
+                                              f"({user_frame(exc.exc)})")
+    if isinstance(exc, TaskError):
+        return ev.Outcome.of(ev.Status.ERROR, f"task: {exc}", ev.ExitCode.USAGE)
+    if is_oom(exc):
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        return ev.Outcome.of(ev.Status.OOM, f"out of memory {at}: {first}")
+    if is_collective_failure(exc):
+        return ev.Outcome.of(ev.Status.ERROR, f"a collective failed {at}: {str(exc).splitlines()[0][:200]}",
+                             ev.ExitCode.RANK_FAILED)
+    print(f"--- internal error {at} ---\n{''.join(traceback.format_exception(exc))}", file=sys.stderr, flush=True)
+    return ev.Outcome.of(ev.Status.ERROR, f"internal error {at}: {type(exc).__name__}: {exc} "
+                                          "(a bug in Cockpit; traceback in output.log)", ev.ExitCode.INTERNAL)
+
+
+class RunProcess:
+    """What every run process does around its body: run_start, sampler, run_end, the notebook row."""
+
+    kind = "pilot"
+
+    def __init__(self, rdir: Path, writer: ev.EventWriter, rank: int = 0, world: int = 1, sample_hz: float = 20.0):
+        self.rdir = Path(rdir)
+        self.writer = writer
+        self.frozen = runs.read_run_toml(self.rdir)
+        self.params: dict[str, Any] = dict(self.frozen["params"])
+        self.seed = int(self.frozen["run"]["seed"])
+        self.variant = str(self.frozen["run"].get("variant", ""))
+        self.rank, self.world = rank, world
+        self.device = resolve_device(self.params.get("device"))
+        if self.device.type == "cuda" and world > 1:
+            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        self.meter = Meter(self.device, emit=writer.emit, sample_hz=sample_hz)
+        self.phase = "start-up"
+        self.t0 = time.time()
+
+    def emit(self, kind: str, **payload: Any) -> dict[str, Any]:
+        return self.writer.emit(kind, **payload)
+
+    def log(self, message: str, level: str = "info") -> None:
+        print(f"[{level}] {message}", flush=True)
+        self.emit(ev.LOG, level=level, message=message)
+
+    # ---- what a kind of run adds
+
+    def start_fields(self) -> dict[str, Any]:
+        return {}
+
+    def body(self) -> ev.Outcome:
+        raise NotImplementedError
+
+    def current_phase(self) -> str:
+        return self.phase
+
+    def where(self) -> str:
+        """Where the run was when something ended it, in words ("in validation")."""
+        return f"in {self.current_phase()}"
+
+    def finish(self, outcome: ev.Outcome) -> ev.Outcome:
+        """Work after the body, whatever its outcome (a training run's final checkpoint); may change it."""
+        return outcome
+
+    def end_fields(self, outcome: ev.Outcome) -> dict[str, Any]:
+        return {}
+
+    # ---- the skeleton
+
+    def run(self) -> int:
+        self.emit(ev.RUN_START, run_id=self.frozen["run"]["id"], campaign=self.frozen["run"].get("campaign"),
+                  variant=self.variant, seed=self.seed, run_kind=self.kind,
+                  follows=self.frozen["run"].get("follows", ""), pid=os.getpid(), params=self.params,
+                  stack=stack_info(self.device, self.meter.nvml), world=self.world, **self.start_fields())
+        self.meter.start_sampler()
+        try:
+            outcome = self.body()
+        except BaseException as exc:  # noqa: BLE001 - every ending is classified, never a bare crash
+            outcome = outcome_of(exc, self.where())
+        finally:
+            self.meter.stop_sampler()
+        outcome = self.finish(outcome)
+        extra = self.end_fields(outcome)
+        self.emit(ev.RUN_END, status=outcome.status.value, stop_reason=outcome.reason, phase=self.current_phase(),
+                  message=outcome.reason, exit_code=int(outcome.code), duration_s=time.time() - self.t0, **extra)
+        return int(outcome.code)
+
+
+def main(rdir: Path, rank: int, world: int) -> int:
+    """Run the process of a run folder (pilot or training, by its run.toml); record its row at the end."""
+    kind = runs.read_run_toml(rdir)["run"].get("kind", "pilot")
+    install_signal_handlers()
+    # Every rank appends whole lines to the same file (one write per event, O_APPEND).
+    path = rdir / ev.EVENTS_FILE
+    writer = ev.EventWriter(path, rank=rank if world > 1 else None)
+    try:
+        if world > 1:
+            from . import dist
+
+            dist.init()
+        proc: RunProcess
+        if kind == "pilot":
+            from .pilot import PilotRun
+
+            proc = PilotRun(rdir, writer, rank, world)
+        else:
+            from .training import TrainingRun
+
+            proc = TrainingRun(rdir, writer, rank, world)
+        code = proc.run()
+    except BaseException as exc:  # noqa: BLE001 - record the outcome before dying, whatever it is
+        outcome = outcome_of(exc, "before the run started" if not path.exists() else "outside any phase")
+        code = int(outcome.code)
+        writer.emit(ev.RUN_END, status=outcome.status.value, stop_reason=outcome.reason,
+                    phase=ev.last_phase(ev.read_events(path)), message=str(exc), exit_code=code)
+    finally:
+        writer.close()
+        if world > 1:
+            import torch.distributed
+
+            if torch.distributed.is_initialized():
+                torch.distributed.destroy_process_group()
+    if rank == 0:
+        try:
+            runs.settle_run(rdir.parent.parent, rdir)
+        except Exception as exc:  # noqa: BLE001 - the run's own files stay the source of truth
+            print(f"[warn] could not update the notebook's run row: {exc}", file=sys.stderr)
+    return code

@@ -1,0 +1,324 @@
+"""A training run: one variant and one seed trained for the campaign's budget, under its stop rules.
+
+A series (``cockpit.series``) is a sequence of such runs. ``python -m cockpit.pilot RUN_DIR``
+runs :class:`TrainingRun` for a run whose ``run.toml`` kind is ``"train"``. The run folder keeps, in formats pandas reads:
+
+``events.jsonl``      run_start (run_kind "train"), a step event per update, an eval
+                      event per validation, run_end with status and stop reason
+``curve.csv``         step, loss, lr, grad_norm, examples_seen, elapsed_s (every update)
+``evals.csv``         step, val_loss and the task's metrics (every validation)
+``predictions.jsonl`` the validation predictions at the end, one example per line
+``metrics.json``      final and best validation loss, updates, stop reason, status,
+                      mean times per update / validation, save time, examples seen
+``checkpoint.pt``     the final state (model, optimizer, scheduler, RNG, data position)
+
+Stop rules come from the frozen ``[stop]`` table, fixed in the notebook before
+the series: non-finite loss or gradient and divergence end a run as *diverged*;
+the budget, patience and the wall-clock limit end it as *completed* (the stop
+reason says which); a signal ends it as *stopped*; out of memory as *oom*; an
+exception in the task's code as *error*. Whatever the outcome, the files
+written so far stay, so a diverged run keeps its curve.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import arithmetic, fsutil, runs
+from .. import events as ev
+from . import checkpoint as ck
+from .predictions import predict_pass
+from .process import RunProcess, Stopped, outcome_of
+from .task import Task, load_task
+from .trainer import NonFinite, Trainer
+
+
+class Diverged(Exception):
+    """The training loss rose above the divergence factor times its starting value."""
+
+
+def _num(x: Any) -> str:
+    """A CSV cell: empty for absent, 'nan'/'inf' spelled as pandas reads them."""
+    if x is None:
+        return ""
+    if isinstance(x, float):
+        return repr(x)
+    return str(x)
+
+
+class _Csv:
+    """Append rows and flush each one, so a crash keeps every row written so far."""
+
+    def __init__(self, path: Path, columns: list[str]):
+        self.columns = list(columns)
+        self.fh = open(path, "w", newline="", encoding="utf-8", buffering=1)  # noqa: SIM115 - kept open for the run
+        self.w = csv.writer(self.fh)
+        self.w.writerow(self.columns)
+        self.fh.flush()
+
+    def row(self, values: dict[str, Any]) -> None:
+        self.w.writerow([_num(values.get(c)) for c in self.columns])
+        self.fh.flush()
+
+    def close(self) -> None:
+        if not self.fh.closed:
+            self.fh.close()
+
+
+class TrainingRun(RunProcess):
+    kind = "train"
+
+    def __init__(self, rdir: Path, writer: ev.EventWriter, rank: int = 0, world: int = 1):
+        super().__init__(rdir, writer, rank, world, sample_hz=1.0)
+        self.stop: dict[str, Any] = dict(self.frozen.get("stop", {}))
+        self.validation: dict[str, Any] = dict(self.frozen.get("validation", {}))
+        self.lead = rank == 0  # only rank 0 writes the run's files
+        self.task: Task | None = None
+        self.trainer: Trainer | None = None
+        self.total = 0
+        self.examples_seen = 0
+        self.start_loss: float | None = None
+        self.step_times: list[float] = []
+        self.eval_times: list[float] = []
+        self.save_time: float | None = None
+        self.evals: list[dict[str, Any]] = []
+        self.best: tuple[float, int] | None = None  # (val loss, step)
+        self.since_best = 0
+        self.last_rows: list[dict[str, Any]] | None = None
+        self.last_rows_step: int | None = None
+        self.curve: _Csv | None = None
+        self.evals_csv: _Csv | None = None
+        self.train_t0 = time.monotonic()
+        self.mem: dict[str, Any] = {}
+
+    # ---- the skeleton's hooks
+
+    def start_fields(self) -> dict[str, Any]:
+        return {"phases": ["train"], "stop": self.stop, "validation": self.validation}
+
+    def body(self) -> ev.Outcome:
+        measure = None
+        try:
+            with self.meter.measure("train") as measure:
+                self.setup()
+                reason = self.train_loop()
+        except Diverged as exc:
+            return ev.Outcome.of(ev.Status.DIVERGED, str(exc))
+        finally:
+            self.mem = measure.mem if measure is not None and measure.mem else self.meter.read()
+        return ev.Outcome.of(ev.Status.COMPLETED, reason)
+
+    def where(self) -> str:
+        return f"during {self.phase}, after {self._step()} of {self.total} updates"
+
+    def end_fields(self, outcome: ev.Outcome) -> dict[str, Any]:
+        return {"updates": self._step(), "mem": self.mem}
+
+    def finish(self, outcome: ev.Outcome) -> ev.Outcome:
+        stop_phase = self.phase
+        after = self.final_steps(outcome)
+        if after.status == outcome.status:  # the phase the run stopped in, unless the final steps changed the outcome
+            self.phase = stop_phase
+        self.write_metrics(after, self.mem or self.meter.read())
+        for f in (self.curve, self.evals_csv):
+            if f is not None:
+                f.close()
+        return after
+
+    def _step(self) -> int:
+        return self.trainer.step if self.trainer is not None else 0
+
+    def setup(self) -> None:
+        self.phase = "setup"
+        self.task = load_task(self.frozen["task"]["entry"], self.rdir.parent.parent)
+        if self.world > 1:
+            from . import dist
+
+            dist.init()  # the process skeleton has done it already; here for a TrainingRun made directly
+        probe = Trainer(self.task, self.params, self.seed, self.device, rank=self.rank, world=self.world)
+        splits = probe.load_data()
+        plan_params = dict(self.params)
+        plan_params["dataset_size"] = self.params.get("dataset_size") or len(splits["train"])
+        budget = arithmetic.budget_from(arithmetic.plan_from(plan_params), plan_params)
+        self.total = int(budget.updates)
+        self.trainer = Trainer(self.task, self.params, self.seed, self.device, splits=splits,
+                               total_updates=self.total, rank=self.rank, world=self.world)
+        self.trainer.load_data()
+        self.trainer.build()
+        if self.lead:
+            self.curve = _Csv(self.rdir / runs.CURVE_FILE, list(runs.CURVE_COLUMNS))
+        self.log(
+            f"training {self.variant} seed {self.seed} for {self.total} updates "
+            f"({budget.basis} budget, {arithmetic.plan_from(plan_params).examples_per_update} examples per update) "
+            f"on {self.device}; validation every {self.validation.get('every_updates') or 'never'} updates"
+        )
+
+
+    def _agree(self, *values: float) -> list[float]:
+        """Across ranks: the mean of each value, so every rank takes the same stop decision."""
+        if self.world <= 1:
+            return [float(v) for v in values]
+        import torch.distributed as dist
+
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return [float(x) / self.world for x in t.tolist()]
+
+    def train_loop(self) -> str:
+        tr = self.trainer
+        assert tr is not None
+        every = int(self.validation.get("every_updates") or 0)
+        factor = self.stop.get("divergence_factor")
+        patience = self.stop.get("patience")
+        wall = self.stop.get("wall_clock_minutes")
+        nonfinite = bool(self.stop.get("nonfinite", True))
+        self.phase = "train"
+        self.emit(ev.PHASE_START, phase="train", inputs={
+            "updates": self.total, "microbatch": tr.microbatch, "accumulation": tr.accumulation,
+            "precision": tr.precision, "every_updates": every,
+        })
+        self.train_t0 = time.monotonic()
+        while tr.step < self.total:
+            if wall and (time.monotonic() - self.train_t0) > float(wall) * 60:
+                return f"wall-clock limit: {float(wall):g} min reached after {tr.step} of {self.total} updates"
+            t0 = time.perf_counter()
+            mbs = tr.next_microbatches()
+            tr.model.train()
+            out = tr.accumulate(mbs, check_finite=nonfinite and self.world == 1)
+            (loss,) = self._agree(out["loss"])
+            if nonfinite and not math.isfinite(loss):
+                raise NonFinite("loss", loss, tr.step + 1)
+            out.update(tr.apply(check_finite=nonfinite))
+            duration = time.perf_counter() - t0
+            self.step_times.append(duration)
+            self.examples_seen += int(out["examples"])
+            grad_norm = out.get("grad_norm")
+            self.emit(ev.STEP, step=tr.step, loss=ev.finite_or_none(loss), lr=out.get("lr"),
+                      grad_norm=ev.finite_or_none(grad_norm), examples=out["examples"],
+                      duration_s=duration, phase="train")
+            if self.curve is not None:
+                self.curve.row({"step": tr.step, "loss": loss, "lr": out.get("lr"), "grad_norm": grad_norm,
+                                "examples_seen": self.examples_seen,
+                                "elapsed_s": round(time.monotonic() - self.train_t0, 4)})
+            if self.start_loss is None:
+                self.start_loss = loss
+            elif factor and math.isfinite(loss) and loss > float(factor) * self.start_loss:
+                raise Diverged(
+                    f"diverged: loss {loss:.4g} at update {tr.step} is above {float(factor):g} x its "
+                    f"starting value {self.start_loss:.4g}"
+                )
+            if every and tr.step % every == 0:
+                self.evaluate()
+                if patience and self.since_best >= int(patience):
+                    best, at = self.best or (float("nan"), 0)
+                    return (f"patience: validation loss did not improve for {self.since_best} evaluations "
+                            f"(best {best:.4g} at update {at}); stopped after {tr.step} of {self.total} updates")
+            self.phase = "train"
+        return f"budget reached: {self.total} updates"
+
+    # ---- validation
+
+    def evaluate(self) -> dict[str, Any]:
+        tr = self.trainer
+        assert tr is not None and self.task is not None
+        self.phase = "validation"
+        t0 = time.perf_counter()
+        out = tr.evaluate("val")
+        metrics, rows = predict_pass(tr)
+        (loss,) = self._agree(out["loss"])
+        metric_values = list(metrics.values())
+        if metric_values:
+            metrics = dict(zip(metrics, self._agree(*metric_values), strict=True))
+        dt = time.perf_counter() - t0
+        self.eval_times.append(dt)
+        self.last_rows, self.last_rows_step = rows, tr.step
+        self.emit(ev.EVAL, step=tr.step, loss=ev.finite_or_none(loss),
+                  metrics={k: ev.finite_or_none(v) for k, v in metrics.items()}, duration_s=dt, examples=out["n"])
+        point = {"step": tr.step, "val_loss": loss, **metrics}
+        self.evals.append(point)
+        if self.lead:
+            if self.evals_csv is None:
+                self.evals_csv = _Csv(self.rdir / runs.EVALS_FILE, ["step", "val_loss", *metrics])
+            self.evals_csv.row(point)
+        if math.isfinite(loss) and (self.best is None or loss < self.best[0]):
+            self.best, self.since_best = (loss, tr.step), 0
+        else:
+            self.since_best += 1
+        return point
+
+    def final_steps(self, outcome: ev.Outcome) -> ev.Outcome:
+        """Final validation and predictions (completed runs), then the final checkpoint (any run with a model)."""
+        tr = self.trainer
+        status, reason = outcome.status, outcome.reason
+        if tr is None or tr.model is None:
+            return outcome
+        try:
+            if status == ev.Status.COMPLETED:
+                if not self.evals or self.evals[-1]["step"] != tr.step:
+                    self.evaluate()
+                if self.lead and self.last_rows is not None:
+                    self.phase = "predictions"
+                    lines = "".join(json.dumps({"step": self.last_rows_step, **row}, default=str) + "\n"
+                                    for row in self.last_rows)
+                    fsutil.write_text(self.rdir / runs.PREDICTIONS_FILE, lines)
+            if self.lead:
+                self.phase = "save"
+                t0 = time.perf_counter()
+                state = tr.state_dict()
+                state["stop_reason"] = reason
+                state["status"] = status.value
+                ck.atomic_save(state, self.rdir / runs.CHECKPOINT)
+                self.save_time = time.perf_counter() - t0
+        except Stopped as exc:
+            return ev.Outcome.of(ev.Status.STOPPED, f"stopped by signal ({exc}) during {self.phase} after: {reason}")
+        except Exception as exc:  # noqa: BLE001 - a completed run ends as what failed; any other keeps its outcome
+            failed = outcome_of(exc, f"during {self.phase}")
+            if status == ev.Status.COMPLETED:
+                return failed
+            self.log(f"after {status.value}: {failed.reason}", "warn")
+        return outcome
+
+    def write_metrics(self, outcome: ev.Outcome, mem: dict[str, Any]) -> None:
+        if not self.lead:
+            return
+        final = self.evals[-1] if self.evals else {}
+        metrics = {
+            "final_val_loss": ev.finite_or_none(final.get("val_loss")),
+            "best_val_loss": ev.finite_or_none(self.best[0]) if self.best else None,
+            "best_step": self.best[1] if self.best else None,
+            "updates": self._step(),
+            "stop_reason": outcome.reason,
+            "status": outcome.status.value,
+            "step_time_s": sum(self.step_times) / len(self.step_times) if self.step_times else None,
+            "eval_time_s": sum(self.eval_times) / len(self.eval_times) if self.eval_times else None,
+            "save_time_s": self.save_time,
+            "examples_seen": self.examples_seen,
+            "seed": self.seed,
+            "variant": self.variant,
+            "planned_updates": self.total,
+            "final_step": final.get("step"),
+            "final_metrics": {k: ev.finite_or_none(v) for k, v in final.items() if k not in ("step", "val_loss")},
+            "start_loss": ev.finite_or_none(self.start_loss),
+            "duration_s": time.time() - self.t0,
+            "peak": _peak_summary(mem),
+        }
+        fsutil.write_text(self.rdir / runs.METRICS_FILE, json.dumps(metrics, indent=2, allow_nan=False, default=str))
+
+
+def _peak_summary(mem: dict[str, Any]) -> dict[str, Any]:
+    """The run's peak memory over the whole training, with the counter named (GPU absent on CPU)."""
+    t = (mem or {}).get("torch")
+    return {
+        "peak_allocated": t["peak_allocated"] if t else None,
+        "peak_reserved": t["peak_reserved"] if t else None,
+        "rss_peak": (mem or {}).get("rss_peak"),
+        "counter": runs.mem_peak(mem)[1] or "not measured",
+    }
+

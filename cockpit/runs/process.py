@@ -1,0 +1,98 @@
+"""The detached process of a run: ``process.json``, whether it lives, whether it is ours.
+
+``process.json`` records the pid, the process's start time (so a recycled pid
+is never mistaken for the run) and its command line. A process counts as the
+run's only when all three still match; anything that signals a run (``cockpit
+stop``, the TUI's ``x``, a series) asks :func:`owned` first, so a planted or
+stale file never makes Cockpit signal a process it did not start.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .. import fsutil
+from .files import PROCESS_FILE, now
+
+
+def write_process(rdir: Path | str, pid: int, argv: list[str]) -> None:
+    """Record the process just started for the run: its pid, start time and the command it runs."""
+    info = {"pid": pid, "create_time": _create_time(pid), "cmdline": [str(a) for a in argv], "started": now()}
+    fsutil.write_text(Path(rdir) / PROCESS_FILE, json.dumps(info))
+
+
+def _create_time(pid: int) -> float | None:
+    try:
+        import psutil
+
+        return float(psutil.Process(pid).create_time())
+    except Exception:  # noqa: BLE001 - gone already: recorded as unknown, never trusted
+        return None
+
+
+def process_info(rdir: Path | str) -> dict[str, Any] | None:
+    path = Path(rdir) / PROCESS_FILE
+    try:
+        if path.is_symlink() or not path.is_file():
+            return None
+        info = json.loads(path.read_text("utf-8")[:65536])
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def _process(info: dict[str, Any] | None) -> Any:
+    """The psutil.Process the record names, if it is still that very process (pid and start time)."""
+    if not info:
+        return None
+    pid, ct = info.get("pid"), info.get("create_time")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1 or not isinstance(ct, (int, float)):
+        return None  # an unknown start time is never taken on trust
+    try:
+        import psutil
+
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        if abs(proc.create_time() - float(ct)) >= 1.0:
+            return None  # the pid was recycled by another process
+        return proc
+    except Exception:  # noqa: BLE001 - gone, or not ours to inspect
+        return None
+
+
+def is_alive(rdir: Path | str) -> bool:
+    return _process(process_info(rdir)) is not None
+
+
+def owned(rdir: Path | str, wait_s: float = 2.0) -> Any:
+    """The run's process when it is alive *and* a Cockpit process of this run folder, else None.
+
+    Beyond pid and start time, its command line must be the one recorded at
+    start, which names this run folder: the only processes Cockpit ever
+    signals are the ones it started for this run. A process started a moment
+    ago may not have replaced its parent's command line yet: that is waited
+    for, up to ``wait_s``.
+    """
+    import time
+
+    rdir = Path(rdir).resolve()
+    info = process_info(rdir)
+    recorded = (info or {}).get("cmdline")
+    if not isinstance(recorded, list) or str(rdir) not in recorded:
+        return None
+    deadline = time.monotonic() + wait_s
+    while True:
+        proc = _process(info)
+        if proc is None:
+            return None
+        try:
+            if list(proc.cmdline()) == recorded:
+                return proc
+        except Exception:  # noqa: BLE001 - gone, or not ours to inspect
+            return None
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)

@@ -1,0 +1,237 @@
+"""What a run folder says: its status, its peak, its record. No torch.
+
+A run's status is derived from its events: the final event says how it
+ended; without one, a live process means running and a dead one crashed
+(with the last phase it reached). The status of a distributed run is its
+worst rank's.
+
+**The peak**, one rule everywhere: on a GPU, torch's *peak reserved* (what
+the caching allocator held, the figure a GPU is sized from, before the CUDA
+context); without a GPU, the process's *peak RSS*. The counter is always
+named next to the value. The campaign table, the run screen, the sheet,
+compare, the plan and the report all ask :func:`mem_peak` / :func:`peak_of`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import events as ev
+from .files import METRICS_FILE, read_json, read_run_toml, run_dirs
+from .process import is_alive, process_info
+
+GPU_PEAK = "torch peak reserved"
+HOST_PEAK = "process peak RSS"
+MIB = 2**20
+
+
+def mem_peak(mem: dict[str, Any] | None) -> tuple[int | None, str]:
+    """The peak of one measurement (a gate's ``mem``, a run_end's ``mem``, metrics.json's ``peak``)."""
+    mem = mem or {}
+    t = mem.get("torch") if isinstance(mem.get("torch"), dict) else None
+    reserved = t.get("peak_reserved") if t else mem.get("peak_reserved")
+    if reserved is not None:
+        return int(reserved), GPU_PEAK
+    rss = mem.get("rss_peak") if mem.get("rss_peak") is not None else mem.get("rss")
+    if rss is not None:
+        return int(rss), HOST_PEAK
+    return None, ""
+
+
+def peak_of(mems: Iterable[dict[str, Any] | None]) -> tuple[float | None, str]:
+    """The largest peak over several measurements, in MiB, and its counter (a GPU figure wins)."""
+    gpu: list[int] = []
+    host: list[int] = []
+    for m in mems:
+        v, counter = mem_peak(m)
+        if v is not None:
+            (gpu if counter == GPU_PEAK else host).append(v)
+    if gpu:
+        return max(gpu) / MIB, GPU_PEAK
+    if host:
+        return max(host) / MIB, HOST_PEAK
+    return None, ""
+
+
+@dataclass
+class RunState:
+    id: str
+    dir: Path
+    status: str
+    phase: str | None
+    stop_reason: str
+    started: float | None
+    ended: float | None
+    peak_mib: float | None
+    peak_counter: str
+    gates: list[dict[str, Any]] = field(default_factory=list)
+    run_end: dict[str, Any] | None = None
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started is None:
+            return None
+        end = self.ended if self.ended is not None else time.time()
+        return end - self.started
+
+    @property
+    def final(self) -> bool:
+        return self.status not in (ev.Status.CREATED.value, ev.Status.RUNNING.value)
+
+    @property
+    def exit_code(self) -> ev.ExitCode:
+        return ev.exit_code_of(self.status, self.run_end)
+
+
+# From worst to best: the run's status is its worst rank's.
+_SEVERITY = ["crashed", "oom", "diverged", "error", "failed", "stopped", "running", "created", "completed", "passed"]
+
+
+def _rank_end(evs: list[dict[str, Any]], world: int, alive: bool) -> tuple[str, str, str | None, dict[str, Any] | None]:
+    """Status, reason, phase and final event of a distributed run, from every rank's events."""
+    ends = {int(e.get("rank") or 0): e for e in ev.iter_kind(evs, ev.RUN_END)}
+    missing = [r for r in range(world) if r not in ends]
+    if missing and alive:
+        return ev.Status.RUNNING.value, "", ev.last_phase(evs), None
+    bad = [f"rank {r}: {e.get('stop_reason', '')}" for r, e in sorted(ends.items())
+           if e.get("status") not in ("passed", "completed")]
+    if missing:
+        lost = [f"rank {r} ended without a final event during phase {ev.last_phase(evs, r) or 'start-up'}" for r in missing]
+        reason = "; ".join(lost + bad)
+        phase = ev.last_phase(evs, missing[0])
+        end = {"status": ev.Status.CRASHED.value, "stop_reason": reason, "exit_code": int(ev.ExitCode.RANK_FAILED),
+               "phase": phase}
+        return ev.Status.CRASHED.value, reason, phase, end
+    worst = min(ends.values(), key=lambda e: _SEVERITY.index(e["status"]) if e.get("status") in _SEVERITY else 0)
+    reason = "; ".join(bad) or f"{worst.get('stop_reason', '')} on all {world} ranks"
+    return str(worst.get("status", "error")), reason, worst.get("phase"), worst
+
+
+def state(rdir: Path | str, evs: list[dict[str, Any]] | None = None) -> RunState:
+    rdir = Path(rdir)
+    if evs is None:
+        evs = ev.read_events(rdir / ev.EVENTS_FILE)
+    start = next(ev.iter_kind(evs, ev.RUN_START), None)
+    end = next(ev.iter_kind(evs, ev.RUN_END), None)
+    gates = ev.gates(evs)
+    peak, counter = peak_of([g.get("mem") for g in gates] + [e.get("mem") for e in ev.iter_kind(evs, ev.RUN_END)])
+    phase = ev.last_phase(evs)
+    world = int((start or {}).get("world") or 1)
+    if world > 1 and start is not None:
+        status, reason, ph, end = _rank_end(evs, world, is_alive(rdir))
+        phase = ph or phase
+        ended = max((e["t"] for e in ev.iter_kind(evs, ev.RUN_END)), default=evs[-1]["t"]) if status != "running" else None
+        return RunState(rdir.name, rdir, status, phase, reason, start["t"], ended, peak, counter, gates, end)
+    if end is not None:
+        status = str(end.get("status", ev.Status.ERROR.value))
+        reason = str(end.get("stop_reason", ""))
+        phase = end.get("phase") or phase
+    elif is_alive(rdir):
+        status, reason = ev.Status.RUNNING.value, ""
+    elif process_info(rdir) is None and start is None:
+        status, reason = ev.Status.CREATED.value, ""
+    else:
+        status = ev.Status.CRASHED.value
+        reason = f"process ended without a final event during phase {phase or 'start-up'}"
+    started = start["t"] if start else None
+    ended = end["t"] if end else (evs[-1]["t"] if evs and status == ev.Status.CRASHED.value else None)
+    return RunState(rdir.name, rdir, status, phase, reason, started, ended, peak, counter, gates, end)
+
+
+def list_runs(campaign_dir: Path | str) -> list[RunState]:
+    return [state(p) for p in run_dirs(campaign_dir)]
+
+
+# --------------------------------------------------------------------------- the run as one record
+
+
+@dataclass
+class RunFiles:
+    """One run folder read once: what it is (run.toml), how it went (events) and its results."""
+
+    id: str
+    dir: Path
+    kind: str
+    variant: str
+    seed: int
+    status: str
+    stop_reason: str
+    phase: str | None
+    frozen: dict[str, Any] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[str, Any] | None = None  # training runs: metrics.json
+    state: RunState | None = None
+
+    @property
+    def run_start(self) -> dict[str, Any]:
+        return next(ev.iter_kind(self.events, ev.RUN_START), {})
+
+    @property
+    def gates(self) -> list[dict[str, Any]]:
+        return ev.gates(self.events)
+
+    def gate(self, phase: str) -> dict[str, Any] | None:
+        return next((g for g in ev.gates(self.events) if g.get("phase") == phase), None)
+
+    @property
+    def stack(self) -> dict[str, Any]:
+        return dict(self.run_start.get("stack") or {})
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The parameters the run actually used (its run_start, else its frozen run.toml)."""
+        return dict(self.run_start.get("params") or self.frozen.get("params") or {})
+
+    @property
+    def peak(self) -> tuple[float | None, str]:
+        """The run's peak in MiB and its counter, by the one rule."""
+        if self.state is not None and self.state.peak_mib is not None:
+            return self.state.peak_mib, self.state.peak_counter
+        return peak_of([(self.metrics or {}).get("peak")])
+
+
+def read_run(rdir: Path | str) -> RunFiles | None:
+    rdir = Path(rdir)
+    try:
+        frozen = read_run_toml(rdir)
+    except (OSError, ValueError):
+        return None
+    evs = ev.read_events(rdir / ev.EVENTS_FILE)
+    st = state(rdir, evs)
+    meta = frozen.get("run", {})
+    metrics = read_json(rdir / METRICS_FILE) or None
+    return RunFiles(
+        id=str(meta.get("id", rdir.name)),
+        dir=rdir,
+        kind=str(meta.get("kind", "pilot")),
+        variant=str(meta.get("variant", "")),
+        seed=int(meta.get("seed", 0)),
+        status=st.status,
+        stop_reason=st.stop_reason,
+        phase=st.phase,
+        frozen=frozen,
+        events=evs,
+        metrics=metrics,
+        state=st,
+    )
+
+
+def campaign_runs(campaign_dir: Path | str) -> list[RunFiles]:
+    """Every run of the campaign, oldest first."""
+    return [r for p in run_dirs(campaign_dir) if (r := read_run(p)) is not None]
+
+
+def latest_passed_pilot(all_runs: list[RunFiles], variant: str) -> RunFiles | None:
+    """The newest pilot of the variant whose every gate passed (warnings allowed)."""
+    from .files import order_key
+
+    passed = [r for r in all_runs if r.kind == "pilot" and r.variant == variant and r.status == ev.Status.PASSED.value]
+    return max(passed, key=lambda r: order_key(r.id)) if passed else None
+
+
+def training_runs(all_runs: list[RunFiles], variant: str | None = None) -> list[RunFiles]:
+    return [r for r in all_runs if r.kind != "pilot" and (variant is None or r.variant == variant)]
