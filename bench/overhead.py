@@ -41,9 +41,20 @@ def main() -> None:
     args = ap.parse_args()
     device = resolve_device(args.device)
     params = {
-        "d_model": args.d_model, "n_layers": 2, "n_heads": 4, "max_length": 48, "train_examples": 3200,
-        "val_examples": 16, "test_examples": 16, "microbatch": args.microbatch, "accumulation": args.accumulation,
-        "lr": 1e-4, "optimizer": "adamw", "grad_clip": 1.0, "updates": 10_000, "device": str(device),
+        "d_model": args.d_model,
+        "n_layers": 2,
+        "n_heads": 4,
+        "max_length": 48,
+        "train_examples": 3200,
+        "val_examples": 16,
+        "test_examples": 16,
+        "microbatch": args.microbatch,
+        "accumulation": args.accumulation,
+        "lr": 1e-4,
+        "optimizer": "adamw",
+        "grad_clip": 1.0,
+        "updates": 10_000,
+        "device": str(device),
     }
     tr = Trainer(tinylm.task, params, seed=0, device=device)
     tr.build()
@@ -70,8 +81,17 @@ def main() -> None:
         for _ in range(args.updates):
             with meter.measure("bench") as m:
                 out = tr.update()
-            writer.emit(ev.STEP, step=out["step"], loss=out["loss"], lr=out["lr"], grad_norm=out["grad_norm"],
-                        examples=out["examples"], duration_s=m.duration_s, phase="bench", mem=m.mem)
+            writer.emit(
+                ev.STEP,
+                step=out["step"],
+                loss=out["loss"],
+                lr=out["lr"],
+                grad_norm=out["grad_norm"],
+                examples=out["examples"],
+                duration_s=m.duration_s,
+                phase="bench",
+                mem=m.mem,
+            )
         meter.sync()
         dt = (time.perf_counter() - t0) / args.updates
         meter.stop_sampler()
@@ -84,8 +104,12 @@ def main() -> None:
     writer.close()
     samples = sum(1 for e in ev.read_events(tmp / "events.jsonl") if e["kind"] == ev.SAMPLE)
     mb, mm = statistics.median(b), statistics.median(m)
-    print(f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'no GPU'}), torch {torch.__version__}")
-    print(f"updates per round: {args.updates} x {args.rounds} rounds, microbatch {args.microbatch} x accumulation {args.accumulation}")
+    print(
+        f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'no GPU'}), torch {torch.__version__}"
+    )
+    print(
+        f"updates per round: {args.updates} x {args.rounds} rounds, microbatch {args.microbatch} x accumulation {args.accumulation}"
+    )
     print(f"bare     median {mb * 1e3:8.2f} ms/update   (rounds: {', '.join(f'{x * 1e3:.1f}' for x in b)})")
     print(f"metered  median {mm * 1e3:8.2f} ms/update   (rounds: {', '.join(f'{x * 1e3:.1f}' for x in m)})")
     print(f"sampler: {samples} samples written")

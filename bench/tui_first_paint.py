@@ -54,12 +54,14 @@ def terminal_once(campaign: Path, marker: str) -> float | None:
     cmd = f"{sys.executable} -m cockpit tui {campaign}"
     env = dict(os.environ, TERM="xterm-256color")
     t0 = time.perf_counter()
-    subprocess.run(["tmux", "-L", socket, "new-session", "-d", "-x", "100", "-y", "30", "-s", "b", cmd],
-                   env=env, check=True)
+    subprocess.run(
+        ["tmux", "-L", socket, "new-session", "-d", "-x", "100", "-y", "30", "-s", "b", cmd], env=env, check=True
+    )
     try:
         while time.perf_counter() - t0 < 30:
-            screen = subprocess.run(["tmux", "-L", socket, "capture-pane", "-p", "-t", "b"],
-                                    capture_output=True, text=True).stdout
+            screen = subprocess.run(
+                ["tmux", "-L", socket, "capture-pane", "-p", "-t", "b"], capture_output=True, text=True
+            ).stdout
             if marker in screen:
                 return time.perf_counter() - t0
             time.sleep(0.01)
@@ -70,8 +72,9 @@ def terminal_once(campaign: Path, marker: str) -> float | None:
 
 def headless_once(campaign: Path) -> tuple[float, float, float]:
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", HEADLESS, str(campaign)], capture_output=True, text=True,
-                         check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", HEADLESS, str(campaign)], capture_output=True, text=True, check=True, timeout=60
+    )
     wall = time.perf_counter() - t0
     data = json.loads(out.stdout.strip().splitlines()[-1])
     # interpreter start-up is the wall time the in-process clock did not see
@@ -93,17 +96,21 @@ def main() -> None:
         times = [t for t in (terminal_once(campaign, marker) for _ in range(args.runs)) if t is not None]
         if times:
             med = statistics.median(times)
-            print(f"terminal (tmux): median {med:.3f} s, worst {max(times):.3f} s over {len(times)} runs"
-                  f"  = {med / TARGET_S:.2f}x the {TARGET_S:g} s target")
+            print(
+                f"terminal (tmux): median {med:.3f} s, worst {max(times):.3f} s over {len(times)} runs"
+                f"  = {med / TARGET_S:.2f}x the {TARGET_S:g} s target"
+            )
     else:
         print("terminal (tmux): skipped, tmux is not installed")
     runs = [headless_once(campaign) for _ in range(args.runs)]
     walls = [r[0] for r in runs]
     med = statistics.median(walls)
-    print(f"headless: median {med:.3f} s, worst {max(walls):.3f} s (process start to first frame)"
-          f"  = {med / TARGET_S:.2f}x the target; of which importing cockpit.tui.app"
-          f" {statistics.median(r[1] for r in runs):.3f} s, interpreter start and exit"
-          f" {statistics.median(r[2] for r in runs):.3f} s")
+    print(
+        f"headless: median {med:.3f} s, worst {max(walls):.3f} s (process start to first frame)"
+        f"  = {med / TARGET_S:.2f}x the target; of which importing cockpit.tui.app"
+        f" {statistics.median(r[1] for r in runs):.3f} s, interpreter start and exit"
+        f" {statistics.median(r[2] for r in runs):.3f} s"
+    )
 
 
 if __name__ == "__main__":

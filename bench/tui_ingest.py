@@ -115,8 +115,11 @@ async def scenario(name: str, seconds: float, rate: int, bounded: bool = True) -
         frames.clear()
         t0 = time.perf_counter()
         if rate:
-            writer = subprocess.Popen([sys.executable, "-c", WRITER, str(events_path), str(rate), str(seconds)],
-                                      stdout=subprocess.PIPE, text=True)
+            writer = subprocess.Popen(
+                [sys.executable, "-c", WRITER, str(events_path), str(rate), str(seconds)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
         while time.perf_counter() - t0 < seconds:
             screen.post_message(Ping())
             await asyncio.sleep(0.05)
@@ -170,23 +173,33 @@ def main() -> None:
         asyncio.run(scenario("unbounded", args.seconds, args.rate, bounded=False)),
     ]
     print(f"TUI under a writer of {args.rate:,} events/s for {args.seconds:g} s (120x40, headless)")
-    print(f"{'scenario':<9} {'frames':>6} {'frame gap ms p50/p95/max':>27} {'input latency ms p50/p95/max':>30}"
-          f" {'written/s':>10} {'read/s':>9} {'decoded/s':>9} {'backlog MiB':>11}")
+    print(
+        f"{'scenario':<9} {'frames':>6} {'frame gap ms p50/p95/max':>27} {'input latency ms p50/p95/max':>30}"
+        f" {'written/s':>10} {'read/s':>9} {'decoded/s':>9} {'backlog MiB':>11}"
+    )
     for r in results:
-        print(f"{r['name']:<9} {r['frames']:>6} {_ms(r['gap_p50'])}/{_ms(r['gap_p95'])}/{_ms(r['gap_max'])}"
-              f"  {_ms(r['lat_p50'])}/{_ms(r['lat_p95'])}/{_ms(r['lat_max'])}"
-              f" {r['written_per_s']:>10,.0f} {r['read_per_s']:>9,.0f} {r['decoded_per_s']:>9,.0f}"
-              f" {r['backlog_mib']:>11.2f}")
+        print(
+            f"{r['name']:<9} {r['frames']:>6} {_ms(r['gap_p50'])}/{_ms(r['gap_p95'])}/{_ms(r['gap_max'])}"
+            f"  {_ms(r['lat_p50'])}/{_ms(r['lat_p95'])}/{_ms(r['lat_max'])}"
+            f" {r['written_per_s']:>10,.0f} {r['read_per_s']:>9,.0f} {r['decoded_per_s']:>9,.0f}"
+            f" {r['backlog_mib']:>11.2f}"
+        )
     idle, bounded, unbounded = results
     if bounded["lat_p95"] and bounded["gap_p50"]:
-        print(f"input latency p95: bounded {bounded['lat_p95'] * 1000:.0f} ms"
-              f" = {bounded['lat_p95'] / max(idle['lat_p95'] or 1e-9, 1e-9):.1f}x idle;"
-              f" unbounded / bounded: {(unbounded['lat_p95'] or 0) / bounded['lat_p95']:.1f}x")
-        print(f"frame interval p50: bounded {bounded['gap_p50'] * 1000:.0f} ms;"
-              f" unbounded / bounded: {(unbounded['gap_p50'] or 0) / bounded['gap_p50']:.1f}x")
+        print(
+            f"input latency p95: bounded {bounded['lat_p95'] * 1000:.0f} ms"
+            f" = {bounded['lat_p95'] / max(idle['lat_p95'] or 1e-9, 1e-9):.1f}x idle;"
+            f" unbounded / bounded: {(unbounded['lat_p95'] or 0) / bounded['lat_p95']:.1f}x"
+        )
+        print(
+            f"frame interval p50: bounded {bounded['gap_p50'] * 1000:.0f} ms;"
+            f" unbounded / bounded: {(unbounded['gap_p50'] or 0) / bounded['gap_p50']:.1f}x"
+        )
     if bounded["written_per_s"]:
-        print(f"lines read / written: bounded {bounded['read_per_s'] / bounded['written_per_s']:.2f},"
-              f" unbounded {unbounded['read_per_s'] / max(unbounded['written_per_s'], 1):.2f}")
+        print(
+            f"lines read / written: bounded {bounded['read_per_s'] / bounded['written_per_s']:.2f},"
+            f" unbounded {unbounded['read_per_s'] / max(unbounded['written_per_s'], 1):.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -73,8 +73,7 @@ def git_revision(path: Path | None) -> dict[str, Any] | str:
     if not top or not commit:
         return "not a git checkout"
     status = _git(Path(top), "status", "--porcelain", "--", str(path)) or ""
-    return {"repository": top, "commit": commit, "path": str(path),
-            "uncommitted_changes": bool(status.strip())}
+    return {"repository": top, "commit": commit, "path": str(path), "uncommitted_changes": bool(status.strip())}
 
 
 def _module_file(name: str) -> Path | None:
@@ -115,8 +114,9 @@ def revisions(frozen: dict[str, Any], run_start: dict[str, Any], campaign_dir: P
         "task_code": git_revision(src),
         "cockpit_code": git_revision(Path(__file__).resolve().parent),
         "packages_at_run": frozen.get("stack", {}).get("packages", {}),
-        "stack_at_run": {k: stack.get(k) for k in ("python", "torch", "build", "cuda", "driver", "gpus", "device")
-                         if k in stack},
+        "stack_at_run": {
+            k: stack.get(k) for k in ("python", "torch", "build", "cuda", "driver", "gpus", "device") if k in stack
+        },
         "packages_at_archive": runs.package_versions(),
         "python_at_archive": platform.python_version(),
     }
@@ -138,10 +138,21 @@ def _variant_config(nb: nbm.Notebook | None, variant: str) -> dict[str, Any]:
     v = nb.variant(variant)
     c = nb.campaign
     cfg: dict[str, Any] = {
-        "campaign": {"name": c.name, "question": c.question, "held_constant": c.held_constant,
-                     "quality_metric": c.quality_metric, "higher_is_better": c.higher_is_better},
-        "variant": {"id": v.id, "reference": v.reference, "differs": v.differs, "why": v.why, "kind": v.kind,
-                    "set": dict(v.set)},
+        "campaign": {
+            "name": c.name,
+            "question": c.question,
+            "held_constant": c.held_constant,
+            "quality_metric": c.quality_metric,
+            "higher_is_better": c.higher_is_better,
+        },
+        "variant": {
+            "id": v.id,
+            "reference": v.reference,
+            "differs": v.differs,
+            "why": v.why,
+            "kind": v.kind,
+            "set": dict(v.set),
+        },
         "task": {"entry": nb.task.entry, "extensions": list(nb.task.extensions)},
         "params": {k: val for k, val in nb.params(v.id).items() if val is not None},
         "stop": {k: val for k, val in nb.stop.__dict__.items() if val is not None},
@@ -154,9 +165,9 @@ def _variant_config(nb: nbm.Notebook | None, variant: str) -> dict[str, Any]:
 
 def _readme(meta: dict[str, Any], files: list[str]) -> str:
     entry = meta["entry"]
-    return f"""# Archive of run {meta['run']} (campaign {meta['campaign']}, variant {meta['variant']}, seed {meta['seed']})
+    return f"""# Archive of run {meta["run"]} (campaign {meta["campaign"]}, variant {meta["variant"]}, seed {meta["seed"]})
 
-Written by `cockpit archive` on {meta['created']}. Status of the run: {meta['status']} ({meta['stop_reason']}).
+Written by `cockpit archive` on {meta["created"]}. Status of the run: {meta["status"]} ({meta["stop_reason"]}).
 
 ## What is here
 
@@ -217,17 +228,21 @@ def gather(rdir: Path | str, out: Path | str | None = None) -> Path:
     if not exported and not (rdir / "checkpoint.pt").is_file():
         raise ArchiveError(
             f"{rdir}: nothing to archive: no exported artifact ({adir / 'model.pt'}) and no checkpoint.pt. "
-            f"Archive a pilot whose export gate passed, or a series run that saved its checkpoint.")
+            f"Archive a pilot whose export gate passed, or a series run that saved its checkpoint."
+        )
     src_manifest = adir / "manifest.json"
     if src_manifest.is_file():  # the export's own hashes: never archive an artifact already changed
         for name, info in json.loads(src_manifest.read_text("utf-8")).get("files", {}).items():
             if (adir / name).is_file() and sha256(adir / name) != info.get("sha256"):
-                raise ArchiveError(f"{adir / name}: its SHA-256 no longer matches the export's manifest; "
-                                   "it changed after the run exported it. Not archived.")
+                raise ArchiveError(
+                    f"{adir / name}: its SHA-256 no longer matches the export's manifest; "
+                    "it changed after the run exported it. Not archived."
+                )
     target = Path(out) if out else default_out(rdir)
     if target.exists() and any(target.iterdir()):
-        raise ArchiveError(f"{target}: already exists and is not empty; Cockpit never overwrites an archive. "
-                           "Give another --out.")
+        raise ArchiveError(
+            f"{target}: already exists and is not empty; Cockpit never overwrites an archive. Give another --out."
+        )
     frozen = runs.read_run_toml(rdir)
     evs = ev.read_events(rdir / ev.EVENTS_FILE)
     run_start = next(ev.iter_kind(evs, ev.RUN_START), {})
@@ -270,7 +285,8 @@ def gather(rdir: Path | str, out: Path | str | None = None) -> Path:
         variant_cfg = _variant_config(nb, meta["variant"]) if nb else _variant_config(None, "")
         (tmp / "config" / "variant.toml").write_text(tomli_w.dumps(variant_cfg, multiline_strings=True), "utf-8")
         (tmp / "revisions.json").write_text(
-            json.dumps(revisions(frozen, run_start, campaign_dir), indent=2, default=str), "utf-8")
+            json.dumps(revisions(frozen, run_start, campaign_dir), indent=2, default=str), "utf-8"
+        )
         for p in sorted(rdir.iterdir()):
             if p.is_file() and (p.suffix in METRIC_SUFFIXES or p.name in METRIC_JSON or p.name == runs.LOG_FILE):
                 shutil.copy2(p, tmp / "metrics" / p.name)
@@ -324,8 +340,10 @@ def check_hashes(folder: Path) -> tuple[dict[str, Any], list[str]]:
         if not p.is_file():
             problems.append(f"{name}: missing")
         elif sha256(p) != info.get("sha256"):
-            problems.append(f"{name}: SHA-256 {sha256(p)[:12]}… does not match the manifest's "
-                            f"{str(info.get('sha256'))[:12]}…: the file changed after archiving")
+            problems.append(
+                f"{name}: SHA-256 {sha256(p)[:12]}… does not match the manifest's "
+                f"{str(info.get('sha256'))[:12]}…: the file changed after archiving"
+            )
     for p in sorted(folder.rglob("*")):
         rel = str(p.relative_to(folder))
         if p.is_file() and rel != MANIFEST and rel not in listed:
@@ -366,8 +384,9 @@ def load(folder: Path | str, map_location: str = "cpu") -> Verified:
 
             tensors = {k: t for k, t in obj.items() if isinstance(t, torch.Tensor)}
             numel = sum(t.numel() for t in tensors.values())
-            v.lines.append(f"{name}: loaded with torch.load(weights_only=True): {len(tensors)} tensors, "
-                           f"{numel:,} values")
+            v.lines.append(
+                f"{name}: loaded with torch.load(weights_only=True): {len(tensors)} tensors, {numel:,} values"
+            )
             v.state = obj
         else:
             v.lines.append(f"{name}: loaded with torch.load(weights_only=True)")

@@ -14,8 +14,7 @@ from typing import Any
 HELD = ("updates", "epochs", "examples")
 
 CAVEAT = (
-    "These counts predict neither duration nor quality: time per update comes "
-    "from a measured pilot, quality from runs."
+    "These counts predict neither duration nor quality: time per update comes from a measured pilot, quality from runs."
 )
 
 
@@ -176,9 +175,7 @@ def hold(held: str, variant: BatchPlan, ref_budget: Budget) -> Budget:
         if not variant.dataset_size:
             raise ValueError("holding epochs constant needs the dataset size")
         return resolve_budget(variant, epochs=epochs)
-    examples = (
-        int(ref_budget.amount) if ref_budget.basis == "examples" else ref_budget.examples_seen
-    )
+    examples = int(ref_budget.amount) if ref_budget.basis == "examples" else ref_budget.examples_seen
     return resolve_budget(variant, examples=examples)
 
 
@@ -209,8 +206,7 @@ def what_changes(held: str, reference: BatchPlan, variant: BatchPlan, ref_budget
         )
     fixed = int(ref_budget.amount) if ref_budget.basis == "examples" else ref_budget.examples_seen
     return (
-        f"effective batch {r} -> {v} at a fixed {fixed} examples: "
-        f"updates change {ref_budget.updates} -> {vb.updates}"
+        f"effective batch {r} -> {v} at a fixed {fixed} examples: updates change {ref_budget.updates} -> {vb.updates}"
     )
 
 

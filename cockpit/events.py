@@ -212,6 +212,12 @@ class EventWriter:
                 self._fh.flush()
                 self._fh.close()
 
+    def __enter__(self) -> EventWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def _jsonable(obj: Any) -> Any:
     if isinstance(obj, enum.Enum):

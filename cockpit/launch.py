@@ -39,7 +39,9 @@ def command(rdir: Path, nproc: int = 1, nnodes: int = 1, rdzv: str | None = None
     return [*cmd, "-m", "cockpit.pilot", str(rdir)]
 
 
-def start(rdir: Path, nproc: int = 1, nnodes: int = 1, rdzv: str | None = None, env: dict[str, str] | None = None) -> int:
+def start(
+    rdir: Path, nproc: int = 1, nnodes: int = 1, rdzv: str | None = None, env: dict[str, str] | None = None
+) -> int:
     """Start the process of an existing run folder; returns its pid."""
     rdir = Path(rdir).resolve()
     child_env = dict(os.environ)

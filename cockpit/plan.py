@@ -125,9 +125,11 @@ def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
         slow = max(series, key=lambda r: r.metrics["step_time_s"])
         t.step_s = float(slow.metrics["step_time_s"])
         steps = [int(r.metrics.get("updates") or 0) for r in series]
-        t.step_source = (f"series: slowest of {len(series)} run{'s' if len(series) != 1 else ''} "
-                         f"({', '.join(r.id for r in series)}), each timed over its updates "
-                         f"({', '.join(str(s) for s in steps)})")
+        t.step_source = (
+            f"series: slowest of {len(series)} run{'s' if len(series) != 1 else ''} "
+            f"({', '.join(r.id for r in series)}), each timed over its updates "
+            f"({', '.join(str(s) for s in steps)})"
+        )
         t.device = str(slow.stack.get("device") or "") or "the series machine"
         evals = [(r, _num(r.metrics.get("eval_time_s"))) for r in series]
         evals = [(r, v) for r, v in evals if v is not None]
@@ -144,8 +146,9 @@ def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
             d = _step_duration(pilot, "update_second")
             if d is not None:
                 t.step_s = d
-                t.step_source = (f"pilot {pilot.id}: the second update (optimizer state resident), "
-                                 f"extrapolated from 1 measured step")
+                t.step_source = (
+                    f"pilot {pilot.id}: the second update (optimizer state resident), extrapolated from 1 measured step"
+                )
                 t.device = str(pilot.stack.get("device") or "cpu")
         t.worst_step_s = _step_duration(pilot, "worst_case")
         if t.eval_s is None and (v := _gate_s(pilot, "validation")) is not None:
@@ -155,7 +158,7 @@ def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
         if (v := _gate_s(pilot, "export")) is not None:
             t.export_s, t.export_source = v, f"pilot {pilot.id}: export phase (with replay in a new process)"
     if t.step_s is None:
-        t.why_not = (f"no time per update measured for {variant}: no finished series run and no passed pilot")
+        t.why_not = f"no time per update measured for {variant}: no finished series run and no passed pilot"
     return t
 
 
@@ -173,6 +176,7 @@ def _dataset_size(all_runs: list[sh.RunFiles]) -> int | None:
 
 def updates_of(nb: nbm.Notebook, variant: str, dataset_size: int | None) -> tuple[int | None, str]:
     """The variant's updates under the campaign's held-constant rule (arithmetic, no timing)."""
+
     def plan_of(vid: str) -> arithmetic.BatchPlan:
         p = nb.params(vid)
         if p.get("dataset_size") is None and dataset_size:
@@ -200,8 +204,13 @@ def cost(nb: nbm.Notebook, variant: str, timing: Timing, updates: int | None, wh
     return RunCost(variant, updates, n_val, n_save, seconds / 3600.0, timing)
 
 
-def build(nb: nbm.Notebook, days: tuple[int, ...] = DEFAULT_DAYS, seeds: int = DEFAULT_SEEDS,
-          reserve_hours: float | None = None, all_runs: list[sh.RunFiles] | None = None) -> Plan:
+def build(
+    nb: nbm.Notebook,
+    days: tuple[int, ...] = DEFAULT_DAYS,
+    seeds: int = DEFAULT_SEEDS,
+    reserve_hours: float | None = None,
+    all_runs: list[sh.RunFiles] | None = None,
+) -> Plan:
     all_runs = sh.campaign_runs(nb.directory) if all_runs is None else all_runs
     from .series import default_variants
 
@@ -216,9 +225,24 @@ def build(nb: nbm.Notebook, days: tuple[int, ...] = DEFAULT_DAYS, seeds: int = D
         t = timings[v]
         keys = set(nb.variant(v).set)
         if not t.measured and v != ref and ref_t.measured and keys <= TIME_NEUTRAL:
-            borrowed = Timing(v, **{k: getattr(ref_t, k) for k in (
-                "step_s", "step_source", "eval_s", "eval_source", "save_s", "save_source",
-                "export_s", "export_source", "device", "worst_step_s")})
+            borrowed = Timing(
+                v,
+                **{
+                    k: getattr(ref_t, k)
+                    for k in (
+                        "step_s",
+                        "step_source",
+                        "eval_s",
+                        "eval_source",
+                        "save_s",
+                        "save_source",
+                        "export_s",
+                        "export_source",
+                        "device",
+                        "worst_step_s",
+                    )
+                },
+            )
             borrowed.borrowed_from = ref
             timings[v] = borrowed
     costs = {}
@@ -235,9 +259,13 @@ def build(nb: nbm.Notebook, days: tuple[int, ...] = DEFAULT_DAYS, seeds: int = D
         elif nb.rental.reserve_hours > 0:
             res, src = float(nb.rental.reserve_hours), "notebook [rental] reserve_hours"
         else:
-            res, src = total * DEFAULT_RESERVE_SHARE, (
-                f"{DEFAULT_RESERVE_SHARE:.0%} of the package: a margin chosen by policy, not a measurement; "
-                "set --reserve-hours or [rental] reserve_hours")
+            res, src = (
+                total * DEFAULT_RESERVE_SHARE,
+                (
+                    f"{DEFAULT_RESERVE_SHARE:.0%} of the package: a margin chosen by policy, not a measurement; "
+                    "set --reserve-hours or [rental] reserve_hours"
+                ),
+            )
         export = max((c.timing.export_s or 0.0) for c in costs.values()) / 3600.0
         if export > res:
             res, src = export, "the export time the pilot measured (larger than the reserve asked for)"
@@ -274,8 +302,7 @@ def _runs_text(items: list[tuple[str, int, float]]) -> str:
 
 def render(p: Plan) -> list[str]:
     out = [f"Rental plan: campaign {p.campaign}, {p.seeds} seed{'s' if p.seeds != 1 else ''} per variant", ""]
-    out.append("Hours per run (updates x time per update + validations x time per validation + "
-               "one save at the end):")
+    out.append("Hours per run (updates x time per update + validations x time per validation + one save at the end):")
     devices = set()
     for v, c in p.costs.items():
         t = c.timing
@@ -283,41 +310,57 @@ def render(p: Plan) -> list[str]:
             out.append(f"- {v}: cannot be planned: {c.why_not}")
             continue
         devices.add(t.device)
-        out.append(f"- {v}: **{_h(c.hours)}** = {c.updates} updates x {_s(t.step_s)} + {c.validations} "
-                   f"validations x {_s(t.eval_s)} + {c.saves} save x {_s(t.save_s)}")
+        out.append(
+            f"- {v}: **{_h(c.hours)}** = {c.updates} updates x {_s(t.step_s)} + {c.validations} "
+            f"validations x {_s(t.eval_s)} + {c.saves} save x {_s(t.save_s)}"
+        )
         if t.borrowed_from:
             changed = ", ".join(f"{k}" for k in sorted(p.overrides.get(v, ())))
-            out.append(f"  - times borrowed from {t.borrowed_from}: {v} was not timed itself and changes only "
-                       f"{changed}, which does not change what a step costs")
+            out.append(
+                f"  - times borrowed from {t.borrowed_from}: {v} was not timed itself and changes only "
+                f"{changed}, which does not change what a step costs"
+            )
             continue
-        out.append(f"  - time per update: {t.step_source}"
-                   + (f"; the worst-case update took {_s(t.worst_step_s)}" if t.worst_step_s else ""))
-        out.append(f"  - validation: {t.eval_source or 'not measured (counted as 0)'}; save: "
-                   f"{t.save_source or 'not measured (counted as 0)'}")
+        out.append(
+            f"  - time per update: {t.step_source}"
+            + (f"; the worst-case update took {_s(t.worst_step_s)}" if t.worst_step_s else "")
+        )
+        out.append(
+            f"  - validation: {t.eval_source or 'not measured (counted as 0)'}; save: "
+            f"{t.save_source or 'not measured (counted as 0)'}"
+        )
         if t.export_s is not None:
             out.append(f"  - export, kept in the reserve: {_s(t.export_s)} ({t.export_source})")
     if devices:
-        out.append(f"- measured on: {', '.join(sorted(devices))}. These times hold for that machine; on another "
-                   "machine run the pilot there first, the plan does not scale times between devices.")
+        out.append(
+            f"- measured on: {', '.join(sorted(devices))}. These times hold for that machine; on another "
+            "machine run the pilot there first, the plan does not scale times between devices."
+        )
     out.append("- runs run one after another on one machine")
     out.append("")
     order = ", ".join(f"{v} s{s}" for v, s in p.order if p.costs[v].hours is not None)
     out.append(f"Priority order (seed by seed, reference first): {order or 'nothing measured'}")
     out.append("")
     for pkg in p.packages:
-        head = (f"- **{pkg.days} day{'s' if pkg.days != 1 else ''}** ({pkg.total_h:,.0f} h): {_h(pkg.reserve_h)} kept for evaluation and "
-                f"export ({pkg.reserve_source}); {_h(pkg.available_h)} for runs.")
+        head = (
+            f"- **{pkg.days} day{'s' if pkg.days != 1 else ''}** ({pkg.total_h:,.0f} h): {_h(pkg.reserve_h)} kept for evaluation and "
+            f"export ({pkg.reserve_source}); {_h(pkg.available_h)} for runs."
+        )
         if pkg.fits:
-            head += (f" Fits {len(pkg.fits)} run{'s' if len(pkg.fits) != 1 else ''} "
-                     f"({_h(pkg.used_h)}): {_runs_text(pkg.fits)}.")
+            head += (
+                f" Fits {len(pkg.fits)} run{'s' if len(pkg.fits) != 1 else ''} "
+                f"({_h(pkg.used_h)}): {_runs_text(pkg.fits)}."
+            )
             if pkg.left_out:
                 head += f" Does not fit: {_runs_text(pkg.left_out)}."
             else:
                 head += f" Everything planned fits, {_h(pkg.available_h - pkg.used_h)} spare."
         elif pkg.left_out:
             v, s, h = pkg.left_out[0]
-            head += (f" **Nothing fits**: the first run in priority order ({v} seed {s}) needs {_h(h)}, "
-                     f"more than the {_h(pkg.available_h)} available.")
+            head += (
+                f" **Nothing fits**: the first run in priority order ({v} seed {s}) needs {_h(h)}, "
+                f"more than the {_h(pkg.available_h)} available."
+            )
         else:
             head += " Nothing can be planned: no variant has a measured time per update."
         out.append(head)
@@ -341,14 +384,18 @@ def choose(p: Plan, days: int | None = None) -> Package | None:
 
 
 def rental_of(p: Plan, pkg: Package) -> nbm.Rental:
-    lines = [f"{pkg.days} days: {_h(pkg.reserve_h)} kept for evaluation and export; "
-             + (f"{len(pkg.fits)} runs ({_h(pkg.used_h)}): {_runs_text(pkg.fits)}" if pkg.fits else "nothing fits")
-             + (f"; does not fit: {_runs_text(pkg.left_out)}" if pkg.left_out else "")]
+    lines = [
+        f"{pkg.days} days: {_h(pkg.reserve_h)} kept for evaluation and export; "
+        + (f"{len(pkg.fits)} runs ({_h(pkg.used_h)}): {_runs_text(pkg.fits)}" if pkg.fits else "nothing fits")
+        + (f"; does not fit: {_runs_text(pkg.left_out)}" if pkg.left_out else "")
+    ]
     for v, c in p.costs.items():
         if c.hours is not None:
-            lines.append(f"{v}: {_h(c.hours)} per run; time per update from {c.timing.step_source}"
-                         + (f" (borrowed from {c.timing.borrowed_from})" if c.timing.borrowed_from else "")
-                         + f", measured on {c.timing.device}")
+            lines.append(
+                f"{v}: {_h(c.hours)} per run; time per update from {c.timing.step_source}"
+                + (f" (borrowed from {c.timing.borrowed_from})" if c.timing.borrowed_from else "")
+                + f", measured on {c.timing.device}"
+            )
         else:
             lines.append(f"{v}: not planned: {c.why_not}")
     return nbm.Rental(days=pkg.days, reserve_hours=round(pkg.reserve_h, 3), plan="\n".join(lines), notes="")

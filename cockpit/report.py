@@ -65,11 +65,16 @@ def results(nb: nbm.Notebook) -> tuple[list[VariantResult], list[NotCounted]]:
     out = []
     for g in group_runs(nb, trs):
         kept = [(g.runs[k], k, g.seeds[k]) for k in sorted(g.seeds)]
-        out.append(VariantResult(g.variant, g.tag, sh.spread([v for _, _, v in kept]), kept, g.verdict,
-                                 g.sentence, g.target))
-    skipped = [NotCounted(r.id, r.variant, r.seed, r.status, r.stop_reason, r.superseded_by) for r in trs
-               if (r.status not in ("completed", "running", "created")) or r.superseded_by
-               or (r.status == "completed" and r.value is None)]
+        out.append(
+            VariantResult(g.variant, g.tag, sh.spread([v for _, _, v in kept]), kept, g.verdict, g.sentence, g.target)
+        )
+    skipped = [
+        NotCounted(r.id, r.variant, r.seed, r.status, r.stop_reason, r.superseded_by)
+        for r in trs
+        if (r.status not in ("completed", "running", "created"))
+        or r.superseded_by
+        or (r.status == "completed" and r.value is None)
+    ]
     return out, skipped
 
 
@@ -99,8 +104,9 @@ def bar_chart(rows: list[tuple[str, float | None]], unit: str, width: int = 40) 
     return out
 
 
-def line_chart(series: list[tuple[str, list[tuple[float, float]]]], height: int = 12, width: int = 60,
-               ylabel: str = "") -> list[str]:
+def line_chart(
+    series: list[tuple[str, list[tuple[float, float]]]], height: int = 12, width: int = 60, ylabel: str = ""
+) -> list[str]:
     """Several (x, y) series on one character grid, one marker per series, with a legend."""
     pts = [(x, y) for _, s in series for x, y in s if math.isfinite(y)]
     if not pts:
@@ -136,7 +142,9 @@ def line_chart(series: list[tuple[str, list[tuple[float, float]]]], height: int 
     out.append(f"{'':>{lw}} └{'─' * width}")
     left, right = f"{x0:g}", f"{x1:g}"
     out.append(f"{'':>{lw}}  {left}{right:>{width - len(left)}}")
-    out.append(f"{'':>{lw}}  {ylabel}; " + ", ".join(f"{MARKERS[i % len(MARKERS)]} {n}" for i, (n, _) in enumerate(series)))
+    out.append(
+        f"{'':>{lw}}  {ylabel}; " + ", ".join(f"{MARKERS[i % len(MARKERS)]} {n}" for i, (n, _) in enumerate(series))
+    )
     return out
 
 
@@ -162,7 +170,11 @@ def _curve_charts(res: list[VariantResult], all_runs: list[sh.RunFiles]) -> list
     for r in res:
         if not r.runs:
             continue
-        label = f"{r.variant}" + (f" [{r.tag}]" if r.tag else "") + f" ({len(r.runs)} seed{'s' if len(r.runs) != 1 else ''})"
+        label = (
+            f"{r.variant}"
+            + (f" [{r.tag}]" if r.tag else "")
+            + f" ({len(r.runs)} seed{'s' if len(r.runs) != 1 else ''})"
+        )
         t = mean_curve([read_curve(dirs[rid]) for rid, _, _ in r.runs if rid in dirs])
         v = mean_curve([read_curve(dirs[rid], runs.EVALS_FILE, "val_loss") for rid, _, _ in r.runs if rid in dirs])
         if t:
@@ -171,8 +183,16 @@ def _curve_charts(res: list[VariantResult], all_runs: list[sh.RunFiles]) -> list
             val.append((label, v))
     out = []
     if train:
-        out += ["Training loss per update, mean over each variant's counted seeds (each column shows the mean of "
-                "the updates it covers):", "", "```"] + line_chart(train, ylabel="training loss vs update") + ["```", ""]
+        out += (
+            [
+                "Training loss per update, mean over each variant's counted seeds (each column shows the mean of "
+                "the updates it covers):",
+                "",
+                "```",
+            ]
+            + line_chart(train, ylabel="training loss vs update")
+            + ["```", ""]
+        )
     if val:
         out += ["Validation loss at each validation, mean over the same seeds:", "", "```"]
         out += line_chart(val, height=8, ylabel="val_loss vs update") + ["```"]
@@ -200,15 +220,19 @@ def _held(nb: nbm.Notebook) -> list[str]:
     try:
         bplan = arithmetic.plan_from(params)
         budget = arithmetic.budget_from(bplan, params)
-        out.append(f"- reference {ref.id}: {bplan.examples_per_update} examples per update (microbatch "
-                   f"{bplan.microbatch} x accumulation {bplan.accumulation} x {bplan.data_replicas} replica"
-                   f"{'s' if bplan.data_replicas != 1 else ''}), {budget.updates} updates, "
-                   f"{budget.examples_seen:,} examples seen")
+        out.append(
+            f"- reference {ref.id}: {bplan.examples_per_update} examples per update (microbatch "
+            f"{bplan.microbatch} x accumulation {bplan.accumulation} x {bplan.data_replicas} replica"
+            f"{'s' if bplan.data_replicas != 1 else ''}), {budget.updates} updates, "
+            f"{budget.examples_seen:,} examples seen"
+        )
     except (ValueError, KeyError) as exc:
         out.append(f"- reference budget: not resolved ({exc})")
     t = nb.training
-    out.append(f"- training: {t.optimizer}, lr {t.lr:g}, {t.schedule} schedule, weight decay {t.weight_decay:g}, "
-               f"precision {t.precision}" + (f", grad clip {t.grad_clip:g}" if t.grad_clip else ""))
+    out.append(
+        f"- training: {t.optimizer}, lr {t.lr:g}, {t.schedule} schedule, weight decay {t.weight_decay:g}, "
+        f"precision {t.precision}" + (f", grad clip {t.grad_clip:g}" if t.grad_clip else "")
+    )
     s = nb.stop
     rules = []
     if s.nonfinite:
@@ -219,17 +243,29 @@ def _held(nb: nbm.Notebook) -> list[str]:
         rules.append(f"{s.patience} validations without improvement")
     if s.wall_clock_minutes:
         rules.append(f"{s.wall_clock_minutes:g} min wall clock")
-    out.append(f"- stop rules fixed before the series: {', '.join(rules) or 'none'}; validation every "
-               f"{nb.validation.every_updates} updates")
+    out.append(
+        f"- stop rules fixed before the series: {', '.join(rules) or 'none'}; validation every "
+        f"{nb.validation.every_updates} updates"
+    )
     if c.notes:
         out.append(f"- notes: {c.notes}")
     if s.notes:
         out.append(f"- stop-rule notes: {s.notes}")
     out += ["", "Variants (what differs from the reference and why):", ""]
-    out += _table(["variant", "reference", "differs", "settings", "kind", "why"],
-                  [[v.id, "yes" if v.reference else "", v.differs,
-                    ", ".join(f"{k}={val}" for k, val in v.set.items()) or "as the reference", v.kind, v.why]
-                   for v in nb.variants])
+    out += _table(
+        ["variant", "reference", "differs", "settings", "kind", "why"],
+        [
+            [
+                v.id,
+                "yes" if v.reference else "",
+                v.differs,
+                ", ".join(f"{k}={val}" for k, val in v.set.items()) or "as the reference",
+                v.kind,
+                v.why,
+            ]
+            for v in nb.variants
+        ],
+    )
     return out
 
 
@@ -249,15 +285,57 @@ def _runs_section(nb: nbm.Notebook, all_runs: list[sh.RunFiles]) -> list[str]:
         r = by_id.get(row.id)
         peak = _peak(r)
         val = sh.metric_value(r.metrics if r else None, metric)
-        rows.append([row.id, row.kind, row.variant, row.seed, row.status, row.phase or "", row.stop_reason,
-                     peak, f"{row.duration_s:.1f}" if row.duration_s is not None else "",
-                     f"{val:.4f}" if val is not None else "", row.follows, row.verdict])
+        rows.append(
+            [
+                row.id,
+                row.kind,
+                row.variant,
+                row.seed,
+                row.status,
+                row.phase or "",
+                row.stop_reason,
+                peak,
+                f"{row.duration_s:.1f}" if row.duration_s is not None else "",
+                f"{val:.4f}" if val is not None else "",
+                row.follows,
+                row.verdict,
+            ]
+        )
     for r in all_runs:  # a folder the notebook does not list still appears
         if r.id not in listed:
-            rows.append([r.id + " (folder only)", r.kind, r.variant, r.seed, r.status, r.phase or "",
-                         r.stop_reason, "", "", "", "", ""])
-    out = _table(["run", "kind", "variant", "seed", "status", "phase reached", "stop reason", "peak MiB",
-                  "time s", f"final {metric}", "follows", "verdict"], rows)
+            rows.append(
+                [
+                    r.id + " (folder only)",
+                    r.kind,
+                    r.variant,
+                    r.seed,
+                    r.status,
+                    r.phase or "",
+                    r.stop_reason,
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                ]
+            )
+    out = _table(
+        [
+            "run",
+            "kind",
+            "variant",
+            "seed",
+            "status",
+            "phase reached",
+            "stop reason",
+            "peak MiB",
+            "time s",
+            f"final {metric}",
+            "follows",
+            "verdict",
+        ],
+        rows,
+    )
     bad = [row for row in nb.runs if row.status in NOT_OK]
     bad_folder = [r for r in all_runs if r.id not in listed and r.status in NOT_OK]
     out += ["", "Runs that did not pass or complete, with their reasons:", ""]
@@ -265,9 +343,11 @@ def _runs_section(nb: nbm.Notebook, all_runs: list[sh.RunFiles]) -> list[str]:
         out.append("- none: every run passed, completed or is still running")
     for row in bad:
         follows = [x.id for x in nb.runs if x.follows == row.id]
-        out.append(f"- **{row.id}** ({row.kind}, {row.variant}, seed {row.seed}) **{row.status}** in phase "
-                   f"{row.phase or 'start-up'}: {row.stop_reason or 'no reason recorded'}"
-                   + (f"; followed by {', '.join(follows)}" if follows else ""))
+        out.append(
+            f"- **{row.id}** ({row.kind}, {row.variant}, seed {row.seed}) **{row.status}** in phase "
+            f"{row.phase or 'start-up'}: {row.stop_reason or 'no reason recorded'}"
+            + (f"; followed by {', '.join(follows)}" if follows else "")
+        )
     for r in bad_folder:
         out.append(f"- **{r.id}** ({r.kind}, {r.variant}, seed {r.seed}) **{r.status}**: {r.stop_reason}")
     return out
@@ -278,36 +358,56 @@ def _seeds_section(nb: nbm.Notebook, res: list[VariantResult], skipped: list[Not
     better = "higher is better" if nb.campaign.higher_is_better else "lower is better"
     out: list[str] = []
     if not any(r.spread for r in res):
-        out.append(f"No series run has finished with a final {metric}: there is no spread across seeds to report "
-                   "and no variant can be preferred on measured quality.")
+        out.append(
+            f"No series run has finished with a final {metric}: there is no spread across seeds to report "
+            "and no variant can be preferred on measured quality."
+        )
     else:
-        out += [f"Final {metric} per variant ({better}), computed as `cockpit compare` does: per seed the latest "
-                "completed run counts, every seed is listed and none is dropped; sd is the sample standard deviation "
-                "(n-1). A difference of means from the reference counts only when it is larger than the seeds' "
-                "spread (the larger of the two ranges, max - min); with one seed on a side nothing is "
-                "distinguishable. Runs with settings other than the notebook's are grouped apart.", ""]
+        out += [
+            f"Final {metric} per variant ({better}), computed as `cockpit compare` does: per seed the latest "
+            "completed run counts, every seed is listed and none is dropped; sd is the sample standard deviation "
+            "(n-1). A difference of means from the reference counts only when it is larger than the seeds' "
+            "spread (the larger of the two ranges, max - min); with one seed on a side nothing is "
+            "distinguishable. Runs with settings other than the notebook's are grouped apart.",
+            "",
+        ]
         rows = []
         for r in res:
             s = r.spread
             if s is None:
                 continue
-            rows.append([r.variant, r.tag or "as in the notebook", s.n, f"{s.mean:.4f}",
-                         f"{s.std:.4f}" if s.std is not None else "n/a", f"{s.min:.4f}", f"{s.max:.4f}",
-                         ", ".join(f"s{seed} {v:.4f} ({rid})" for rid, seed, v in r.runs),
-                         r.sentence, r.target])
-        out += _table(["variant", "settings", "seeds", "mean", "sd", "min", "max", "every seed", "vs reference",
-                       "target"], rows)
+            rows.append(
+                [
+                    r.variant,
+                    r.tag or "as in the notebook",
+                    s.n,
+                    f"{s.mean:.4f}",
+                    f"{s.std:.4f}" if s.std is not None else "n/a",
+                    f"{s.min:.4f}",
+                    f"{s.max:.4f}",
+                    ", ".join(f"s{seed} {v:.4f} ({rid})" for rid, seed, v in r.runs),
+                    r.sentence,
+                    r.target,
+                ]
+            )
+        out += _table(
+            ["variant", "settings", "seeds", "mean", "sd", "min", "max", "every seed", "vs reference", "target"], rows
+        )
     if skipped:
         out += ["", "Series runs not counted in these figures:", ""]
         for x in skipped:
-            why = f"superseded by {x.superseded_by} (a later completed run of the same seed)" if x.superseded_by \
+            why = (
+                f"superseded by {x.superseded_by} (a later completed run of the same seed)"
+                if x.superseded_by
                 else f"{x.status}: {x.reason or 'no reason recorded'}"
+            )
             out.append(f"- {x.id} ({x.variant} seed {x.seed}): {why}")
     return out
 
 
-def generated_conclusion(nb: nbm.Notebook, res: list[VariantResult], all_runs: list[sh.RunFiles],
-                         sheet: sh.Sheet | None) -> str:
+def generated_conclusion(
+    nb: nbm.Notebook, res: list[VariantResult], all_runs: list[sh.RunFiles], sheet: sh.Sheet | None
+) -> str:
     ref = nb.reference.id
     metric = nb.campaign.quality_metric
     sign = -1 if nb.campaign.higher_is_better else 1
@@ -316,35 +416,48 @@ def generated_conclusion(nb: nbm.Notebook, res: list[VariantResult], all_runs: l
     ref_res = next((r for r in measured if r.variant == ref), None)
     if not measured:
         pilot = sh.latest_passed_pilot(all_runs, ref)
-        parts.append(f"No series run at the notebook's settings has finished with a final {metric}, so no variant "
-                     f"can be preferred on measured quality; the reference {ref} stays the working choice by "
-                     "default, not by evidence.")
-        parts.append(f"The reference's pilot {pilot.id} passed every gate." if pilot else
-                     f"No pilot of the reference {ref} has passed every gate yet.")
+        parts.append(
+            f"No series run at the notebook's settings has finished with a final {metric}, so no variant "
+            f"can be preferred on measured quality; the reference {ref} stays the working choice by "
+            "default, not by evidence."
+        )
+        parts.append(
+            f"The reference's pilot {pilot.id} passed every gate."
+            if pilot
+            else f"No pilot of the reference {ref} has passed every gate yet."
+        )
     elif ref_res is None:
         best = min(measured, key=lambda r: sign * r.spread.mean)
-        parts.append(f"The reference {ref} has no completed series run, so no variant can be compared with it; "
-                     f"the best mean {metric} among measured variants is {best.variant} ({best.spread.mean:.4f}, "
-                     f"{best.spread.n} seed{'s' if best.spread.n != 1 else ''}).")
+        parts.append(
+            f"The reference {ref} has no completed series run, so no variant can be compared with it; "
+            f"the best mean {metric} among measured variants is {best.variant} ({best.spread.mean:.4f}, "
+            f"{best.spread.n} seed{'s' if best.spread.n != 1 else ''})."
+        )
     else:
         winners = [r for r in measured if r.verdict == "better"]
         if winners:
             w = min(winners, key=lambda r: sign * r.spread.mean)
-            parts.append(f"{w.variant} reached a better mean final {metric} than the reference {ref}: "
-                         f"{w.spread.mean:.4f} vs {ref_res.spread.mean:.4f} over {w.spread.n} and "
-                         f"{ref_res.spread.n} seeds ({w.sentence}).")
+            parts.append(
+                f"{w.variant} reached a better mean final {metric} than the reference {ref}: "
+                f"{w.spread.mean:.4f} vs {ref_res.spread.mean:.4f} over {w.spread.n} and "
+                f"{ref_res.spread.n} seeds ({w.sentence})."
+            )
         else:
-            parts.append(f"The reference {ref} stays the best choice: no variant reached a better mean final {metric} "
-                         f"by more than the spread between seeds (reference mean {ref_res.spread.mean:.4f} over "
-                         f"{ref_res.spread.n} seed{'s' if ref_res.spread.n != 1 else ''}).")
+            parts.append(
+                f"The reference {ref} stays the best choice: no variant reached a better mean final {metric} "
+                f"by more than the spread between seeds (reference mean {ref_res.spread.mean:.4f} over "
+                f"{ref_res.spread.n} seed{'s' if ref_res.spread.n != 1 else ''})."
+            )
         if nb.campaign.quality_target is not None:
             t = nb.campaign.quality_target
             hit = [r.variant for r in measured if _better(nb, r.spread.mean, t) or r.spread.mean == t]
             parts.append(f"Mean final {metric} at or better than the target {t:g}: {', '.join(hit) or 'none'}.")
     bad = [r for r in nb.runs if r.status in NOT_OK]
     if bad:
-        parts.append(f"{len(bad)} run{'s' if len(bad) != 1 else ''} did not pass or complete "
-                     f"({', '.join(f'{r.id} {r.status}' for r in bad)}); each keeps its row and reason above.")
+        parts.append(
+            f"{len(bad)} run{'s' if len(bad) != 1 else ''} did not pass or complete "
+            f"({', '.join(f'{r.id} {r.status}' for r in bad)}); each keeps its row and reason above."
+        )
     if sheet is not None:
         parts.append(f"Machine: {sheet.recommendation}")
     return " ".join(parts)
@@ -356,12 +469,19 @@ def _conclusion(nb: nbm.Notebook, generated: str) -> list[str]:
         head = f"Written in the notebook ([conclusion]{', ' + c.date if c.date else ''})"
         out = [f"*{head}:*", "", c.text.strip()]
         if c.chosen_variant:
-            out += ["", f"Chosen variant: **{c.chosen_variant}**" +
-                    (" (the reference)" if c.chosen_variant == nb.reference.id else "")]
+            out += [
+                "",
+                f"Chosen variant: **{c.chosen_variant}**"
+                + (" (the reference)" if c.chosen_variant == nb.reference.id else ""),
+            ]
         out += ["", f"*For comparison, the statement generated from the figures:* {generated}"]
         return out
-    return ["*Generated from the figures in this report, not written by a person (write one in the notebook's "
-            "[conclusion] text to replace it):*", "", generated]
+    return [
+        "*Generated from the figures in this report, not written by a person (write one in the notebook's "
+        "[conclusion] text to replace it):*",
+        "",
+        generated,
+    ]
 
 
 # --------------------------------------------------------------------------- the report
@@ -378,26 +498,51 @@ def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: 
     except CockpitError as exc:
         sheet, sheet_lines = None, [f"No selection sheet: {exc}"]
     if nb.selection.gpu and sheet is not None:
-        sheet_lines += ["", f"Recorded in the notebook's [selection]: GPU {nb.selection.gpu}"
-                        + (f", {nb.selection.memory_per_gpu_mib:,.0f} MiB per GPU"
-                           if nb.selection.memory_per_gpu_mib is not None else "")]
+        sheet_lines += [
+            "",
+            f"Recorded in the notebook's [selection]: GPU {nb.selection.gpu}"
+            + (
+                f", {nb.selection.memory_per_gpu_mib:,.0f} MiB per GPU"
+                if nb.selection.memory_per_gpu_mib is not None
+                else ""
+            ),
+        ]
     p = pl.build(nb, days=days, seeds=seeds, all_runs=all_runs)
     plan_lines = pl.render(p)
     if nb.rental.plan:
-        plan_lines += ["", f"Recorded in the notebook's [rental] ({nb.rental.days} days):", "", "```",
-                       nb.rental.plan, "```"]
+        plan_lines += [
+            "",
+            f"Recorded in the notebook's [rental] ({nb.rental.days} days):",
+            "",
+            "```",
+            nb.rental.plan,
+            "```",
+        ]
     res, skipped = results(nb)
     generated = generated_conclusion(nb, res, all_runs, sheet)
     now = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
 
-    out = [f"# Campaign {c.name}: report", "",
-           f"Generated by `cockpit report` on {now} from {nb.path} and the run folders in "
-           f"{runs.runs_dir(nb.directory)}. Every figure is measured by a run named here, unless it says otherwise.",
-           "", "## Question", "", c.question or "(no question written in the notebook)", "",
-           "## What was held constant", ""]
+    out = [
+        f"# Campaign {c.name}: report",
+        "",
+        f"Generated by `cockpit report` on {now} from {nb.path} and the run folders in "
+        f"{runs.runs_dir(nb.directory)}. Every figure is measured by a run named here, unless it says otherwise.",
+        "",
+        "## Question",
+        "",
+        c.question or "(no question written in the notebook)",
+        "",
+        "## What was held constant",
+        "",
+    ]
     out += _held(nb)
-    out += ["", "## Runs", "", f"Every run of the campaign, in order ({len(nb.runs)}), failed and diverged ones "
-            "included.", ""]
+    out += [
+        "",
+        "## Runs",
+        "",
+        f"Every run of the campaign, in order ({len(nb.runs)}), failed and diverged ones included.",
+        "",
+    ]
     out += _runs_section(nb, all_runs)
     out += ["", "## Spread across seeds", ""]
     out += _seeds_section(nb, res, skipped)
@@ -420,8 +565,11 @@ def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: 
         for r in sheet.phases:
             name = r["phase"] + (f" r{r['rank']}" if r["rank"] is not None else "")
             rows.append((name, r[key] / 2**20 if r[key] is not None else None))
-        out.append(f"Pilot {sheet.run_id} ({sheet.variant}), {unit}"
-                   + ("" if gpu else "; GPU memory was not measured on this machine") + ":")
+        out.append(
+            f"Pilot {sheet.run_id} ({sheet.variant}), {unit}"
+            + ("" if gpu else "; GPU memory was not measured on this machine")
+            + ":"
+        )
         out += ["", "```"] + bar_chart(rows, "MiB") + ["```"]
     else:
         out.append("No passed pilot: no memory per phase to chart.")

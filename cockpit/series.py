@@ -174,7 +174,9 @@ def parallel_check(campaign: Path | str, variants: list[str], parallel: int) -> 
             peaks.append((peak * 2**20, counter, total, "RAM"))
     notes = []
     if missing:
-        notes.append(f"no passed pilot for {', '.join(missing)}: {parallel} parallel runs are not sized from a measurement")
+        notes.append(
+            f"no passed pilot for {', '.join(missing)}: {parallel} parallel runs are not sized from a measurement"
+        )
     if peaks:
         worst = max(peaks)
         need = worst[0] * parallel
@@ -185,16 +187,24 @@ def parallel_check(campaign: Path | str, variants: list[str], parallel: int) -> 
                     f"so {parallel} runs need about {need / 2**20:,.0f} MiB, more than the {worst[2] / 2**20:,.0f} MiB "
                     f"of {worst[3]}; run fewer at once (on a GPU the CUDA context adds about 600 MiB per process on top)."
                 )
-            notes.append(f"{parallel} at once: about {need / 2**20:,.0f} of {worst[2] / 2**20:,.0f} MiB {worst[3]} "
-                         f"from the pilots' peaks ({worst[1]})")
+            notes.append(
+                f"{parallel} at once: about {need / 2**20:,.0f} of {worst[2] / 2**20:,.0f} MiB {worst[3]} "
+                f"from the pilots' peaks ({worst[1]})"
+            )
     return notes
 
 
 class Series:
     """Start items detached, at most ``parallel`` alive at once; ``poll()`` advances without blocking."""
 
-    def __init__(self, campaign: Path | str, items: list[Item], parallel: int = 1,
-                 env: dict[str, str] | None = None, starter: Callable[..., tuple[str, Path]] | None = None):
+    def __init__(
+        self,
+        campaign: Path | str,
+        items: list[Item],
+        parallel: int = 1,
+        env: dict[str, str] | None = None,
+        starter: Callable[..., tuple[str, Path]] | None = None,
+    ):
         if parallel < 1:
             raise UsageError(f"--parallel {parallel}: give a whole number >= 1")
         self.campaign = nbm.find(campaign)
@@ -230,8 +240,15 @@ class Series:
                 changes.append(("finished", s))
         while self.pending and len(self.active) < self.parallel:
             item = self.pending.popleft()
-            rid, rdir = self._start(self.campaign, item.variant, item.seed, kind="train", follows=item.follows,
-                                    overrides=item.overrides or None, env=self.env or None)
+            rid, rdir = self._start(
+                self.campaign,
+                item.variant,
+                item.seed,
+                kind="train",
+                follows=item.follows,
+                overrides=item.overrides or None,
+                env=self.env or None,
+            )
             s = Started(item, rid, Path(rdir), ev.Tail(Path(rdir) / ev.EVENTS_FILE))
             self.started.append(s)
             changes.append(("started", s))
@@ -251,8 +268,12 @@ class Series:
         self.pending.clear()
         return [f"{s.run_id}: {launch.stop(s.dir)}" for s in self.active]
 
-    def run(self, on_change: Callable[[str, Started], None] | None = None,
-            on_progress: Callable[[Started, dict[str, Any]], None] | None = None, poll_s: float = 0.5) -> list[Started]:
+    def run(
+        self,
+        on_change: Callable[[str, Started], None] | None = None,
+        on_progress: Callable[[Started, dict[str, Any]], None] | None = None,
+        poll_s: float = 0.5,
+    ) -> list[Started]:
         while True:
             for what, s in self.poll():
                 if on_change:

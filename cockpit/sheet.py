@@ -84,8 +84,10 @@ def spread(values: list[float]) -> Spread | None:
 
 def fmt_spread(s: Spread, digits: int = 4) -> str:
     sd = f"sd {s.std:.{digits}f}" if s.std is not None else "sd not defined with one seed"
-    return (f"mean {s.mean:.{digits}f} ({sd}, min {s.min:.{digits}f}, max {s.max:.{digits}f}; "
-            f"{s.n} seed{'s' if s.n != 1 else ''}: {', '.join(f'{v:.{digits}f}' for v in s.values)})")
+    return (
+        f"mean {s.mean:.{digits}f} ({sd}, min {s.min:.{digits}f}, max {s.max:.{digits}f}; "
+        f"{s.n} seed{'s' if s.n != 1 else ''}: {', '.join(f'{v:.{digits}f}' for v in s.values)})"
+    )
 
 
 # --------------------------------------------------------------------------- the sheet
@@ -179,17 +181,19 @@ def phase_rows(run: RunFiles) -> list[dict[str, Any]]:
     for g in run.gates:
         mem = g.get("mem") or {}
         t = mem.get("torch")
-        out.append({
-            "phase": g.get("phase", "?"),
-            "rank": g.get("rank"),
-            "inputs": dict(g.get("inputs") or {}),
-            "peak_reserved": t.get("peak_reserved") if t else None,
-            "reserved": t.get("reserved") if t else None,
-            "nvml_used": _nvml_for(g, device),
-            "rss_peak": mem.get("rss_peak") if mem.get("rss_peak") is not None else mem.get("rss"),
-            "duration_s": g.get("duration_s"),
-            "verdict": g.get("verdict"),
-        })
+        out.append(
+            {
+                "phase": g.get("phase", "?"),
+                "rank": g.get("rank"),
+                "inputs": dict(g.get("inputs") or {}),
+                "peak_reserved": t.get("peak_reserved") if t else None,
+                "reserved": t.get("reserved") if t else None,
+                "nvml_used": _nvml_for(g, device),
+                "rss_peak": mem.get("rss_peak") if mem.get("rss_peak") is not None else mem.get("rss"),
+                "duration_s": g.get("duration_s"),
+                "verdict": g.get("verdict"),
+            }
+        )
     return out
 
 
@@ -263,17 +267,26 @@ def expected_result(nb: nbm.Notebook, variant: str) -> str:
     apart = sorted({r.tag for r in trs if r.tag})
     if group is None or not group.stats.n:
         finished = [r for r in trs if r.tag == "" and r.status not in ("running", "created")]
-        why = (f"{len(finished)} series run{'s' if len(finished) != 1 else ''} of {variant} ended without a "
-               f"final {metric} ({', '.join(f'{r.id} {r.status}' for r in finished)})" if finished
-               else f"no series run of {variant} at the notebook's settings has finished")
+        why = (
+            f"{len(finished)} series run{'s' if len(finished) != 1 else ''} of {variant} ended without a "
+            f"final {metric} ({', '.join(f'{r.id} {r.status}' for r in finished)})"
+            if finished
+            else f"no series run of {variant} at the notebook's settings has finished"
+        )
         text = f"not measured yet: {why}. The campaign's {target} for {metric} is a goal, not a prediction."
     else:
         s = spread(list(group.seeds.values()))
         assert s is not None
-        text = (f"{metric} at the end of the budget, {fmt_spread(s)} "
-                f"(runs {', '.join(group.runs[k] for k in sorted(group.runs))})")
+        text = (
+            f"{metric} at the end of the budget, {fmt_spread(s)} "
+            f"(runs {', '.join(group.runs[k] for k in sorted(group.runs))})"
+        )
         if c.quality_target is not None:
-            ok = [v for v in group.seeds.values() if (v >= c.quality_target if c.higher_is_better else v <= c.quality_target)]
+            ok = [
+                v
+                for v in group.seeds.values()
+                if (v >= c.quality_target if c.higher_is_better else v <= c.quality_target)
+            ]
             text += f"; {target}: reached by {len(ok)} of {len(ok) + (s.n - len(ok))} seed{'s' if s.n != 1 else ''}"
         if others:
             text += "; not counted: " + ", ".join(f"{r.id} {r.status} ({r.stop_reason})" for r in others)
@@ -301,18 +314,23 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
     params = pilot.params
     gpus_info = stack.get("gpus") or []
     stack_gate = pilot.gate("stack")
-    gpu_stack = bool(stack.get("cuda_available")) and bool(gpus_info) and str(stack.get("device", "")).startswith("cuda")
+    gpu_stack = (
+        bool(stack.get("cuda_available")) and bool(gpus_info) and str(stack.get("device", "")).startswith("cuda")
+    )
     stack_passed = bool(stack_gate and stack_gate.get("verdict") in ("pass", "warn")) and gpu_stack
     build_s = f"torch {stack.get('torch', '?')} ({stack.get('build', '?')} build)"
     if gpu_stack:
         g0 = gpus_info[0]
-        stack_detail = (f"{build_s}, CUDA {stack.get('cuda')}, driver {stack.get('driver') or 'not read'}, "
-                        f"{len(gpus_info)} x {g0.get('name')} ({g0.get('total', 0) / MIB:,.0f} MiB, "
-                        f"capability {g0.get('capability')}), bf16 {stack.get('bf16')}, NCCL {stack.get('nccl')}; "
-                        f"stack gate {stack_gate.get('verdict') if stack_gate else 'missing'}")
+        stack_detail = (
+            f"{build_s}, CUDA {stack.get('cuda')}, driver {stack.get('driver') or 'not read'}, "
+            f"{len(gpus_info)} x {g0.get('name')} ({g0.get('total', 0) / MIB:,.0f} MiB, "
+            f"capability {g0.get('capability')}), bf16 {stack.get('bf16')}, NCCL {stack.get('nccl')}; "
+            f"stack gate {stack_gate.get('verdict') if stack_gate else 'missing'}"
+        )
     else:
-        stack_detail = (f"{build_s} on {stack.get('device', 'cpu')}: no GPU was used by this pilot"
-                        + (f" (NVML: {stack['nvml_error']})" if stack.get("nvml_error") else ""))
+        stack_detail = f"{build_s} on {stack.get('device', 'cpu')}: no GPU was used by this pilot" + (
+            f" (NVML: {stack['nvml_error']})" if stack.get("nvml_error") else ""
+        )
     strategy, ngpus = _strategy(nb, params)
     sheet = Sheet(
         campaign=nb.campaign.name,
@@ -346,8 +364,11 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
         top = max(gpu_rows, key=lambda r: r["peak_reserved"])
         sheet.peak_reserved_mib = top["peak_reserved"] / MIB
         sheet.peak_phase, sheet.peak_inputs, sheet.peak_rank = top["phase"], top["inputs"], top["rank"]
-        both = [r for r in gpu_rows if r["nvml_used"] is not None and r["reserved"] is not None
-                and r["nvml_used"] >= r["reserved"]]
+        both = [
+            r
+            for r in gpu_rows
+            if r["nvml_used"] is not None and r["reserved"] is not None and r["nvml_used"] >= r["reserved"]
+        ]
         at_peak = [r for r in both if r is top]
         if at_peak or both:
             src = at_peak[0] if at_peak else max(both, key=lambda r: r["nvml_used"] - r["reserved"])
@@ -355,12 +376,14 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
             sheet.context_source = (
                 f"measured at the end of phase {src['phase']}: NVML used {src['nvml_used'] / MIB:,.0f} MiB minus "
                 f"torch reserved {src['reserved'] / MIB:,.0f} MiB (NVML counts every process on that GPU, "
-                f"so this is an upper bound)")
+                f"so this is an upper bound)"
+            )
         else:
             sheet.context_mib = ASSUMED_CONTEXT_MIB
             sheet.context_source = (
                 f"assumed {ASSUMED_CONTEXT_MIB:.0f} MiB: NVML did not read this GPU, so the context was not "
-                f"measured here; {ASSUMED_CONTEXT_MIB:.0f} MiB is what one H200 with torch 2.11 showed")
+                f"measured here; {ASSUMED_CONTEXT_MIB:.0f} MiB is what one H200 with torch 2.11 showed"
+            )
         base = sheet.peak_reserved_mib + sheet.context_mib
         sheet.need_mib = base * (1.0 + sheet.headroom)
         sheet.fits = [Fit(s, s * 1e9 / MIB, sheet.need_mib <= s * 1e9 / MIB) for s in GPU_SIZES_GB]
@@ -374,13 +397,15 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
         ref_lost = _truncation(ref_pilot)
         if lost and lost > 0 and not ref_lost:
             sheet.same_experiment = False
-            ref_text = ("the reference loses none" if ref_lost == 0 else
-                        "the reference's pilot recorded no truncation figure")
+            ref_text = (
+                "the reference loses none" if ref_lost == 0 else "the reference's pilot recorded no truncation figure"
+            )
             sheet.truncation = (
                 f"NOT THE SAME EXPERIMENT: this variant's data gate shows truncation: {lost:,} "
                 f"example{'s' if lost != 1 else ''} lose target tokens ({ref_text}); it fits only on "
                 f"data cut differently, so its quality answers another question and must not be "
-                f"compared with the reference as if only memory changed.")
+                f"compared with the reference as if only memory changed."
+            )
     sheet.recommendation = _recommend(sheet)
     sheet.expected_result = expected_result(nb, vid)
     if nb.variant(vid).set:
@@ -390,51 +415,69 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
 
 def _recommend(s: Sheet) -> str:
     if not s.measured_gpu:
-        return ("none: no GPU memory was measured (the pilot ran on "
-                f"{s.device}). Run the pilot on a GPU machine; the sheet recommends a size only from "
-                "its figures.")
+        return (
+            "none: no GPU memory was measured (the pilot ran on "
+            f"{s.device}). Run the pilot on a GPU machine; the sheet recommends a size only from "
+            "its figures."
+        )
     best = s.smallest_fit
     per = f" per GPU x {s.gpus} GPUs ({s.strategy})" if s.gpus > 1 else ""
     if best is None:
-        return (f"none of {', '.join(f'{f.size_gb} GB' for f in s.fits)} fits{per}: "
-                f"{_mib(s.need_mib)} needed. Lower the microbatch and raise accumulation, enable "
-                f"activation checkpointing or bf16, or shard the model (FSDP), then pilot again.")
+        return (
+            f"none of {', '.join(f'{f.size_gb} GB' for f in s.fits)} fits{per}: "
+            f"{_mib(s.need_mib)} needed. Lower the microbatch and raise accumulation, enable "
+            f"activation checkpointing or bf16, or shard the model (FSDP), then pilot again."
+        )
     if not s.stack_passed:
-        return (f"{best.size_gb} GB would fit{per}, but no GPU stack check passed in this pilot "
-                f"({s.stack_detail}); a machine is recommended only once its stack passes.")
-    return (f"{best.size_gb} GB{per}: the smallest common size that holds {_mib(s.need_mib)}; "
-            f"stack passed on {s.gpu_name}.")
+        return (
+            f"{best.size_gb} GB would fit{per}, but no GPU stack check passed in this pilot "
+            f"({s.stack_detail}); a machine is recommended only once its stack passes."
+        )
+    return (
+        f"{best.size_gb} GB{per}: the smallest common size that holds {_mib(s.need_mib)}; stack passed on {s.gpu_name}."
+    )
 
 
 def render(s: Sheet) -> list[str]:
     """The sheet as Markdown lines (readable as plain text in a terminal too)."""
-    out = [f"Selection sheet: campaign {s.campaign}, variant {s.variant}, from pilot {s.run_id} "
-           f"({s.run_dir})", ""]
+    out = [f"Selection sheet: campaign {s.campaign}, variant {s.variant}, from pilot {s.run_id} ({s.run_dir})", ""]
     if s.truncation:
         out += [f"**{s.truncation}**", ""]
     out.append(f"- stack: {s.stack_detail}")
     if s.measured_gpu:
         rank = f", rank {s.peak_rank}" if s.peak_rank is not None else ""
-        out.append(f"- peak per GPU: {_mib(s.peak_reserved_mib)} torch peak reserved in phase "
-                   f"**{s.peak_phase}**{rank} with inputs {_inputs_text(s.peak_inputs)}")
+        out.append(
+            f"- peak per GPU: {_mib(s.peak_reserved_mib)} torch peak reserved in phase "
+            f"**{s.peak_phase}**{rank} with inputs {_inputs_text(s.peak_inputs)}"
+        )
         out.append(f"- CUDA context: {_mib(s.context_mib)}, {s.context_source}")
         out.append(f"- headroom: {s.headroom:.0%} of peak + context (notebook [pilot] headroom)")
-        out.append(f"- memory needed per GPU: **{_mib(s.need_mib)}** = ({s.peak_reserved_mib:,.0f} + "
-                   f"{s.context_mib:,.0f}) x {1 + s.headroom:.2f}")
+        out.append(
+            f"- memory needed per GPU: **{_mib(s.need_mib)}** = ({s.peak_reserved_mib:,.0f} + "
+            f"{s.context_mib:,.0f}) x {1 + s.headroom:.2f}"
+        )
     else:
-        out.append(f"- peak per GPU: **GPU memory not measured**: the pilot ran on {s.device}, so there is "
-                   "no torch or NVML figure; no GPU size is derived from CPU memory")
+        out.append(
+            f"- peak per GPU: **GPU memory not measured**: the pilot ran on {s.device}, so there is "
+            "no torch or NVML figure; no GPU size is derived from CPU memory"
+        )
         if s.rss_peak_mib is not None:
-            out.append(f"- process RSS peaked at {_mib(s.rss_peak_mib)} in phase **{s.rss_phase}** with "
-                       f"inputs {_inputs_text(s.rss_inputs)} (host memory, not GPU memory)")
+            out.append(
+                f"- process RSS peaked at {_mib(s.rss_peak_mib)} in phase **{s.rss_phase}** with "
+                f"inputs {_inputs_text(s.rss_inputs)} (host memory, not GPU memory)"
+            )
     out.append(f"- maximum dimensions tested: {s.max_dimensions}")
-    out.append(f"- precision {s.precision}, microbatch {s.microbatch}, accumulation {s.accumulation}, "
-               f"strategy {s.strategy}" + (f" on {s.gpus} GPUs" if s.gpus > 1 else ""))
+    out.append(
+        f"- precision {s.precision}, microbatch {s.microbatch}, accumulation {s.accumulation}, "
+        f"strategy {s.strategy}" + (f" on {s.gpus} GPUs" if s.gpus > 1 else "")
+    )
     if s.measured_gpu:
         fits = [f"{f.size_gb} GB" for f in s.fits if f.fits]
         nofit = [f"{f.size_gb} GB" for f in s.fits if not f.fits]
-        out.append(f"- fits: {', '.join(fits) or 'none'}; does not fit: {', '.join(nofit) or 'none'} "
-                   "(capacity taken as the nominal size in decimal GB, e.g. 24 GB = 22,888 MiB)")
+        out.append(
+            f"- fits: {', '.join(fits) or 'none'}; does not fit: {', '.join(nofit) or 'none'} "
+            "(capacity taken as the nominal size in decimal GB, e.g. 24 GB = 22,888 MiB)"
+        )
         if s.gpu_total_mib:
             out.append(f"- measured on {s.gpu_name} with {s.gpu_total_mib:,.0f} MiB")
     else:
@@ -456,10 +499,12 @@ def selection_of(s: Sheet) -> nbm.Selection:
         gpu = f"{best.size_gb} GB would fit; not recommended until a GPU stack check passes"
     else:
         gpu = f"{best.size_gb} GB" + (f" x {s.gpus}" if s.gpus > 1 else "")
-    notes = (f"from pilot {s.run_id}, variant {s.variant}; " +
-             (f"peak {s.peak_reserved_mib:,.0f} MiB in {s.peak_phase}, context {s.context_mib:,.0f} MiB "
-              f"({'measured' if s.context_source.startswith('measured') else 'assumed'}), headroom {s.headroom:.0%}"
-              if s.measured_gpu else f"CPU pilot: RSS {_mib(s.rss_peak_mib)} in {s.rss_phase}; GPU not measured"))
+    notes = f"from pilot {s.run_id}, variant {s.variant}; " + (
+        f"peak {s.peak_reserved_mib:,.0f} MiB in {s.peak_phase}, context {s.context_mib:,.0f} MiB "
+        f"({'measured' if s.context_source.startswith('measured') else 'assumed'}), headroom {s.headroom:.0%}"
+        if s.measured_gpu
+        else f"CPU pilot: RSS {_mib(s.rss_peak_mib)} in {s.rss_phase}; GPU not measured"
+    )
     if s.truncation:
         notes = s.truncation + " " + notes
     return nbm.Selection(

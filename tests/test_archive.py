@@ -45,9 +45,18 @@ def _rehash(folder: Path, name: str) -> None:
 
 def test_round_trip(run_dir: Path, archived: Path) -> None:
     files = {str(p.relative_to(archived)) for p in archived.rglob("*") if p.is_file()}
-    for name in ("model/model.pt", "model/control.pt", "model/artifact_manifest.json", "config/run.toml",
-                 "config/variant.toml", "revisions.json", "metrics/events.jsonl", "metrics/output.log",
-                 "README.md", "manifest.json"):
+    for name in (
+        "model/model.pt",
+        "model/control.pt",
+        "model/artifact_manifest.json",
+        "config/run.toml",
+        "config/variant.toml",
+        "revisions.json",
+        "metrics/events.jsonl",
+        "metrics/output.log",
+        "README.md",
+        "manifest.json",
+    ):
         assert name in files, name
     manifest = json.loads((archived / "manifest.json").read_text())
     assert set(manifest["files"]) == files - {"manifest.json"}
@@ -62,8 +71,12 @@ def test_round_trip(run_dir: Path, archived: Path) -> None:
     assert rev["packages_at_run"]["torch"] == torch.__version__
     readme = (archived / "README.md").read_text()
     assert "weights_only=True" in readme and "cockpit archive --verify" in readme
-    proc = subprocess.run([sys.executable, "-m", "cockpit", "archive", "--verify", str(archived)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cockpit", "archive", "--verify", str(archived)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "tensors" in proc.stdout and "verified" in proc.stdout
 
@@ -76,8 +89,12 @@ def test_a_changed_byte_is_refused_before_loading(archived: Path) -> None:
     v = ar.verify(archived)
     assert not v.ok and v.state is None
     assert any(x.startswith("model/model.pt: SHA-256") and "changed after archiving" in x for x in v.problems)
-    proc = subprocess.run([sys.executable, "-m", "cockpit", "archive", "--verify", str(archived)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cockpit", "archive", "--verify", str(archived)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
     assert "verification failed" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -90,7 +107,9 @@ def test_added_and_missing_files_are_refused(archived: Path) -> None:
     assert "config/run.toml: missing" in problems
 
 
-def test_a_pickled_object_is_refused_even_with_a_matching_hash(archived: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_pickled_object_is_refused_even_with_a_matching_hash(
+    archived: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     torch.save({"weight": torch.zeros(2), "hook": Payload()}, archived / "model" / "model.pt")
     _rehash(archived, "model/model.pt")
     v = ar.verify(archived)

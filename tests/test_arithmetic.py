@@ -114,9 +114,7 @@ def test_at_fixed_examples_a_bigger_batch_takes_fewer_updates() -> None:
     ref_budget = resolve_budget(BatchPlan(2, 8), examples=3200)
     moved = hold("examples", BatchPlan(4, 8), ref_budget)
     assert (moved.updates, moved.examples_seen) == (100, 3200)
-    assert "updates change 200 -> 100" in what_changes(
-        "examples", BatchPlan(2, 8), BatchPlan(4, 8), ref_budget
-    )
+    assert "updates change 200 -> 100" in what_changes("examples", BatchPlan(2, 8), BatchPlan(4, 8), ref_budget)
 
 
 def test_fixed_epochs_use_the_epochs_asked_for_not_the_examples_left_after_dropping() -> None:
@@ -129,9 +127,7 @@ def test_fixed_epochs_use_the_epochs_asked_for_not_the_examples_left_after_dropp
 
 def test_same_batch_changes_nothing() -> None:
     ref_budget = resolve_budget(REF, updates=200)
-    assert "unchanged" in what_changes(
-        "updates", REF, BatchPlan(4, 4, dataset_size=3200), ref_budget
-    )
+    assert "unchanged" in what_changes("updates", REF, BatchPlan(4, 4, dataset_size=3200), ref_budget)
 
 
 def test_held_must_be_known() -> None:

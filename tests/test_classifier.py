@@ -24,7 +24,11 @@ def test_data_is_deterministic_and_split_by_source() -> None:
     ids = [e["id"] for split in a.values() for e in split]
     assert len(ids) == len(set(ids))
     groups = {s: {e["group"] for e in data} for s, data in a.items()}
-    assert not (groups["train"] & groups["val"]) and not (groups["train"] & groups["test"]) and not (groups["val"] & groups["test"])
+    assert (
+        not (groups["train"] & groups["val"])
+        and not (groups["train"] & groups["test"])
+        and not (groups["val"] & groups["test"])
+    )
     by_source: dict[str, set[str]] = {}
     for e in a["train"]:
         by_source.setdefault(e["group"], set()).add(e["label"])
@@ -64,8 +68,17 @@ def test_model_loss_and_predictions() -> None:
 
 
 def test_learns_in_a_few_seconds_on_cpu() -> None:
-    params = {**SMALL, "d_model": 32, "hidden": 64, "dropout": 0.0, "microbatch": 32, "accumulation": 1, "lr": 3e-3,
-              "optimizer": "adamw", "grad_clip": 1.0}
+    params = {
+        **SMALL,
+        "d_model": 32,
+        "hidden": 64,
+        "dropout": 0.0,
+        "microbatch": 32,
+        "accumulation": 1,
+        "lr": 3e-3,
+        "optimizer": "adamw",
+        "grad_clip": 1.0,
+    }
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is fastest, and immune to a busy machine
     try:

@@ -16,9 +16,7 @@ from cockpit.cli import COMMANDS, main
 
 def _run(*args: str, columns: int = 80, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": str(columns)}
-    return subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60
-    )
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
 
 
 # --------------------------------------------------------------------------- help
@@ -81,9 +79,7 @@ def test_unknown_command_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -
 # --------------------------------------------------------------------------- new
 
 
-def test_new_creates_a_valid_campaign_and_never_overwrites(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_new_creates_a_valid_campaign_and_never_overwrites(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["new", "sweep", "--dir", str(tmp_path)]) == 0
     path = tmp_path / "sweep" / "campaign.toml"
     assert notebook.load(path).campaign.name == "sweep"
@@ -96,9 +92,7 @@ def test_new_creates_a_valid_campaign_and_never_overwrites(
     assert path.read_bytes() == before
 
 
-def test_new_refuses_a_name_that_is_no_folder_name(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_new_refuses_a_name_that_is_no_folder_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["new", "../escape", "--dir", str(tmp_path)]) == 2
     assert "not a usable campaign name" in capsys.readouterr().err
     assert not (tmp_path.parent / "escape").exists()
@@ -135,9 +129,7 @@ def test_check_summarises_the_demo(campaign: Path, capsys: pytest.CaptureFixture
         assert expected in out, f"missing {expected!r} in:\n{out}"
 
 
-def test_check_accepts_the_file_and_counts_runs(
-    campaign: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_check_accepts_the_file_and_counts_runs(campaign: Path, capsys: pytest.CaptureFixture[str]) -> None:
     nb = notebook.load(campaign)
     nb.runs += [
         notebook.RunRow("r1", "lr1e-4", status="done"),
@@ -148,13 +140,9 @@ def test_check_accepts_the_file_and_counts_runs(
     assert "Runs: 2 recorded (1 diverged, 1 done)" in capsys.readouterr().out
 
 
-def test_check_says_what_a_batch_variant_moves(
-    campaign: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_check_says_what_a_batch_variant_moves(campaign: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = campaign / "campaign.toml"
-    path.write_text(
-        path.read_text("utf-8").replace("set = { lr = 2e-4 }", "set = { microbatch = 4 }"), "utf-8"
-    )
+    path.write_text(path.read_text("utf-8").replace("set = { lr = 2e-4 }", "set = { microbatch = 4 }"), "utf-8")
     assert main(["check", str(campaign)]) == 0
     assert "examples seen change 3200 -> 6400" in capsys.readouterr().out
 
@@ -220,9 +208,7 @@ def test_batch_keep_last_replicas_and_model_parallel(capsys: pytest.CaptureFixtu
         ("examples", ["--examples", "3200"], "updates change 200 -> 100"),
     ],
 )
-def test_batch_comparison(
-    held: str, budget: list[str], expected: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_batch_comparison(held: str, budget: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["batch", "--micro", "2", "--accum", "8", "--dataset-size", "3200", *budget]
     assert main([*args, "--held", held, "--vs-micro", "4"]) == 0
     assert expected in capsys.readouterr().out

@@ -42,7 +42,7 @@ def test_not_distinguishable_rule() -> None:
     close = cmp.stats([4.1, 4.3, 4.4])  # mean 4.2667: difference -0.0333, within 0.7
     assert cmp.distinguish(close, ref)[0] == "not distinguishable"
     far = cmp.stats([3.0, 3.1, 3.2])  # mean 3.1: difference -1.2, more than 0.7
-    assert cmp.distinguish(far, ref) [0] == "better"
+    assert cmp.distinguish(far, ref)[0] == "better"
     assert cmp.distinguish(far, ref, higher_is_better=True)[0] == "worse"
     wide = cmp.stats([2.0, 3.0, 4.0])  # mean 3.0: difference -1.3, but its own spread is 2.0
     assert cmp.distinguish(wide, ref)[0] == "not distinguishable"
@@ -55,8 +55,16 @@ def test_not_distinguishable_rule() -> None:
 # --------------------------------------------------------------------------- fabricated campaign
 
 
-def _train(campaign: Path, variant: str, seed: int, value: float | None, status: str = "completed",
-           reason: str = "budget reached: 200 updates", follows: str = "", overrides: dict | None = None) -> str:
+def _train(
+    campaign: Path,
+    variant: str,
+    seed: int,
+    value: float | None,
+    status: str = "completed",
+    reason: str = "budget reached: 200 updates",
+    follows: str = "",
+    overrides: dict | None = None,
+) -> str:
     rid, d = runs.create_run(campaign, variant, seed, kind="train", follows=follows, overrides=overrides)
     w = ev.EventWriter(d / ev.EVENTS_FILE)
     w.emit(ev.RUN_START, run_id=rid, run_kind="train", variant=variant, seed=seed)
@@ -66,22 +74,50 @@ def _train(campaign: Path, variant: str, seed: int, value: float | None, status:
     w.emit(ev.RUN_END, status=status, stop_reason=reason, phase="train", exit_code=0, duration_s=1.0)
     w.close()
     if status != "crashed":
-        (d / "metrics.json").write_text(json.dumps({
-            "final_val_loss": value, "best_val_loss": value, "best_step": 200, "updates": 200 if value else 7,
-            "planned_updates": 200, "stop_reason": reason, "status": status, "step_time_s": 0.1,
-            "eval_time_s": 0.1, "save_time_s": 0.1, "examples_seen": 3200, "seed": seed, "variant": variant,
-            "final_metrics": {},
-        }))
+        (d / "metrics.json").write_text(
+            json.dumps(
+                {
+                    "final_val_loss": value,
+                    "best_val_loss": value,
+                    "best_step": 200,
+                    "updates": 200 if value else 7,
+                    "planned_updates": 200,
+                    "stop_reason": reason,
+                    "status": status,
+                    "step_time_s": 0.1,
+                    "eval_time_s": 0.1,
+                    "save_time_s": 0.1,
+                    "examples_seen": 3200,
+                    "seed": seed,
+                    "variant": variant,
+                    "final_metrics": {},
+                }
+            )
+        )
     return rid
 
 
 def _gate(phase: str, rss_peak: int, duration: float, **extra: object) -> dict:
-    return dict(phase=phase, verdict="pass", checks=[], inputs=extra.pop("inputs", {}), duration_s=duration,
-                mem={"torch": None, "nvml": None, "rss": rss_peak, "rss_peak": rss_peak, "baseline": None}, **extra)
+    return dict(
+        phase=phase,
+        verdict="pass",
+        checks=[],
+        inputs=extra.pop("inputs", {}),
+        duration_s=duration,
+        mem={"torch": None, "nvml": None, "rss": rss_peak, "rss_peak": rss_peak, "baseline": None},
+        **extra,
+    )
 
 
-def _pilot(campaign: Path, variant: str, peak_mib: float, step_s: float, max_length: int,
-           truncation: dict | None, status: str = "passed") -> str:
+def _pilot(
+    campaign: Path,
+    variant: str,
+    peak_mib: float,
+    step_s: float,
+    max_length: int,
+    truncation: dict | None,
+    status: str = "passed",
+) -> str:
     rid, d = runs.create_run(campaign, variant, 0, kind="pilot")
     w = ev.EventWriter(d / ev.EVENTS_FILE)
     w.emit(ev.RUN_START, run_id=rid, run_kind="pilot", stack={"memory_total": 64 * GiB, "gpus": []})
@@ -92,8 +128,13 @@ def _pilot(campaign: Path, variant: str, peak_mib: float, step_s: float, max_len
     w.emit(ev.GATE, **_gate("update_first", int(peak_mib * 0.9 * MiB), step_s * 1.5))
     w.emit(ev.STEP, step=2, loss=4.4, lr=1e-4, grad_norm=1.0, examples=16, duration_s=step_s, phase="update_second")
     w.emit(ev.GATE, **_gate("update_second", int(peak_mib * MiB), step_s))
-    w.emit(ev.RUN_END, status=status, stop_reason="every gate passed" if status == "passed" else "gate failed: data",
-           phase="export", exit_code=0 if status == "passed" else 1)
+    w.emit(
+        ev.RUN_END,
+        status=status,
+        stop_reason="every gate passed" if status == "passed" else "gate failed: data",
+        phase="export",
+        exit_code=0 if status == "passed" else 1,
+    )
     w.close()
     return rid
 
@@ -118,15 +159,29 @@ def fabricated(campaign: Path) -> Path:
     first = _train(campaign, "lr2e-4", 0, 9.0)
     _train(campaign, "lr2e-4", 0, 3.0, follows=first)  # the later run of seed 0 supersedes the earlier one
     _train(campaign, "lr2e-4", 1, 3.1)
-    _train(campaign, "lr2e-4", 2, None, status="diverged", reason="diverged: loss 19 at update 7 is above 4 x its starting value 4.5")
+    _train(
+        campaign,
+        "lr2e-4",
+        2,
+        None,
+        status="diverged",
+        reason="diverged: loss 19 at update 7 is above 4 x its starting value 4.5",
+    )
     _train(campaign, "lr1e-4", 0, 2.0, overrides={"updates": 20, "epochs": None, "examples": None})
     _pilot(campaign, "lr1e-4", 330, 0.08, 48, {"examples": 0, "lose_target_tokens": 0, "no_target_left": 0})
     _pilot(campaign, "len24", 250, 0.05, 24, {"examples": 1900, "lose_target_tokens": 1700, "no_target_left": 12})
     _pilot(campaign, "len32", 280, 0.06, 32, None)
     _pilot(campaign, "mb1", 300, 0.09, 48, None)
     # a failed pilot has no memory figures to compare, but its data gate's truncation count still stands
-    _pilot(campaign, "len16", 200, 0.04, 16, {"examples": 1900, "lose_target_tokens": 1900, "no_target_left": 300},
-           status="failed")
+    _pilot(
+        campaign,
+        "len16",
+        200,
+        0.04,
+        16,
+        {"examples": 1900, "lose_target_tokens": 1900, "no_target_left": 300},
+        status="failed",
+    )
     return campaign
 
 
@@ -194,5 +249,7 @@ def test_curves_reads_curve_csv(campaign: Path) -> None:
     rid, d = runs.create_run(campaign, None, 0, kind="train")
     (d / "curve.csv").write_text("step,loss,lr,grad_norm,examples_seen,elapsed_s\n1,4.5,0.0001,,16,0.1\n")
     got = cmp.curves(campaign, [rid, "r9999"])
-    assert got[rid] == [{"step": 1.0, "loss": 4.5, "lr": 0.0001, "grad_norm": None, "examples_seen": 16.0, "elapsed_s": 0.1}]
+    assert got[rid] == [
+        {"step": 1.0, "loss": 4.5, "lr": 0.0001, "grad_norm": None, "examples_seen": 16.0, "elapsed_s": 0.1}
+    ]
     assert got["r9999"] == []

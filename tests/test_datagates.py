@@ -34,10 +34,24 @@ DEADLINE_S = 840  # every case together; about a minute on an idle 2-core machin
 
 pytestmark = pytest.mark.timeout(DEADLINE_S + 60)  # the first test waits for the module's pilots
 
-TINY_LM = {"d_model": 32, "n_layers": 1, "n_heads": 2, "max_length": 48,
-           "train_examples": 256, "val_examples": 32, "test_examples": 32}
-TINY_CLS = {"d_model": 16, "hidden": 32, "max_length": 16, "dropout": 0.1,
-            "train_examples": 256, "val_examples": 32, "test_examples": 32}
+TINY_LM = {
+    "d_model": 32,
+    "n_layers": 1,
+    "n_heads": 2,
+    "max_length": 48,
+    "train_examples": 256,
+    "val_examples": 32,
+    "test_examples": 32,
+}
+TINY_CLS = {
+    "d_model": 16,
+    "hidden": 32,
+    "max_length": 16,
+    "dropout": 0.1,
+    "train_examples": 256,
+    "val_examples": 32,
+    "test_examples": 32,
+}
 
 
 @dataclass
@@ -46,8 +60,9 @@ class Case:
     params: dict[str, Any]
     stop_after: str | None = None  # the gate after which the pilot is stopped (None: run to the end)
     batch: dict[str, Any] = field(default_factory=lambda: {"microbatch": 4, "accumulation": 2, "eval_microbatch": 32})
-    pilot: dict[str, Any] = field(default_factory=lambda: {"updates_after_resume": 1, "overfit_examples": 16,
-                                                           "overfit_steps": 60})
+    pilot: dict[str, Any] = field(
+        default_factory=lambda: {"updates_after_resume": 1, "overfit_examples": 16, "overfit_steps": 60}
+    )
     notebook: Path | None = None  # a shipped campaign.toml to copy instead of writing one
 
 
@@ -58,10 +73,16 @@ def broken(name: str) -> str:
 CASES: dict[str, Case] = {
     # healthy built-ins: every gate, no warning
     "tinylm": Case("cockpit.tasks.tinylm:task", {**TINY_LM, "d_model": 64, "n_layers": 2, "n_heads": 4}),
-    "classifier": Case("cockpit.tasks.classifier:task", {}, notebook=ROOT / "campaigns" / "classifier" / "campaign.toml"),
+    "classifier": Case(
+        "cockpit.tasks.classifier:task", {}, notebook=ROOT / "campaigns" / "classifier" / "campaign.toml"
+    ),
     # overfit
-    "cannot_learn": Case(broken("cannot_learn.py:task"), TINY_CLS, stop_after="overfit",
-                         pilot={"updates_after_resume": 1, "overfit_examples": 16, "overfit_steps": 40}),
+    "cannot_learn": Case(
+        broken("cannot_learn.py:task"),
+        TINY_CLS,
+        stop_after="overfit",
+        pilot={"updates_after_resume": 1, "overfit_examples": 16, "overfit_steps": 40},
+    ),
     # forward: initial loss
     "hot_init": Case(broken("cannot_learn.py:hot"), TINY_CLS, stop_after="forward"),
     # data: identifiers
@@ -185,8 +206,9 @@ def test_healthy_builtin_passes_every_gate_without_warning(results: dict[str, Re
     assert r.state.status == "passed", (r.state.stop_reason, r.log())
     verdicts = {g["phase"]: g["verdict"] for g in r.gates}
     assert list(verdicts) == list(ev.PHASES)
-    assert set(verdicts.values()) == {"pass"}, {p: [c for c in g["checks"] if not c["ok"]]
-                                                for p, g in ((g["phase"], g) for g in r.state.gates)}
+    assert set(verdicts.values()) == {"pass"}, {
+        p: [c for c in g["checks"] if not c["ok"]] for p, g in ((g["phase"], g) for g in r.state.gates)
+    }
     doc = json.loads((r.rdir / "inspect.json").read_text())
     assert [e["split"] for e in doc["examples"]] == ["train"] * 4 + ["val"] * 2
     overfit = r.check("overfit", "loss falls below threshold")
@@ -209,8 +231,13 @@ def test_tinylm_inspection_shows_what_the_loss_receives(results: dict[str, Resul
         assert [sup for _, sup in spans] == [False, True]  # instruction masked, answer supervised
         assert spans[1][0].startswith(e["target"][:1])
     data = r.gate("data")
-    assert data["truncation"] == {"examples": 256, "lose_target_tokens": 0, "no_target_left": 0,
-                                  "longer_than_max": 0, "max_length": 48}
+    assert data["truncation"] == {
+        "examples": 256,
+        "lose_target_tokens": 0,
+        "no_target_left": 0,
+        "longer_than_max": 0,
+        "max_length": 48,
+    }
 
 
 def test_classifier_inspection_has_label_names_and_class_counts(results: dict[str, Result]) -> None:
@@ -339,7 +366,9 @@ def test_truncated_targets(results: dict[str, Result]) -> None:
     assert trunc["examples"] == 256 and trunc["max_length"] == 20
     assert 0 < trunc["no_target_left"] < trunc["lose_target_tokens"] <= trunc["longer_than_max"] <= 256
     d = r.check("data", "supervised tokens left")["detail"]
-    assert f"{trunc['no_target_left']} of 256 (" in d and "no supervised token left after cropping to max_length 20" in d
+    assert (
+        f"{trunc['no_target_left']} of 256 (" in d and "no supervised token left after cropping to max_length 20" in d
+    )
     w = r.check("data", "targets not truncated")
     assert w["warn"] and f"{trunc['lose_target_tokens']} of 256" in w["detail"] and "assumed" not in w["detail"]
     # what cropping took is measured: collated again without the limit, the same examples keep more targets
@@ -399,7 +428,9 @@ def test_identical_inputs_across_splits_warn(results: dict[str, Result]) -> None
 # --------------------------------------------------------------------------- cockpit inspect
 
 
-def test_cockpit_inspect_prints_the_recorded_examples(results: dict[str, Result], capsys: pytest.CaptureFixture[str]) -> None:
+def test_cockpit_inspect_prints_the_recorded_examples(
+    results: dict[str, Result], capsys: pytest.CaptureFixture[str]
+) -> None:
     from cockpit.cli import main
 
     r = results["tinylm"]
@@ -420,7 +451,9 @@ def test_cockpit_inspect_prints_the_recorded_examples(results: dict[str, Result]
     assert doc["examples"][5]["id"] in out and doc["examples"][0]["id"] not in out
 
 
-def test_cockpit_inspect_shows_failures_and_class_counts(results: dict[str, Result], capsys: pytest.CaptureFixture[str]) -> None:
+def test_cockpit_inspect_shows_failures_and_class_counts(
+    results: dict[str, Result], capsys: pytest.CaptureFixture[str]
+) -> None:
     from cockpit.cli import main
 
     assert main(["inspect", str(results["swapped_labels"].rdir)]) == 0
@@ -431,8 +464,9 @@ def test_cockpit_inspect_shows_failures_and_class_counts(results: dict[str, Resu
     assert "cropping to max_length 20" in capsys.readouterr().out
 
 
-def test_cockpit_inspect_errors_are_one_paragraph(tmp_path: Path, results: dict[str, Result],
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_cockpit_inspect_errors_are_one_paragraph(
+    tmp_path: Path, results: dict[str, Result], capsys: pytest.CaptureFixture[str]
+) -> None:
     from cockpit.cli import main
 
     assert main(["inspect", str(tmp_path)]) == 2

@@ -19,8 +19,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def pilot(camp: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[int, dict]:
     full = {**os.environ, "COCKPIT_DIST_BACKEND": "gloo", **(env or {})}
-    out = subprocess.run([sys.executable, "-m", "cockpit", "pilot", str(camp), "--nproc", "2", "--json", *extra],
-                         capture_output=True, text=True, env=full, cwd=ROOT, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "cockpit", "pilot", str(camp), "--nproc", "2", "--json", *extra],
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=ROOT,
+        timeout=600,
+    )
     return out.returncode, json.loads(out.stdout)
 
 
@@ -70,8 +76,10 @@ def test_a_rank_that_dies_is_named(tmp_path):
 
 def test_a_rank_that_hangs_ends_the_run_by_timeout(tmp_path):
     camp = make_campaign(tmp_path, "hang")
-    code, data = pilot(camp, env={"COCKPIT_INJECT": "sleep:update_second", "COCKPIT_INJECT_RANK": "1",
-                                  "COCKPIT_COLLECTIVE_TIMEOUT_S": "15"})
+    code, data = pilot(
+        camp,
+        env={"COCKPIT_INJECT": "sleep:update_second", "COCKPIT_INJECT_RANK": "1", "COCKPIT_COLLECTIVE_TIMEOUT_S": "15"},
+    )
     assert code == int(ev.ExitCode.RANK_FAILED), data
     assert data["status"] == "error" and data["phase"] == "update_second"
     assert "rank 1 still inside phase update_second" in data["stop_reason"]

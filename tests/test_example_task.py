@@ -20,8 +20,13 @@ def test_readme_lists_the_example_file_verbatim():
 def test_example_campaign_pilot_passes(tmp_path):
     camp = tmp_path / "example"
     shutil.copytree(ROOT / "campaigns" / "example", camp, ignore=shutil.ignore_patterns("runs", ".campaign.lock"))
-    out = subprocess.run([sys.executable, "-m", "cockpit", "pilot", str(camp), "--json"], capture_output=True,
-                         text=True, cwd=tmp_path, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "cockpit", "pilot", str(camp), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+    )
     data = json.loads(out.stdout)
     assert out.returncode == 0 and data["status"] == "passed", (data["stop_reason"], out.stderr[-2000:])
     assert {g["phase"] for g in data["gates"]} >= {"data", "leakage", "overfit", "resume", "export"}

@@ -94,7 +94,9 @@ def test_demo_pilot_passes_every_gate(pilots):
     row, st, rdir = result(pilots, "ok")
     assert st.status == "passed", (rdir / "output.log").read_text()[-3000:]
     assert [g["phase"] for g in st.gates] == list(ev.PHASES)
-    assert all(g["verdict"] == "pass" for g in st.gates), [(g["phase"], g["checks"]) for g in st.gates if g["verdict"] != "pass"]
+    assert all(g["verdict"] == "pass" for g in st.gates), [
+        (g["phase"], g["checks"]) for g in st.gates if g["verdict"] != "pass"
+    ]
     assert row.status == "passed" and row.phase == "export" and row.peak_mib > 0 and row.duration_s > 0
     assert st.run_end["exit_code"] == 0
 
@@ -210,13 +212,24 @@ def test_sigkill_is_found_and_marked_crashed(pilots):
 def test_cli_json_summary_and_exit_code(tmp_path):
     camp = make_campaign(tmp_path, "cli")
     env = {**os.environ, "COCKPIT_INJECT": "oom:forward"}
-    out = subprocess.run([sys.executable, "-m", "cockpit", "pilot", str(camp), "--json"], capture_output=True, text=True,
-                         env=env, cwd=ROOT, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "cockpit", "pilot", str(camp), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert out.returncode == int(ev.ExitCode.OOM), out.stderr
     data = json.loads(out.stdout)
     assert data["status"] == "oom" and data["phase"] == "forward" and data["gates"][-1]["verdict"] == "fail"
-    listing = subprocess.run([sys.executable, "-m", "cockpit", "runs", str(camp), "--json"], capture_output=True, text=True,
-                             cwd=ROOT, timeout=60)
+    listing = subprocess.run(
+        [sys.executable, "-m", "cockpit", "runs", str(camp), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     rows = json.loads(listing.stdout)
     assert rows[0]["status"] == "oom" and rows[0]["phase"] == "forward"
 

@@ -13,8 +13,13 @@ from cockpit.cli import main
 
 
 def _pilot(camp: Path, step_s: float, variant: str | None = None) -> str:
-    rid, _ = write_run(camp, variant=variant, stack=gpu_stack(), gates=standard_gates(20_000, 30_000, 600, step_s=step_s),
-                       steps={"update_second": step_s, "worst_case": step_s * 3})
+    rid, _ = write_run(
+        camp,
+        variant=variant,
+        stack=gpu_stack(),
+        gates=standard_gates(20_000, 30_000, 600, step_s=step_s),
+        steps={"update_second": step_s, "worst_case": step_s * 3},
+    )
     return rid
 
 
@@ -38,8 +43,13 @@ def test_nothing_fits_in_3_days(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_priority_is_seed_by_seed_reference_first_and_strict(tmp_path: Path) -> None:
-    mb = {"id": "mb1", "set": {"microbatch": 1, "accumulation": 16}, "differs": "microbatch 1", "why": "a batch variant",
-          "kind": "quality"}
+    mb = {
+        "id": "mb1",
+        "set": {"microbatch": 1, "accumulation": 16},
+        "differs": "microbatch 1",
+        "why": "a batch variant",
+        "kind": "quality",
+    }
     camp = make_campaign(tmp_path, updates=3_400, variants=[mb])
     _pilot(camp, step_s=10.0)  # 3,400 x 10 s + 68 x 2 s + 4 s: 9.48 h per run
     _pilot(camp, step_s=1.0, variant="mb1")  # its own, shorter step: 0.98 h per run
@@ -67,8 +77,13 @@ def test_series_times_win_over_the_pilot_and_say_from_how_many_updates(tmp_path:
 
 
 def test_a_variant_that_changes_the_step_is_never_given_a_borrowed_time(tmp_path: Path) -> None:
-    mb = {"id": "mb1", "set": {"microbatch": 1, "accumulation": 16}, "differs": "microbatch 1", "why": "a batch variant",
-          "kind": "quality"}
+    mb = {
+        "id": "mb1",
+        "set": {"microbatch": 1, "accumulation": 16},
+        "differs": "microbatch 1",
+        "why": "a batch variant",
+        "kind": "quality",
+    }
     camp = make_campaign(tmp_path, variants=[mb])
     _pilot(camp, step_s=1.0)
     p = pl.build(nbm.load(camp))

@@ -18,8 +18,12 @@ def campaign(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     camp = make_campaign(tmp_path)
     ids: dict[str, str] = {}
     ids["crashed"], _ = write_run(camp, gates=standard_gates(None, None)[:2], status=None)
-    ids["failed"], _ = write_run(camp, gates=standard_gates(None, None)[:3], status="failed",
-                                 reason="gate data failed: 3 examples lose every target token")
+    ids["failed"], _ = write_run(
+        camp,
+        gates=standard_gates(None, None)[:3],
+        status="failed",
+        reason="gate data failed: 3 examples lose every target token",
+    )
     ids["pilot"], _ = write_run(camp, gates=standard_gates(None, None), steps={"update_second": 0.1})
     for seed, v in enumerate((1.90, 1.92, 1.94)):
         series_run(camp, "lr1e-4", seed, v)
@@ -27,13 +31,22 @@ def campaign(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         series_run(camp, "lr5e-5", seed, v)
     for seed, v in enumerate((1.91, 1.93)):
         series_run(camp, "lr2e-4", seed, v)
-    ids["diverged"], _ = series_run(camp, "lr2e-4", 2, None, status="diverged",
-                                    reason="diverged: loss 18.2 at update 40 is above 4 x its starting value 4.3")
+    ids["diverged"], _ = series_run(
+        camp,
+        "lr2e-4",
+        2,
+        None,
+        status="diverged",
+        reason="diverged: loss 18.2 at update 40 is above 4 x its starting value 4.3",
+    )
 
     def decide(nb: nbm.Notebook) -> None:
         nb.decisions.append(nbm.Decision(date="2026-11-30", text="keep the effective batch at 16", runs=[ids["pilot"]]))
-        nb.decisions.append(nbm.Decision(date="2026-11-29", text="lr2e-4 seed 2 diverged: not rerun",
-                                         kind="observation", runs=[ids["diverged"]]))
+        nb.decisions.append(
+            nbm.Decision(
+                date="2026-11-29", text="lr2e-4 seed 2 diverged: not rerun", kind="observation", runs=[ids["diverged"]]
+            )
+        )
 
     nbm.mutate(camp, decide)
     return camp, ids
@@ -43,8 +56,18 @@ def test_report_lists_every_run_with_its_reason(campaign: tuple[Path, dict[str, 
     camp, ids = campaign
     assert main(["report", str(camp)]) == 0
     text = (camp / "report" / "report.md").read_text("utf-8")
-    for head in ("## Question", "## What was held constant", "## Runs", "## Spread across seeds", "## Decisions",
-                 "## Selection sheet", "## Rental plan", "## Conclusion", "### Loss curves", "### Memory per phase"):
+    for head in (
+        "## Question",
+        "## What was held constant",
+        "## Runs",
+        "## Spread across seeds",
+        "## Decisions",
+        "## Selection sheet",
+        "## Rental plan",
+        "## Conclusion",
+        "### Loss curves",
+        "### Memory per phase",
+    ):
         assert head in text, head
     assert "Which learning rate trains the tiny instruction-following LM best" in text
     assert "held constant across variants: **updates**" in text and "16 examples per update" in text
@@ -54,7 +77,10 @@ def test_report_lists_every_run_with_its_reason(campaign: tuple[Path, dict[str, 
         assert f"| {row.id} |" in text
     assert f"**{ids['crashed']}** (pilot, lr1e-4, seed 0) **crashed**" in text
     assert "process ended without a final event" in text
-    assert f"**{ids['failed']}** (pilot, lr1e-4, seed 0) **failed**" in text and "3 examples lose every target token" in text
+    assert (
+        f"**{ids['failed']}** (pilot, lr1e-4, seed 0) **failed**" in text
+        and "3 examples lose every target token" in text
+    )
     assert f"**{ids['diverged']}** (train, lr2e-4, seed 2) **diverged**" in text
     assert "loss 18.2 at update 40 is above 4 x its starting value 4.3" in text
     assert f"- {ids['diverged']} (lr2e-4 seed 2): diverged: diverged: loss 18.2" in text  # not averaged in
@@ -84,8 +110,10 @@ def test_a_variant_better_by_more_than_the_seeds_is_named(tmp_path: Path) -> Non
         series_run(camp, "lr1e-4", seed, a)
         series_run(camp, "lr2e-4", seed, b)
     text = rp.build(camp)
-    assert ("lr2e-4 reached a better mean final val_loss than the reference lr1e-4: 1.5100 vs 1.9200 over 3 and 3 "
-            "seeds (better than the reference by 0.41, more than the seeds' spread 0.04)") in text
+    assert (
+        "lr2e-4 reached a better mean final val_loss than the reference lr1e-4: 1.5100 vs 1.9200 over 3 and 3 "
+        "seeds (better than the reference by 0.41, more than the seeds' spread 0.04)"
+    ) in text
     assert "Mean final val_loss at or better than the target 2: lr1e-4, lr2e-4" in text
 
 
@@ -93,8 +121,9 @@ def test_the_notebook_conclusion_is_used_when_written(campaign: tuple[Path, dict
     camp, _ = campaign
 
     def conclude(nb: nbm.Notebook) -> None:
-        nb.conclusion = nbm.Conclusion(text="Keep 1e-4: nothing beat it by more than seed noise.",
-                                       chosen_variant="lr1e-4", date="2026-12-01")
+        nb.conclusion = nbm.Conclusion(
+            text="Keep 1e-4: nothing beat it by more than seed noise.", chosen_variant="lr1e-4", date="2026-12-01"
+        )
 
     nbm.mutate(camp, conclude)
     text = rp.build(camp)
@@ -106,8 +135,10 @@ def test_the_notebook_conclusion_is_used_when_written(campaign: tuple[Path, dict
 def test_charts_are_text(campaign: tuple[Path, dict[str, str]]) -> None:
     camp, _ = campaign
     text = rp.build(camp)
-    charts = text[text.index("## Charts"):]
-    assert "● lr1e-4 (3 seeds), ▲ lr5e-5 (3 seeds), ■ lr2e-4 (2 seeds)" in charts  # the diverged seed is not averaged in
+    charts = text[text.index("## Charts") :]
+    assert (
+        "● lr1e-4 (3 seeds), ▲ lr5e-5 (3 seeds), ■ lr2e-4 (2 seeds)" in charts
+    )  # the diverged seed is not averaged in
     assert "┤" in charts and "└" in charts
     assert "◀ peak" in charts and "MiB process RSS (host)" in charts
 
@@ -139,7 +170,7 @@ def test_a_quick_look_with_other_settings_is_kept_apart(campaign: tuple[Path, di
     camp, _ = campaign
     quick, _ = series_run(camp, "lr5e-5", 0, 1.2, updates=20, overrides={"updates": 20})
     text = rp.build(camp)
-    seeds = text[text.index("## Spread across seeds"):text.index("## Decisions")]
+    seeds = text[text.index("## Spread across seeds") : text.index("## Decisions")]
     rows = [line for line in seeds.splitlines() if line.startswith("| lr5e-5 |")]
     assert len(rows) == 2 and "| as in the notebook | 3 | 2.3267" in rows[0]
     assert "updates" in rows[1] and f"s0 1.2000 ({quick})" in rows[1]

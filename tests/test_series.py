@@ -72,9 +72,13 @@ def series_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     series = sr.Series(main, items, parallel=2, env=env)
     series.poll()
     out: dict[str, object] = {"main": main, "patient": patient, "clock": clock}
-    out["diverged"] = start(main, "lr2e-4", 0, kind="train", overrides={"lr": 50.0, "optimizer": "sgd", "updates": 15}, env=env)
+    out["diverged"] = start(
+        main, "lr2e-4", 0, kind="train", overrides={"lr": 50.0, "optimizer": "sgd", "updates": 15}, env=env
+    )
     # lr 0: the validation loss cannot improve, so patience 2 ends the run at its second non-improving validation
-    out["patience"] = start(patient, None, 0, kind="train", overrides={"lr": 0.0, "optimizer": "sgd", "updates": 40}, env=env)
+    out["patience"] = start(
+        patient, None, 0, kind="train", overrides={"lr": 0.0, "optimizer": "sgd", "updates": 40}, env=env
+    )
     out["clock"] = start(clock, None, 0, kind="train", overrides={"updates": 100000}, env=env)
     out["term"] = start(main, None, 5, kind="train", overrides={"updates": 100000}, env=env)
     term_dir = out["term"][1]
@@ -109,8 +113,20 @@ def test_completed_run_keeps_every_file(series_runs: dict) -> None:
     assert all((p["prediction"] == p["target"]) == p["correct"] for p in preds)
     assert all(p["n_targets"] == len(p["target_ids"]) == len(p["predicted_ids"]) for p in preds)
     m = json.loads((d / "metrics.json").read_text())
-    for key in ("final_val_loss", "best_val_loss", "best_step", "updates", "stop_reason", "status", "step_time_s",
-                "eval_time_s", "save_time_s", "examples_seen", "seed", "variant"):
+    for key in (
+        "final_val_loss",
+        "best_val_loss",
+        "best_step",
+        "updates",
+        "stop_reason",
+        "status",
+        "step_time_s",
+        "eval_time_s",
+        "save_time_s",
+        "examples_seen",
+        "seed",
+        "variant",
+    ):
         assert key in m, key
     assert m["status"] == "completed" and m["updates"] == 10 and m["stop_reason"].startswith("budget reached")
     assert m["final_val_loss"] == pytest.approx(float(evals[-1]["val_loss"]))
@@ -239,8 +255,15 @@ def test_parallel_refused_when_pilot_peaks_do_not_fit(campaign: Path) -> None:
     rid, d = runs.create_run(campaign, None, 0)
     w = ev.EventWriter(d / ev.EVENTS_FILE)
     w.emit(ev.RUN_START, run_id=rid, run_kind="pilot", stack={"memory_total": 4 * 2**30, "gpus": []})
-    w.emit(ev.GATE, phase="worst_case", verdict="pass", checks=[], inputs={}, duration_s=0.1,
-           mem={"torch": None, "nvml": None, "rss": 3 * 2**30, "rss_peak": 3 * 2**30, "baseline": None})
+    w.emit(
+        ev.GATE,
+        phase="worst_case",
+        verdict="pass",
+        checks=[],
+        inputs={},
+        duration_s=0.1,
+        mem={"torch": None, "nvml": None, "rss": 3 * 2**30, "rss_peak": 3 * 2**30, "baseline": None},
+    )
     w.emit(ev.RUN_END, status="passed", stop_reason="every gate passed", phase="export", exit_code=0)
     w.close()
     with pytest.raises(UsageError, match="more than"):

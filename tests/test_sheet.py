@@ -21,8 +21,13 @@ pytestmark = pytest.mark.timeout(900)
 
 
 def cockpit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cockpit", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "cockpit", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +63,12 @@ def test_write_stores_the_sheet_in_the_notebook_without_a_gpu_figure(real: Path)
 
 
 def test_sheet_plan_and_report_do_not_import_torch(real: Path) -> None:
-    code = ("import sys, contextlib, io\nfrom cockpit.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            f"    codes = [main(['sheet', {str(real)!r}]), main(['plan', {str(real)!r}]), main(['report', {str(real)!r}])]\n"
-            "print(codes, 'torch' in sys.modules)\n")
+    code = (
+        "import sys, contextlib, io\nfrom cockpit.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    codes = [main(['sheet', {str(real)!r}]), main(['plan', {str(real)!r}]), main(['report', {str(real)!r}])]\n"
+        "print(codes, 'torch' in sys.modules)\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["[0,", "0,", "0]", "False"]
@@ -69,11 +76,21 @@ def test_sheet_plan_and_report_do_not_import_torch(real: Path) -> None:
     assert "GPU memory was not measured on this machine" in report
 
 
-def _gpu_pilot(camp: Path, peak: float, worst: float, nvml_extra: float | None, variant: str | None = None,
-               truncation: int | None = None) -> str:
-    rid, _ = write_run(camp, variant=variant, stack=gpu_stack(),
-                       gates=standard_gates(peak, worst, nvml_extra, truncation=truncation),
-                       steps={"update_second": 0.5, "worst_case": 1.5})
+def _gpu_pilot(
+    camp: Path,
+    peak: float,
+    worst: float,
+    nvml_extra: float | None,
+    variant: str | None = None,
+    truncation: int | None = None,
+) -> str:
+    rid, _ = write_run(
+        camp,
+        variant=variant,
+        stack=gpu_stack(),
+        gates=standard_gates(peak, worst, nvml_extra, truncation=truncation),
+        steps={"update_second": 0.5, "worst_case": 1.5},
+    )
     return rid
 
 

@@ -14,9 +14,17 @@ from cockpit.commands import stack as st
 from cockpit.pilot.stackcheck import MARK
 
 H200 = {
-    "python": "3.11.7", "torch": "2.11.0+cu128", "build": "cuda", "cuda": "12.8", "cuda_available": True,
-    "driver": "570.124.06", "gpus": [{"index": 0, "name": "NVIDIA H200", "total": 150_754_820_096, "capability": "9.0"}],
-    "bf16": True, "nccl": True, "gloo": True, "kernels": [{"index": 0, "fp32": True, "bf16": True}],
+    "python": "3.11.7",
+    "torch": "2.11.0+cu128",
+    "build": "cuda",
+    "cuda": "12.8",
+    "cuda_available": True,
+    "driver": "570.124.06",
+    "gpus": [{"index": 0, "name": "NVIDIA H200", "total": 150_754_820_096, "capability": "9.0"}],
+    "bf16": True,
+    "nccl": True,
+    "gloo": True,
+    "kernels": [{"index": 0, "fp32": True, "bf16": True}],
     "extensions": [{"module": "flash_attn", "ok": True, "version": "2.7.4"}],
 }
 
@@ -61,13 +69,23 @@ def test_a_gpu_stack_that_passes() -> None:
     assert ok and line == "PASS: the stack can run this campaign on 1 x NVIDIA H200."
 
 
-@pytest.mark.parametrize("change, needs, failing", [
-    ({"bf16": False, "kernels": [{"index": 0, "fp32": True}]}, st.Needs(bf16=True), "bf16"),
-    ({"nccl": False}, st.Needs(nccl=True), "NCCL"),
-    ({"extensions": [{"module": "flash_attn", "ok": False, "error": "ImportError: undefined symbol"}]},
-     st.Needs(extensions=("flash_attn",)), "import flash_attn"),
-    ({"kernels": [{"index": 0, "error": "RuntimeError: no kernel image is available"}]}, st.Needs(), "GPU 0 kernel"),
-])
+@pytest.mark.parametrize(
+    "change, needs, failing",
+    [
+        ({"bf16": False, "kernels": [{"index": 0, "fp32": True}]}, st.Needs(bf16=True), "bf16"),
+        ({"nccl": False}, st.Needs(nccl=True), "NCCL"),
+        (
+            {"extensions": [{"module": "flash_attn", "ok": False, "error": "ImportError: undefined symbol"}]},
+            st.Needs(extensions=("flash_attn",)),
+            "import flash_attn",
+        ),
+        (
+            {"kernels": [{"index": 0, "error": "RuntimeError: no kernel image is available"}]},
+            st.Needs(),
+            "GPU 0 kernel",
+        ),
+    ],
+)
 def test_each_missing_piece_fails_its_item(change: dict, needs: st.Needs, failing: str) -> None:
     info = {**H200, **change}
     its = st.items(info, needs)
@@ -77,9 +95,21 @@ def test_each_missing_piece_fails_its_item(change: dict, needs: st.Needs, failin
 
 
 def test_a_cpu_campaign_passes_without_a_gpu() -> None:
-    cpu = {"python": "3.11.7", "torch": "2.13.0+cpu", "build": "cpu", "cuda": None, "cuda_available": False,
-           "driver": None, "nvml_error": "NVMLError_LibraryNotFound", "gpus": [], "bf16": None, "nccl": False,
-           "gloo": True, "kernels": [], "extensions": []}
+    cpu = {
+        "python": "3.11.7",
+        "torch": "2.13.0+cpu",
+        "build": "cpu",
+        "cuda": None,
+        "cuda_available": False,
+        "driver": None,
+        "nvml_error": "NVMLError_LibraryNotFound",
+        "gpus": [],
+        "bf16": None,
+        "nccl": False,
+        "gloo": True,
+        "kernels": [],
+        "extensions": [],
+    }
     needs = st.Needs(gpu=False)
     its = st.items(cpu, needs)
     assert not [i for i in its if i.status == "fail"]

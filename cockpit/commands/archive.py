@@ -9,10 +9,12 @@ from .. import archive as ar
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="a run folder (campaigns/demo/runs/r0003), or with --verify an archive folder")
-    p.add_argument("--out", default=None,
-                   help="where to write the archive (default: campaigns/<c>/report/archive/<run>)")
-    p.add_argument("--verify", action="store_true",
-                   help="check an archive's hashes and load its weights with safe loading only")
+    p.add_argument(
+        "--out", default=None, help="where to write the archive (default: campaigns/<c>/report/archive/<run>)"
+    )
+    p.add_argument(
+        "--verify", action="store_true", help="check an archive's hashes and load its weights with safe loading only"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

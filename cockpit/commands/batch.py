@@ -26,12 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g = parser.add_argument_group("the batch")
     g.add_argument("--micro", type=int, metavar="N", help="microbatch: examples per forward pass")
-    g.add_argument(
-        "--accum", type=int, default=1, metavar="N", help="gradient accumulation steps (1)"
-    )
-    g.add_argument(
-        "--replicas", type=int, default=1, metavar="N", help="data-parallel replicas (1)"
-    )
+    g.add_argument("--accum", type=int, default=1, metavar="N", help="gradient accumulation steps (1)")
+    g.add_argument("--replicas", type=int, default=1, metavar="N", help="data-parallel replicas (1)")
     g.add_argument(
         "--model-parallel",
         type=int,
@@ -110,9 +106,7 @@ def _resolve(plan: BatchPlan, **budget: Any) -> Budget | None:
         return arithmetic.resolve_budget(plan, **budget)
     except ValueError as exc:
         if "dataset_size" in str(exc):
-            raise UsageError(
-                "a budget in epochs needs the dataset size: add --dataset-size N."
-            ) from None
+            raise UsageError("a budget in epochs needs the dataset size: add --dataset-size N.") from None
         raise UsageError(f"{exc}.") from None
 
 
@@ -164,9 +158,7 @@ def from_numbers(args: argparse.Namespace) -> dict[str, Any]:
     if changed:
         held = args.held or (budget.basis if budget else "updates")
         if budget is None:
-            raise UsageError(
-                "a comparison needs a budget to hold: add --updates, --epochs or --examples."
-            )
+            raise UsageError("a comparison needs a budget to hold: add --updates, --epochs or --examples.")
         result["held"] = held
         result["variants"].append(_variant("changed", plan, budget, held, changed))
     elif args.held:
@@ -188,9 +180,7 @@ def _flags(args: argparse.Namespace) -> list[tuple[str, int | None]]:
     ]
 
 
-def _variant(
-    label: str, ref: BatchPlan, ref_budget: Budget, held: str, changed: dict[str, Any]
-) -> dict[str, Any]:
+def _variant(label: str, ref: BatchPlan, ref_budget: Budget, held: str, changed: dict[str, Any]) -> dict[str, Any]:
     plan = _plan(**{**dataclasses.asdict(ref), **changed})
     if held == "epochs" and not (ref_budget.epochs_seen is not None and plan.dataset_size):
         raise UsageError("holding epochs constant needs the dataset size: add --dataset-size N.")
@@ -228,9 +218,7 @@ def from_campaign(nb: notebook.Notebook) -> dict[str, Any]:
             entry["what_changes"] = "updates unknown until the task gives the dataset size"
         elif any(k in v.set for k in HELD):
             entry = _entry(v.id, plan, arithmetic.budget_from(plan, params))
-            entry["what_changes"] = (
-                f"sets its own budget although the campaign holds {held} constant"
-            )
+            entry["what_changes"] = f"sets its own budget although the campaign holds {held} constant"
         elif held == "epochs" and not plan.dataset_size:
             entry = _entry(v.id, plan, None)
             entry["what_changes"] = arithmetic.what_changes(held, ref_plan, plan, ref_budget)
@@ -252,9 +240,7 @@ _BATCH_KEYS = {f.name for f in dataclasses.fields(notebook.BatchSpec)}
 def _text(result: dict[str, Any]) -> list[str]:
     out: list[str] = []
     if "campaign" in result:
-        out.append(
-            f"Campaign {result['campaign']} ({result['file']}), holding {result['held']} constant."
-        )
+        out.append(f"Campaign {result['campaign']} ({result['file']}), holding {result['held']} constant.")
         out.append("")
     ref = result["reference"]
     title = "Reference " + ref["label"] if "campaign" in result else "Batch"

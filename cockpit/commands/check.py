@@ -51,9 +51,7 @@ def summary(nb: notebook.Notebook) -> list[str]:
     if ref_budget is None:
         rows.append(("budget", why_not))
     elif ref_budget.epochs_seen is None:
-        rows.append(
-            ("epochs seen", "unknown: the task gives the dataset size (or set batch.dataset_size)")
-        )
+        rows.append(("epochs seen", "unknown: the task gives the dataset size (or set batch.dataset_size)"))
     t = nb.training
     clip = f", grad clip {t.grad_clip:g}" if t.grad_clip else ""
     rows.append(
@@ -119,9 +117,7 @@ def _quality(c: notebook.CampaignInfo) -> str:
     return f"target {c.quality_metric} {sign} {c.quality_target:g} ({way})"
 
 
-def _budget(
-    plan: arithmetic.BatchPlan, params: dict[str, Any]
-) -> tuple[arithmetic.Budget | None, str]:
+def _budget(plan: arithmetic.BatchPlan, params: dict[str, Any]) -> tuple[arithmetic.Budget | None, str]:
     try:
         return arithmetic.budget_from(plan, params), ""
     except ValueError:
@@ -161,9 +157,7 @@ def _batch_change(
 
 def _stop_lines(s: notebook.StopRules) -> list[str]:
     lines = []
-    lines.append(
-        "non-finite loss or gradient: stop" if s.nonfinite else "non-finite values: not a stop rule"
-    )
+    lines.append("non-finite loss or gradient: stop" if s.nonfinite else "non-finite values: not a stop rule")
     if s.divergence_factor is not None:
         lines.append(f"divergence: stop when the loss exceeds {s.divergence_factor:g}x its start")
     if s.patience is not None:

@@ -27,8 +27,12 @@ IGNORE = -100
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", nargs="?", default="campaigns/demo",
-                   help="a run folder, or a campaign folder (then RUN_ID, default: its latest inspected run)")
+    p.add_argument(
+        "target",
+        nargs="?",
+        default="campaigns/demo",
+        help="a run folder, or a campaign folder (then RUN_ID, default: its latest inspected run)",
+    )
     p.add_argument("run_id", nargs="?", help="run id within the campaign, e.g. r0003")
     p.add_argument("--split", help="only the examples of this split")
     p.add_argument("--id", dest="example_id", help="only this example")
@@ -51,13 +55,16 @@ def resolve(target: str, run_id: str | None) -> Path:
         rdir = runs.run_dir(campaign_dir, run_id)
         if not rdir.is_dir():
             have = sorted(p.name for p in runs.runs_dir(campaign_dir).glob("r*") if p.is_dir())
-            raise UsageError(f"{campaign_dir}: no run {run_id!r}" + (f"; runs: {', '.join(have[-8:])}" if have
-                                                                     else "; start one with `cockpit pilot`"))
+            raise UsageError(
+                f"{campaign_dir}: no run {run_id!r}"
+                + (f"; runs: {', '.join(have[-8:])}" if have else "; start one with `cockpit pilot`")
+            )
         return rdir
     inspected = sorted(p.parent for p in runs.runs_dir(campaign_dir).glob(f"*/{runs.INSPECT_FILE}"))
     if not inspected:
-        raise UsageError(f"{campaign_dir}: no run has inspected examples yet; `cockpit pilot {target}` records them "
-                         "in its data gate")
+        raise UsageError(
+            f"{campaign_dir}: no run has inspected examples yet; `cockpit pilot {target}` records them in its data gate"
+        )
     return inspected[-1]
 
 
@@ -66,8 +73,10 @@ def load(rdir: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text("utf-8"))
     except FileNotFoundError:
-        raise UsageError(f"{path}: not written; the data gate writes it, and this run did not reach or finish "
-                         "that gate (see `cockpit runs`)") from None
+        raise UsageError(
+            f"{path}: not written; the data gate writes it, and this run did not reach or finish "
+            "that gate (see `cockpit runs`)"
+        ) from None
     except ValueError as exc:
         raise UsageError(f"{path}: not valid JSON ({exc}); the pilot may still be writing it") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("examples"), list):
@@ -143,28 +152,44 @@ def render(doc: dict[str, Any], rdir: Path, gate: dict[str, Any] | None, split: 
     from rich.text import Text
 
     console = Console()
-    examples = [e for e in doc["examples"] if isinstance(e, dict)
-                and (split is None or e.get("split") == split) and (only is None or str(e.get("id")) == only)]
+    examples = [
+        e
+        for e in doc["examples"]
+        if isinstance(e, dict)
+        and (split is None or e.get("split") == split)
+        and (only is None or str(e.get("id")) == only)
+    ]
     head = Text(f"{rdir}: {len(examples)} examples as the loss receives them", style="bold")
     head.append("\n")
     head.append("supervised", style=SUPERVISED)
     head.append(" spans count in the loss; ")
     head.append("dimmed", style=MASKED)
-    head.append(f" spans and labels {IGNORE} are ignored; examples were collated in microbatches of the run's size, "
-                "so padding is what training sees")
+    head.append(
+        f" spans and labels {IGNORE} are ignored; examples were collated in microbatches of the run's size, "
+        "so padding is what training sees"
+    )
     console.print(head)
     if gate is not None:
         style = {"pass": "green", "warn": "yellow", "fail": "bold red"}.get(gate.get("verdict"), "dim")
         console.print(Text.assemble(("data gate: ", "bold"), (str(gate.get("verdict")), style)))
         for c in gate.get("checks", []):
             if not c.get("ok"):
-                console.print(Text.assemble(("  warn " if c.get("warn") else "  fail ", "yellow" if c.get("warn") else "red"),
-                                            (c.get("name", ""), "bold"), ": ", c.get("detail", "")), overflow="fold")
+                console.print(
+                    Text.assemble(
+                        ("  warn " if c.get("warn") else "  fail ", "yellow" if c.get("warn") else "red"),
+                        (c.get("name", ""), "bold"),
+                        ": ",
+                        c.get("detail", ""),
+                    ),
+                    overflow="fold",
+                )
         trunc = gate.get("truncation")
         if trunc:
-            console.print(f"cropping to max_length {trunc.get('max_length')}: {trunc.get('lose_target_tokens')} of "
-                          f"{trunc.get('examples')} train examples lose target tokens, {trunc.get('no_target_left')} keep none",
-                          highlight=False)
+            console.print(
+                f"cropping to max_length {trunc.get('max_length')}: {trunc.get('lose_target_tokens')} of "
+                f"{trunc.get('examples')} train examples lose target tokens, {trunc.get('no_target_left')} keep none",
+                highlight=False,
+            )
     counts = doc.get("class_counts") or {}
     if counts:
         names = doc.get("label_names") or sorted({k for c in counts.values() for k in c})

@@ -41,9 +41,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         notebook.create(target, notebook.template(name))
     except notebook.ConflictError:
-        raise UsageError(
-            f"{target} appeared while it was being created; nothing was overwritten."
-        ) from None
+        raise UsageError(f"{target} appeared while it was being created; nothing was overwritten.") from None
     print(f"Created {target}.")
     print("Next: write the question, the task and the variants in it, then run")
     print(f"  cockpit check {folder}")

@@ -18,11 +18,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("campaign", nargs="?", default="campaigns/demo", help="campaign folder or campaign.toml")
     p.add_argument("--variant", help="variant id (default: the reference)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--nproc", type=int, default=None, help="processes per node (torchrun); default from the notebook's strategy")
+    p.add_argument(
+        "--nproc", type=int, default=None, help="processes per node (torchrun); default from the notebook's strategy"
+    )
     p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--rdzv", default=None, help="rendezvous endpoint host:port for several nodes")
     p.add_argument("--follows", default="", help="the run this one restarts")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter for this run only")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter for this run only"
+    )
     p.add_argument("--detach", action="store_true", help="start and return at once (follow later with `cockpit runs`)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -59,8 +63,11 @@ def follow(rdir: Path, quiet: bool = False, poll_s: float = 0.1) -> runs.RunStat
             elif e["kind"] == ev.GATE:
                 style = {"pass": "green", "warn": "yellow", "fail": "bold red"}.get(e["verdict"], "dim")
                 rank = f" rank {e['rank']}" if e.get("rank") is not None else ""
-                console.print(f"[dim]{time.monotonic() - started:6.1f}s[/] {e['phase']}{rank}: [{style}]{e['verdict']}[/] "
-                              f"({e.get('duration_s', 0):.2f} s)", highlight=False)
+                console.print(
+                    f"[dim]{time.monotonic() - started:6.1f}s[/] {e['phase']}{rank}: [{style}]{e['verdict']}[/] "
+                    f"({e.get('duration_s', 0):.2f} s)",
+                    highlight=False,
+                )
         if not alive:
             launch.reap()  # alive was read before this pass's events, so they are all printed
             break
@@ -97,17 +104,31 @@ def print_result(st: runs.RunState) -> None:
     if not wide:
         for line in notes(st.gates):
             console.print(line, overflow="fold")
-    console.print("memory in MiB; alloc/resv/peak are torch counters (absent without CUDA), NVML per GPU, RSS of the pilot process",
-                  style="dim", highlight=False)
+    console.print(
+        "memory in MiB; alloc/resv/peak are torch counters (absent without CUDA), NVML per GPU, RSS of the pilot process",
+        style="dim",
+        highlight=False,
+    )
     color = "green" if st.status == "passed" else "red"
     peak = f"{st.peak_mib:,.0f} MiB ({st.peak_counter})" if st.peak_mib is not None else "absent"
-    console.print(f"[{color}]{st.status}[/]: {st.stop_reason} — phase reached: {st.phase}; peak {peak}; "
-                  f"{st.duration_s or 0:.1f} s; files in {st.dir}", highlight=False)
+    console.print(
+        f"[{color}]{st.status}[/]: {st.stop_reason} — phase reached: {st.phase}; peak {peak}; "
+        f"{st.duration_s or 0:.1f} s; files in {st.dir}",
+        highlight=False,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    rid, rdir = launch.new_run(args.campaign, args.variant, args.seed, follows=args.follows,
-                               overrides=parse_overrides(args.set), nproc=args.nproc, nnodes=args.nnodes, rdzv=args.rdzv)
+    rid, rdir = launch.new_run(
+        args.campaign,
+        args.variant,
+        args.seed,
+        follows=args.follows,
+        overrides=parse_overrides(args.set),
+        nproc=args.nproc,
+        nnodes=args.nnodes,
+        rdzv=args.rdzv,
+    )
     if args.detach:
         print(json.dumps({"run": rid, "dir": str(rdir)}) if args.json else f"started {rid} in {rdir}")
         return 0

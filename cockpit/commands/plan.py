@@ -23,11 +23,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("campaign", nargs="?", default="campaigns/demo", help="campaign folder or campaign.toml")
     p.add_argument("--days", type=_ints, default=pl.DEFAULT_DAYS, help="package lengths in days (default 3,7,30)")
     p.add_argument("--seeds", type=int, default=pl.DEFAULT_SEEDS, help="seeds per variant (default 3: 0, 1, 2)")
-    p.add_argument("--reserve-hours", type=float, default=None,
-                   help="hours kept for evaluation and export (default: [rental] reserve_hours, else 10%% of the package)")
+    p.add_argument(
+        "--reserve-hours",
+        type=float,
+        default=None,
+        help="hours kept for evaluation and export (default: [rental] reserve_hours, else 10%% of the package)",
+    )
     p.add_argument("--write", action="store_true", help="store the chosen package in the notebook's [rental]")
-    p.add_argument("--choose", type=int, default=None, metavar="DAYS",
-                   help="the package --write stores (default: the smallest that holds every planned run)")
+    p.add_argument(
+        "--choose",
+        type=int,
+        default=None,
+        metavar="DAYS",
+        help="the package --write stores (default: the smallest that holds every planned run)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
     if args.write:
         pkg = pl.choose(p, args.choose)
         if pkg is None:
-            raise UsageError(f"--choose {args.choose}: not one of the packages planned ({', '.join(str(d) for d in args.days)} days)")
+            raise UsageError(
+                f"--choose {args.choose}: not one of the packages planned ({', '.join(str(d) for d in args.days)} days)"
+            )
         rental = pl.rental_of(p, pkg)
 
         def store(fresh: nbm.Notebook) -> None:

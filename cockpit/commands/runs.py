@@ -10,8 +10,16 @@ from .. import notebook as nbm
 from .. import runs
 
 STATUS_STYLE = {
-    "passed": "green", "completed": "green", "running": "cyan", "created": "dim",
-    "failed": "red", "diverged": "red", "oom": "red", "error": "red", "crashed": "bold red", "stopped": "yellow",
+    "passed": "green",
+    "completed": "green",
+    "running": "cyan",
+    "created": "dim",
+    "failed": "red",
+    "diverged": "red",
+    "oom": "red",
+    "error": "red",
+    "crashed": "bold red",
+    "stopped": "yellow",
 }
 
 
@@ -33,31 +41,48 @@ def run(args: argparse.Namespace) -> int:
     wide = console.width >= 130
     from rich import box
 
-    tab = Table(title=f"{nb.campaign.name}: {len(rows)} run{'s' if len(rows) != 1 else ''}", pad_edge=False,
-                box=box.SIMPLE_HEAD)
+    tab = Table(
+        title=f"{nb.campaign.name}: {len(rows)} run{'s' if len(rows) != 1 else ''}", pad_edge=False, box=box.SIMPLE_HEAD
+    )
+
     def width(values: list[str], header: str) -> int:
         return max([len(header), *(len(v) for v in values)])
 
-    for col, kw in (("run", {"min_width": width([r.id for r in rows], "run")}),
-                    ("variant", {"min_width": width([r.variant for r in rows], "variant")}),
-                    ("seed", {"justify": "right"}), ("kind", {}),
-                    ("status", {"min_width": width([r.status for r in rows], "status")}),
-                    ("phase", {}), ("peak MiB", {"justify": "right"}), ("time s", {"justify": "right"}),
-                    ("follows", {})):
+    for col, kw in (
+        ("run", {"min_width": width([r.id for r in rows], "run")}),
+        ("variant", {"min_width": width([r.variant for r in rows], "variant")}),
+        ("seed", {"justify": "right"}),
+        ("kind", {}),
+        ("status", {"min_width": width([r.status for r in rows], "status")}),
+        ("phase", {}),
+        ("peak MiB", {"justify": "right"}),
+        ("time s", {"justify": "right"}),
+        ("follows", {}),
+    ):
         tab.add_column(col, no_wrap=True, **kw)
     if wide:
         tab.add_column("stop reason", overflow="fold")
     for r in rows:
         style = STATUS_STYLE.get(r.status, "")
-        cells = [r.id, r.variant, str(r.seed), r.kind, f"[{style}]{r.status}[/]", r.phase,
-                 "" if r.peak_mib is None else f"{r.peak_mib:,.0f}",
-                 "" if r.duration_s is None else f"{r.duration_s:.1f}", r.follows]
+        cells = [
+            r.id,
+            r.variant,
+            str(r.seed),
+            r.kind,
+            f"[{style}]{r.status}[/]",
+            r.phase,
+            "" if r.peak_mib is None else f"{r.peak_mib:,.0f}",
+            "" if r.duration_s is None else f"{r.duration_s:.1f}",
+            r.follows,
+        ]
         tab.add_row(*cells, *([r.stop_reason] if wide else []))
     console.print(tab)
     if not wide:
         for r in rows:
             if r.stop_reason:
-                console.print(f"[bold]{r.id}[/] [{STATUS_STYLE.get(r.status, '')}]{r.status}[/]: {r.stop_reason}", highlight=False)
+                console.print(
+                    f"[bold]{r.id}[/] [{STATUS_STYLE.get(r.status, '')}]{r.status}[/]: {r.stop_reason}", highlight=False
+                )
     if not rows:
         print(f"no runs yet: start one with `cockpit pilot {nbm.find(args.campaign).parent}`")
     return 0

@@ -28,20 +28,46 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("campaign", nargs="?", default="campaigns/demo", help="campaign folder or campaign.toml")
     p.add_argument("--variants", help="comma-separated variant ids (default: every quality variant)")
     p.add_argument("--seeds", default=None, help="seeds, e.g. 0,1,2 or 0-4 (default 0,1,2)")
-    p.add_argument("--parallel", type=int, default=1, metavar="N",
-                   help="runs at once (default 1); refused when the pilots' measured peaks say they do not fit")
-    p.add_argument("--updates", type=int, default=None, metavar="N",
-                   help="a quick look: N updates instead of the notebook's budget (recorded in each run's params; "
-                        "compare keeps such runs apart)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a parameter for these runs only (recorded in each run's params)")
-    p.add_argument("--rerun", action="append", default=[], metavar="RUN_ID",
-                   help="run again the variant and seed of RUN_ID as a new run that follows it (repeatable)")
-    p.add_argument("--skip-done", action="store_true",
-                   help="leave out a variant x seed whose latest run completed with the same settings")
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="runs at once (default 1); refused when the pilots' measured peaks say they do not fit",
+    )
+    p.add_argument(
+        "--updates",
+        type=int,
+        default=None,
+        metavar="N",
+        help="a quick look: N updates instead of the notebook's budget (recorded in each run's params; "
+        "compare keeps such runs apart)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a parameter for these runs only (recorded in each run's params)",
+    )
+    p.add_argument(
+        "--rerun",
+        action="append",
+        default=[],
+        metavar="RUN_ID",
+        help="run again the variant and seed of RUN_ID as a new run that follows it (repeatable)",
+    )
+    p.add_argument(
+        "--skip-done",
+        action="store_true",
+        help="leave out a variant x seed whose latest run completed with the same settings",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the plan and start nothing")
-    p.add_argument("--detach", action="store_true",
-                   help="run the series itself in the background (log in runs/.series-*.log) and return")
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        help="run the series itself in the background (log in runs/.series-*.log) and return",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -60,8 +86,9 @@ def run(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set)
     overrides.update(sr.budget_overrides(args.updates))
     seeds = sr.parse_seeds(args.seeds) if args.seeds is not None else None
-    items, notes = sr.plan(nb, _variants(args.variants), seeds, overrides=overrides,
-                           skip_done=args.skip_done, rerun=args.rerun)
+    items, notes = sr.plan(
+        nb, _variants(args.variants), seeds, overrides=overrides, skip_done=args.skip_done, rerun=args.rerun
+    )
     out = sys.stderr
     for n in notes:
         print(n, file=out)
@@ -71,7 +98,11 @@ def run(args: argparse.Namespace) -> int:
     notes = sr.parallel_check(path, [i.variant for i in items], args.parallel)
     for n in notes:
         print(n, file=out)
-    budget = f"{args.updates} updates (--updates: a quick look, not the notebook's budget)" if args.updates else "the notebook's budget"
+    budget = (
+        f"{args.updates} updates (--updates: a quick look, not the notebook's budget)"
+        if args.updates
+        else "the notebook's budget"
+    )
     print(f"series of {len(items)} runs on {path.parent}, {budget}, {args.parallel} at a time:", file=out)
     for i in items:
         print(f"  {i.label()}", file=out)
@@ -91,23 +122,34 @@ def run(args: argparse.Namespace) -> int:
             print(f"{el:7.1f}s {s.run_id} started: {s.item.label()} in {s.dir}", file=out, flush=True)
         else:
             st = s.state
-            print(f"{el:7.1f}s {s.run_id} {st.status}: {st.stop_reason} ({st.duration_s or 0:.1f} s)", file=out, flush=True)
+            print(
+                f"{el:7.1f}s {s.run_id} {st.status}: {st.stop_reason} ({st.duration_s or 0:.1f} s)",
+                file=out,
+                flush=True,
+            )
 
     def on_progress(s: sr.Started, e: dict[str, Any]) -> None:
         if e.get("kind") == "eval" and e.get("rank") in (None, 0):
             loss = e.get("loss")
             extra = " ".join(f"{k} {v:.3g}" for k, v in (e.get("metrics") or {}).items() if v is not None)
             shown = f"{loss:.4f}" if loss is not None else "non-finite"
-            print(f"{time.monotonic() - t0:7.1f}s {s.run_id} {s.item.variant} seed {s.item.seed}: "
-                  f"update {e.get('step')} val_loss {shown} {extra}".rstrip(), file=out, flush=True)
+            print(
+                f"{time.monotonic() - t0:7.1f}s {s.run_id} {s.item.variant} seed {s.item.seed}: "
+                f"update {e.get('step')} val_loss {shown} {extra}".rstrip(),
+                file=out,
+                flush=True,
+            )
 
     try:
         started = series.run(on_change, on_progress)
     except KeyboardInterrupt:
         alive = [s.run_id for s in series.active]
         left = [i.label() for i in series.pending]
-        print(f"\nseries interrupted: {', '.join(alive) or 'no run'} still running detached "
-              f"(`cockpit stop {path.parent} RUN` to stop); not started: {', '.join(left) or 'none'}", file=out)
+        print(
+            f"\nseries interrupted: {', '.join(alive) or 'no run'} still running detached "
+            f"(`cockpit stop {path.parent} RUN` to stop); not started: {', '.join(left) or 'none'}",
+            file=out,
+        )
         return 130
     results = [sr.result(s) for s in started]
     wall = time.monotonic() - t0
@@ -128,25 +170,50 @@ def _print(results: list[dict[str, Any]], wall: float, path: Path) -> None:
 
     t = Table(title=f"series: {len(results)} runs in {wall:.0f} s", title_justify="left", box=box.SIMPLE_HEAD)
     show_follows = any(r["follows"] for r in results)
-    cols = ["run", "variant", "seed", *(["follows"] if show_follows else []), "status", "updates", "val_loss",
-            "s/upd", "time"]
+    cols = [
+        "run",
+        "variant",
+        "seed",
+        *(["follows"] if show_follows else []),
+        "status",
+        "updates",
+        "val_loss",
+        "s/upd",
+        "time",
+    ]
     for col in cols:
-        t.add_column(col, no_wrap=True, justify="right" if col in ("seed", "updates", "val_loss", "s/upd", "time") else "left")
+        t.add_column(
+            col, no_wrap=True, justify="right" if col in ("seed", "updates", "val_loss", "s/upd", "time") else "left"
+        )
     for r in results:
         style = "green" if r["status"] == "completed" else "red"
         upd = f"{r['updates']}/{r['planned_updates']}" if r["updates"] is not None else ""
-        cells = [r["run"], r["variant"], str(r["seed"]), *([r["follows"] or ""] if show_follows else []),
-                 f"[{style}]{r['status']}[/]", upd, "" if r["final_val_loss"] is None else f"{r['final_val_loss']:.4f}",
-                 "" if r["step_time_s"] is None else f"{r['step_time_s']:.3f}",
-                 "" if r["duration_s"] is None else f"{r['duration_s']:.0f}s"]
+        cells = [
+            r["run"],
+            r["variant"],
+            str(r["seed"]),
+            *([r["follows"] or ""] if show_follows else []),
+            f"[{style}]{r['status']}[/]",
+            upd,
+            "" if r["final_val_loss"] is None else f"{r['final_val_loss']:.4f}",
+            "" if r["step_time_s"] is None else f"{r['step_time_s']:.3f}",
+            "" if r["duration_s"] is None else f"{r['duration_s']:.0f}s",
+        ]
         t.add_row(*cells)
     c = Console()
     c.print(t)
     for r in results:
-        c.print(f"{r['run']} {r['status']}: {r['stop_reason']}", highlight=False,
-                style="" if r["status"] == "completed" else "red")
-    c.print(f"every run keeps its folder (curve.csv, evals.csv, predictions.jsonl, metrics.json); "
-            f"compare variants across seeds with `cockpit compare {path.parent}`", style="dim", highlight=False)
+        c.print(
+            f"{r['run']} {r['status']}: {r['stop_reason']}",
+            highlight=False,
+            style="" if r["status"] == "completed" else "red",
+        )
+    c.print(
+        f"every run keeps its folder (curve.csv, evals.csv, predictions.jsonl, metrics.json); "
+        f"compare variants across seeds with `cockpit compare {path.parent}`",
+        style="dim",
+        highlight=False,
+    )
 
 
 def _detach(path: Path, args: argparse.Namespace) -> int:
@@ -155,8 +222,14 @@ def _detach(path: Path, args: argparse.Namespace) -> int:
     rd.mkdir(parents=True, exist_ok=True)
     log_path = rd / f".series-{time.strftime('%Y%m%d-%H%M%S')}.log"
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "cockpit", *argv], stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cockpit", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
     msg = {"pid": proc.pid, "log": str(log_path)}
     print(json.dumps(msg) if args.json else f"series running in the background (pid {proc.pid}); log {log_path}")
     return 0

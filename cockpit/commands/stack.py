@@ -59,12 +59,15 @@ def probe(extensions: tuple[str, ...], timeout_s: float = TIMEOUT_S) -> dict[str
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return {"torch_error": f"the check process did not finish in {timeout_s:.0f} s (a hung CUDA "
-                               "initialisation or driver)", "extensions": []}
+        return {
+            "torch_error": f"the check process did not finish in {timeout_s:.0f} s (a hung CUDA "
+            "initialisation or driver)",
+            "extensions": [],
+        }
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(MARK):
             try:
-                return json.loads(line[len(MARK):])
+                return json.loads(line[len(MARK) :])
             except ValueError:
                 break
     tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
@@ -86,41 +89,73 @@ def items(info: dict[str, Any], needs: Needs) -> list[Item]:
     has_gpu = bool(info.get("cuda_available")) and bool(gpus)
     miss = "fail" if needs.gpu else "n/a"
     if build == "cuda":
-        out.append(Item("CUDA runtime", "pass" if info.get("cuda_available") else "fail",
-                        f"CUDA {info.get('cuda')}" + ("" if info.get("cuda_available") else
-                                                      ": torch cannot use it (no GPU visible, or the driver is too old)")))
+        out.append(
+            Item(
+                "CUDA runtime",
+                "pass" if info.get("cuda_available") else "fail",
+                f"CUDA {info.get('cuda')}"
+                + (
+                    ""
+                    if info.get("cuda_available")
+                    else ": torch cannot use it (no GPU visible, or the driver is too old)"
+                ),
+            )
+        )
     else:
         out.append(Item("CUDA runtime", miss, f"none: torch is a {build} build"))
     if info.get("driver"):
         out.append(Item("driver", "pass", f"NVIDIA driver {info['driver']}"))
     else:
-        out.append(Item("driver", miss if not has_gpu else "fail",
-                        f"not found ({info.get('nvml_error') or 'NVML unavailable'})"))
+        out.append(
+            Item(
+                "driver", miss if not has_gpu else "fail", f"not found ({info.get('nvml_error') or 'NVML unavailable'})"
+            )
+        )
     if gpus:
         for g in gpus:
-            out.append(Item(f"GPU {g.get('index')}", "pass",
-                            f"{g.get('name')}, {int(g.get('total') or 0) / 2**20:,.0f} MiB, compute capability "
-                            f"{g.get('capability')}"))
+            out.append(
+                Item(
+                    f"GPU {g.get('index')}",
+                    "pass",
+                    f"{g.get('name')}, {int(g.get('total') or 0) / 2**20:,.0f} MiB, compute capability "
+                    f"{g.get('capability')}",
+                )
+            )
     else:
         out.append(Item("GPUs", miss, "none visible"))
     for k in info.get("kernels") or []:
         ok = k.get("fp32") and "error" not in k
-        out.append(Item(f"GPU {k.get('index')} kernel", "pass" if ok else "fail",
-                        "a matmul ran" if ok else f"a matmul failed: {k.get('error', 'wrong result')}"))
+        out.append(
+            Item(
+                f"GPU {k.get('index')} kernel",
+                "pass" if ok else "fail",
+                "a matmul ran" if ok else f"a matmul failed: {k.get('error', 'wrong result')}",
+            )
+        )
     if not has_gpu:
         out.append(Item("bf16", miss if needs.bf16 else "n/a", "not applicable without a GPU"))
     else:
         sup = bool(info.get("bf16"))
         ran = all(k.get("bf16", True) for k in info.get("kernels") or [])
         ok = sup and ran
-        out.append(Item("bf16", "pass" if ok else ("fail" if needs.bf16 else "absent"),
-                        ("supported, a bf16 matmul ran" if ok else "not supported on this GPU")
-                        + (" (the campaign trains in bf16)" if needs.bf16 else "")))
+        out.append(
+            Item(
+                "bf16",
+                "pass" if ok else ("fail" if needs.bf16 else "absent"),
+                ("supported, a bf16 matmul ran" if ok else "not supported on this GPU")
+                + (" (the campaign trains in bf16)" if needs.bf16 else ""),
+            )
+        )
     nccl = bool(info.get("nccl"))
-    out.append(Item("NCCL", "pass" if nccl else ("fail" if needs.nccl and needs.gpu else ("absent" if has_gpu else "n/a")),
-                    ("available" if nccl else "not available") +
-                    (" (the campaign uses several GPUs per run)" if needs.nccl else "")
-                    + ("" if nccl or has_gpu else ": no GPU; gloo " + ("available" if info.get("gloo") else "missing"))))
+    out.append(
+        Item(
+            "NCCL",
+            "pass" if nccl else ("fail" if needs.nccl and needs.gpu else ("absent" if has_gpu else "n/a")),
+            ("available" if nccl else "not available")
+            + (" (the campaign uses several GPUs per run)" if needs.nccl else "")
+            + ("" if nccl or has_gpu else ": no GPU; gloo " + ("available" if info.get("gloo") else "missing")),
+        )
+    )
     for e in info.get("extensions", []):
         out.append(_ext(e))
     return out
@@ -138,13 +173,18 @@ def verdict(info: dict[str, Any], its: list[Item], needs: Needs) -> tuple[bool, 
     if info.get("torch_error"):
         return False, "FAIL: torch cannot be used on this machine: fix the install before any pilot."
     if not has_gpu and needs.gpu:
-        why = (f"torch {info.get('torch')} is a {info.get('build')} build" if info.get("build") != "cuda"
-               else "torch is a CUDA build but sees no GPU")
+        why = (
+            f"torch {info.get('torch')} is a {info.get('build')} build"
+            if info.get("build") != "cuda"
+            else "torch is a CUDA build but sees no GPU"
+        )
         ext_fail = [i.name for i in failed if i.name.startswith("import ")]
         more = f" Also failed: {', '.join(ext_fail)}." if ext_fail else ""
-        return False, (f"NO GPU on this machine ({why}; driver: {info.get('nvml_error') or 'not found'}). "
-                       "Pilots run here on the CPU with GPU counters recorded as absent; this machine cannot be "
-                       f"recommended for a GPU rental.{more}")
+        return False, (
+            f"NO GPU on this machine ({why}; driver: {info.get('nvml_error') or 'not found'}). "
+            "Pilots run here on the CPU with GPU counters recorded as absent; this machine cannot be "
+            f"recommended for a GPU rental.{more}"
+        )
     if failed:
         return False, f"FAIL: {', '.join(i.name for i in failed)}. A machine is recommended only once its stack passes."
     where = f"{len(info.get('gpus') or [])} x {(info.get('gpus') or [{}])[0].get('name')}" if has_gpu else "the CPU"
@@ -152,8 +192,12 @@ def verdict(info: dict[str, Any], its: list[Item], needs: Needs) -> tuple[bool, 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("campaign", nargs="?", default=None,
-                   help="campaign folder or campaign.toml: also import its task's extensions, check bf16/NCCL if it needs them")
+    p.add_argument(
+        "campaign",
+        nargs="?",
+        default=None,
+        help="campaign folder or campaign.toml: also import its task's extensions, check bf16/NCCL if it needs them",
+    )
     p.add_argument("--json", action="store_true", help="print the items and the raw stack as JSON")
 
 
@@ -163,8 +207,11 @@ def run(args: argparse.Namespace) -> int:
     its = items(info, needs)
     ok, line = verdict(info, its, needs)
     if args.json:
-        print(json.dumps({"ok": ok, "verdict": line, "items": [i.__dict__ for i in its], "stack": info},
-                         indent=2, default=str))
+        print(
+            json.dumps(
+                {"ok": ok, "verdict": line, "items": [i.__dict__ for i in its], "stack": info}, indent=2, default=str
+            )
+        )
         return 0 if ok else 1
     mark = {"pass": "PASS", "fail": "FAIL", "absent": "absent", "n/a": "n/a"}
     width = max(len(i.name) for i in its)

@@ -68,5 +68,7 @@ def verify_manifest(out_dir: Path) -> dict[str, Any]:
     for name, info in manifest.get("files", {}).items():
         got = sha256(out_dir / name)
         if got != info["sha256"]:
-            raise UnsafeArtifact(f"{out_dir / name}: SHA-256 {got[:12]}… does not match the manifest's {info['sha256'][:12]}…")
+            raise UnsafeArtifact(
+                f"{out_dir / name}: SHA-256 {got[:12]}… does not match the manifest's {info['sha256'][:12]}…"
+            )
     return manifest

@@ -45,8 +45,9 @@ def _peak(tr: Trainer) -> int:
     return int(psutil.Process().memory_info().rss)
 
 
-def resume_with(task: Task, params: dict[str, Any], seed: int, rdir: Path, device: torch.device,
-                pilot: dict[str, Any]) -> dict[str, Any]:
+def resume_with(
+    task: Task, params: dict[str, Any], seed: int, rdir: Path, device: torch.device, pilot: dict[str, Any]
+) -> dict[str, Any]:
     tr = _trainer(task, params, seed, device)
     tr.load_state_dict(ck.safe_load(Path(rdir) / runs.CHECKPOINT, map_location=tr.device))
     out: dict[str, Any] = {
@@ -61,8 +62,9 @@ def resume_with(task: Task, params: dict[str, Any], seed: int, rdir: Path, devic
     return out
 
 
-def replay_with(task: Task, params: dict[str, Any], seed: int, rdir: Path, device: torch.device,
-                pilot: dict[str, Any]) -> dict[str, Any]:
+def replay_with(
+    task: Task, params: dict[str, Any], seed: int, rdir: Path, device: torch.device, pilot: dict[str, Any]
+) -> dict[str, Any]:
     adir = Path(rdir) / runs.ARTIFACT_DIR
     manifest = ck.verify_manifest(adir)
     tr = _trainer(task, params, seed, device)
@@ -77,8 +79,11 @@ def replay_with(task: Task, params: dict[str, Any], seed: int, rdir: Path, devic
     else:
         equal = same_pred and abs(a - b) <= 1e-5 * max(1.0, abs(b))
         how = "predictions identical, loss within 1e-5"
-    detail = (f"{len(manifest['controls'])} control inputs, {how}: loss {a:.6f} vs {b:.6f}" if equal else
-              f"replayed loss {a:.6f} vs recorded {b:.6f}; predictions {'equal' if same_pred else 'differ'}")
+    detail = (
+        f"{len(manifest['controls'])} control inputs, {how}: loss {a:.6f} vs {b:.6f}"
+        if equal
+        else f"replayed loss {a:.6f} vs recorded {b:.6f}; predictions {'equal' if same_pred else 'differ'}"
+    )
     return {"pid": os.getpid(), "safe": True, "equal": equal, "detail": detail}
 
 
@@ -88,8 +93,14 @@ def main(argv: list[str]) -> int:
     params = dict(frozen["params"])
     task = load_task(frozen["task"]["entry"], rdir.parent.parent)
     fn = {"resume": resume_with, "replay": replay_with}[what]
-    result = fn(task, params, int(frozen["run"]["seed"]), rdir, resolve_device(params.get("device")),
-                dict(frozen.get("pilot", {})))
+    result = fn(
+        task,
+        params,
+        int(frozen["run"]["seed"]),
+        rdir,
+        resolve_device(params.get("device")),
+        dict(frozen.get("pilot", {})),
+    )
     rank = int(os.environ.get("RANK", "0"))
     name = f"{what}.json" if rank == 0 else f"{what}.rank{rank}.json"
     fsutil.write_text(rdir / name, json.dumps(result))

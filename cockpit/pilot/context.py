@@ -61,13 +61,30 @@ class Context:
         device = resolve_device(params.get("device"))
         if device.type == "cuda" and world > 1:
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        return cls(params=params, seed=int(frozen["run"]["seed"]), device=device, rdir=Path(rdir),
-                   emit=writer.emit, meter=Meter(device, emit=writer.emit), pilot_cfg=dict(frozen.get("pilot", {})),
-                   frozen=frozen, rank=rank, world=world)
+        return cls(
+            params=params,
+            seed=int(frozen["run"]["seed"]),
+            device=device,
+            rdir=Path(rdir),
+            emit=writer.emit,
+            meter=Meter(device, emit=writer.emit),
+            pilot_cfg=dict(frozen.get("pilot", {})),
+            frozen=frozen,
+            rank=rank,
+            world=world,
+        )
 
     @classmethod
-    def in_memory(cls, task: Task, params: dict[str, Any], *, seed: int = 0, rdir: Path | None = None,
-                  pilot: dict[str, Any] | None = None, events: list[dict[str, Any]] | None = None) -> Context:
+    def in_memory(
+        cls,
+        task: Task,
+        params: dict[str, Any],
+        *,
+        seed: int = 0,
+        rdir: Path | None = None,
+        pilot: dict[str, Any] | None = None,
+        events: list[dict[str, Any]] | None = None,
+    ) -> Context:
         """A context around a task object, for running one phase in this process (tests)."""
         sink = events if events is not None else []
 
@@ -78,9 +95,17 @@ class Context:
 
         device = resolve_device(params.get("device", "cpu"))
         folder = Path(rdir) if rdir is not None else Path(tempfile.mkdtemp(prefix="cockpit-phase-"))
-        ctx = cls(params=dict(params), seed=seed, device=device, rdir=folder, emit=emit,
-                  meter=Meter(device, emit=None), pilot_cfg=dict(pilot or {}), task=task,
-                  frozen={"run": {"id": "r0000", "seed": seed}, "task": {"entry": task.name or "in-memory"}})
+        ctx = cls(
+            params=dict(params),
+            seed=seed,
+            device=device,
+            rdir=folder,
+            emit=emit,
+            meter=Meter(device, emit=None),
+            pilot_cfg=dict(pilot or {}),
+            task=task,
+            frozen={"run": {"id": "r0000", "seed": seed}, "task": {"entry": task.name or "in-memory"}},
+        )
         ctx.spawn = in_process
         return ctx
 
@@ -122,9 +147,16 @@ class Context:
         return out
 
     def step_event(self, out: dict[str, Any], phase: str) -> None:
-        self.emit(ev.STEP, step=out.get("step", self.trainer.step), loss=ev.finite_or_none(out.get("loss")),
-                  lr=out.get("lr"), grad_norm=ev.finite_or_none(out.get("grad_norm")), examples=out.get("examples"),
-                  phase=phase, duration_s=out.get("duration_s"))
+        self.emit(
+            ev.STEP,
+            step=out.get("step", self.trainer.step),
+            loss=ev.finite_or_none(out.get("loss")),
+            lr=out.get("lr"),
+            grad_norm=ev.finite_or_none(out.get("grad_norm")),
+            examples=out.get("examples"),
+            phase=phase,
+            duration_s=out.get("duration_s"),
+        )
 
     def peak(self, phase: str) -> int | None:
         """A measured phase's peak by the one rule (torch peak reserved on a GPU, else peak RSS)."""

@@ -57,17 +57,19 @@ class SplitScan:
     mapping: dict[str, dict[int, list[Any]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
 
 
-
 def collate(task: Task, params: dict[str, Any], examples: list[dict[str, Any]]) -> dict[str, Any]:
     """The task's collate on CPU tensors; a result that is not a dict is the task's error."""
     batch = user("collate", task.collate, examples, params)
     if not isinstance(batch, dict):
-        raise UserCodeError("collate", TypeError(f"must return a dict of tensors and 'ids', got {type(batch).__name__}"))
+        raise UserCodeError(
+            "collate", TypeError(f"must return a dict of tensors and 'ids', got {type(batch).__name__}")
+        )
     return {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in batch.items()}
 
 
-def scan(task: Task, params: dict[str, Any], split: str, data: list[dict[str, Any]], ml: int | None,
-         budget: float) -> SplitScan:
+def scan(
+    task: Task, params: dict[str, Any], split: str, data: list[dict[str, Any]], ml: int | None, budget: float
+) -> SplitScan:
     """Collate the split in chunks as training does and record what each row brings to the loss."""
     s = SplitScan(split, len(data))
     data = data[:SCAN_LIMIT]
@@ -86,11 +88,18 @@ def scan(task: Task, params: dict[str, Any], split: str, data: list[dict[str, An
         got = batch.get("ids")
         if got is None or list(got) != want:
             s.problems["ids"].append(
-                f"{split}[{start}:{start + len(chunk)}]: " + ("no 'ids' in the batch" if got is None
-                                                            else f"ids {ids_text(list(got), 3)} for examples {ids_text(want, 3)}"))
+                f"{split}[{start}:{start + len(chunk)}]: "
+                + (
+                    "no 'ids' in the batch"
+                    if got is None
+                    else f"ids {ids_text(list(got), 3)} for examples {ids_text(want, 3)}"
+                )
+            )
         lab = batch.get(task.label_key)
         if not torch.is_tensor(lab):
-            s.problems["targets"].append(f"batch[{task.label_key!r}] is {'missing' if lab is None else type(lab).__name__}")
+            s.problems["targets"].append(
+                f"batch[{task.label_key!r}] is {'missing' if lab is None else type(lab).__name__}"
+            )
             break
         if lab.dim() == 0 or lab.shape[0] != len(chunk):
             s.problems["rows"].append(f"{split}[{start}:]: {tuple(lab.shape)} targets for {len(chunk)} examples")
@@ -99,8 +108,10 @@ def scan(task: Task, params: dict[str, Any], split: str, data: list[dict[str, An
         mask = batch.get(task.mask_key)
         inp = inp if torch.is_tensor(inp) and inp.dim() >= 1 and inp.shape[0] == len(chunk) else None
         if mask is not None and (not torch.is_tensor(mask) or inp is None or tuple(mask.shape) != tuple(inp.shape)):
-            s.problems["mask"].append(f"{task.mask_key} {tuple(mask.shape) if torch.is_tensor(mask) else type(mask).__name__}"
-                                      f" vs inputs {tuple(inp.shape) if inp is not None else 'missing'}")
+            s.problems["mask"].append(
+                f"{task.mask_key} {tuple(mask.shape) if torch.is_tensor(mask) else type(mask).__name__}"
+                f" vs inputs {tuple(inp.shape) if inp is not None else 'missing'}"
+            )
             mask = None
         sup = rows(lab != ign)
         n_sup = sup.sum(1).tolist()
@@ -132,8 +143,10 @@ def scan(task: Task, params: dict[str, Any], split: str, data: list[dict[str, An
                     if n:
                         s.problems["instruction"].append(f"{e['id']} ({int(n)} positions)")
             elif task.loss_mask_key:
-                s.problems["loss_mask"].append(f"batch[{task.loss_mask_key!r}] is "
-                                               f"{tuple(lm.shape) if torch.is_tensor(lm) else 'missing'}, labels {tuple(lab.shape)}")
+                s.problems["loss_mask"].append(
+                    f"batch[{task.loss_mask_key!r}] is "
+                    f"{tuple(lm.shape) if torch.is_tensor(lm) else 'missing'}, labels {tuple(lab.shape)}"
+                )
             att = rows(mask != 0) if mask is not None else torch.ones_like(rows(lab), dtype=torch.bool)
             # an instruction that is input only leaves attended positions that do not count
             masked_in = rows(lab == ign).logical_and(att).sum(1).tolist()
@@ -160,7 +173,9 @@ def scan(task: Task, params: dict[str, Any], split: str, data: list[dict[str, An
             bad = rows((lab != ign) & ((lab < 0) | (lab >= vocab))).any(1).tolist()
             for e, b, row in zip(chunk, bad, rows(lab).tolist(), strict=True):
                 if b:
-                    s.problems["range"].append(f"{e['id']} (label {next(x for x in row if x != ign and not 0 <= x < vocab)})")
+                    s.problems["range"].append(
+                        f"{e['id']} (label {next(x for x in row if x != ign and not 0 <= x < vocab)})"
+                    )
             if inp is not None:
                 bad_in = rows((inp < 0) | (inp >= vocab)).any(1).tolist()
                 for e, b in zip(chunk, bad_in, strict=True):
@@ -185,8 +200,9 @@ def _input_hashes(task: Task, inp: torch.Tensor, mask: torch.Tensor | None, lab:
     return [hash(tuple(x for x, k in zip(r, kr, strict=True) if k)) for r, kr in zip(tokens, keep, strict=True)]
 
 
-def _truncation(task: Task, params: dict[str, Any], s: SplitScan, chunk: list[dict[str, Any]], n_sup: list[int],
-                ml: int) -> None:
+def _truncation(
+    task: Task, params: dict[str, Any], s: SplitScan, chunk: list[dict[str, Any]], n_sup: list[int], ml: int
+) -> None:
     if task.length is not None:
         lens = [int(user("length", task.length, e)) for e in chunk]
         idx = [i for i, n in enumerate(lens) if n > ml]
@@ -220,4 +236,3 @@ def _truncation(task: Task, params: dict[str, Any], s: SplitScan, chunk: list[di
                 s.longer.append(chunk[i]["id"])
             if u > n_sup[i]:
                 s.lost.append(chunk[i]["id"])
-

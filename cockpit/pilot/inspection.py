@@ -49,7 +49,10 @@ def rows_as_seen(ctx: Context, examples: list[dict[str, Any]], split: str) -> li
                 dec = task.decode(batch, r)
                 text = [[str(t), bool(sup)] for t, sup in dec] if isinstance(dec, (list, tuple)) else str(dec)
             except Exception as exc:  # noqa: BLE001 - a broken decoder is reported, not fatal
-                print(f"--- exception in the task's decode() while inspecting ---\n{traceback.format_exc()}", file=sys.stderr)
+                print(
+                    f"--- exception in the task's decode() while inspecting ---\n{traceback.format_exc()}",
+                    file=sys.stderr,
+                )
                 text = f"(decode raised {type(exc).__name__}: {exc})"
         lab = batch.get(task.label_key)
         target: Any = None
@@ -62,7 +65,9 @@ def rows_as_seen(ctx: Context, examples: list[dict[str, Any]], split: str) -> li
             target = "".join(t for t, sup in text if sup)
         elif torch.is_tensor(lab):
             target = [x for x in rows(lab)[r].tolist() if x != task.ignore_index]
-        out.append({"split": split, "id": ex.get("id"), "row": row, "text": text, "target": target, "label_name": label_name})
+        out.append(
+            {"split": split, "id": ex.get("id"), "row": row, "text": text, "target": target, "label_name": label_name}
+        )
     return out
 
 
@@ -78,8 +83,10 @@ def write(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
     if task.kind == "classification":
         names = task.label_names
         doc["class_counts"] = {
-            n: {(names[t] if names and 0 <= t < len(names) else str(t)): c
-                for t, c in sorted(Counter(x for x in s.targets if x is not None).items())}
+            n: {
+                (names[t] if names and 0 <= t < len(names) else str(t)): c
+                for t, c in sorted(Counter(x for x in s.targets if x is not None).items())
+            }
             for n, s in scans.items()
         }
         doc["label_names"] = list(names) if names else None
@@ -88,4 +95,3 @@ def write(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
     g.extra["inspect"] = {"file": runs.INSPECT_FILE, "examples": len(examples)}
     if doc.get("class_counts"):
         g.extra["class_counts"] = doc["class_counts"]
-

@@ -22,7 +22,8 @@ from . import dist as dist_
 from .context import Context
 from .gate import Gate, Phase
 from .phases import PHASES
-from .process import RunProcess, Stopped, outcome_of, user_frame
+from .process import RunProcess, outcome_of, user_frame
+from .signals import Stopped
 from .trainer import NonFinite, UserCodeError, is_oom
 
 
@@ -80,10 +81,13 @@ def _failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> PhaseEnd
     if isinstance(exc, UserCodeError):
         outcome = outcome_of(exc, at)  # prints the task's traceback to output.log
         g.fail("task code", f"{exc.where}() raised {type(exc.exc).__name__}: {exc.exc}")
-        g.message = (f"the task's {exc.where}() raised {type(exc.exc).__name__}: {exc.exc} ({user_frame(exc.exc)}); "
-                     "full traceback in output.log")
-        return PhaseEnded(ev.Outcome.of(ev.Status.ERROR, f"{exc.where}() raised {type(exc.exc).__name__} {at}",
-                                        outcome.code))
+        g.message = (
+            f"the task's {exc.where}() raised {type(exc.exc).__name__}: {exc.exc} ({user_frame(exc.exc)}); "
+            "full traceback in output.log"
+        )
+        return PhaseEnded(
+            ev.Outcome.of(ev.Status.ERROR, f"{exc.where}() raised {type(exc.exc).__name__} {at}", outcome.code)
+        )
     if ctx.dist and dist_.is_timeout(exc):
         who = dist_.lagging(ctx.rdir, ctx.world, ctx.rank)
         lost = "closed by peer" in str(exc)
@@ -91,8 +95,14 @@ def _failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> PhaseEnd
         g.fail("ranks in step", f"collective {what}: {who}")
         g.message = f"rank {ctx.rank}: a collective in {name} {what}: {who}"
         g.remedy = "find why that rank stopped (its log in output.log); raise COCKPIT_COLLECTIVE_TIMEOUT_S only if it is just slow"
-        return PhaseEnded(ev.Outcome.of(ev.Status.ERROR, f"{who} ({'peer lost' if lost else 'collective timeout'} {at})",
-                                        ev.ExitCode.RANK_FAILED), collective_broken=True)
+        return PhaseEnded(
+            ev.Outcome.of(
+                ev.Status.ERROR,
+                f"{who} ({'peer lost' if lost else 'collective timeout'} {at})",
+                ev.ExitCode.RANK_FAILED,
+            ),
+            collective_broken=True,
+        )
     if is_oom(exc):
         outcome_of(exc, at)  # frees the allocator's cache
         g.fail("memory", f"out of memory: {str(exc).splitlines()[0][:300]}")
@@ -105,8 +115,10 @@ def _failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> PhaseEnd
     return PhaseEnded(ev.Outcome.of(ev.Status.ERROR, f"internal error {at}", outcome.code))
 
 
-PHASES_REMEDY_OOM = ("the longest batch does not fit: lower the microbatch and raise accumulation, "
-                     "enable activation checkpointing or bf16, or shorten max_length (and check what that truncates)")
+PHASES_REMEDY_OOM = (
+    "the longest batch does not fit: lower the microbatch and raise accumulation, "
+    "enable activation checkpointing or bf16, or shorten max_length (and check what that truncates)"
+)
 
 
 def run_phase(ctx: Context, phase: Phase) -> tuple[Gate, PhaseEnded | None]:
@@ -135,13 +147,29 @@ def run_phase(ctx: Context, phase: Phase) -> tuple[Gate, PhaseEnded | None]:
         g.remedy = phase.remedy
     if verdict == ev.Verdict.FAIL and not g.message:
         g.message = "; ".join(f"{c['name']}: {c['detail']}" for c in g.failures())
-    ctx.emit(ev.GATE, phase=name, verdict=verdict.value, checks=g.checks, inputs=g.inputs,
-             remedy=g.remedy if verdict in (ev.Verdict.FAIL, ev.Verdict.WARN) else "",
-             message=g.message, duration_s=duration, mem=mem, **g.extra)
+    ctx.emit(
+        ev.GATE,
+        phase=name,
+        verdict=verdict.value,
+        checks=g.checks,
+        inputs=g.inputs,
+        remedy=g.remedy if verdict in (ev.Verdict.FAIL, ev.Verdict.WARN) else "",
+        message=g.message,
+        duration_s=duration,
+        mem=mem,
+        **g.extra,
+    )
     peak = runs.mem_peak(mem)[0]
-    level = "info" if verdict in (ev.Verdict.PASS, ev.Verdict.SKIPPED) else ("warning" if verdict == ev.Verdict.WARN else "error")
-    ctx.log(f"{name}: {verdict.value} in {duration:.2f} s, peak {_mib(peak)}"
-            + (f" — {g.message}" if g.message and verdict != ev.Verdict.PASS else ""), level)
+    level = (
+        "info"
+        if verdict in (ev.Verdict.PASS, ev.Verdict.SKIPPED)
+        else ("warning" if verdict == ev.Verdict.WARN else "error")
+    )
+    ctx.log(
+        f"{name}: {verdict.value} in {duration:.2f} s, peak {_mib(peak)}"
+        + (f" — {g.message}" if g.message and verdict != ev.Verdict.PASS else ""),
+        level,
+    )
     return g, ended
 
 
@@ -178,9 +206,18 @@ class PilotRun(RunProcess):
 
     def __init__(self, rdir: Path, writer: ev.EventWriter, rank: int = 0, world: int = 1):
         super().__init__(rdir, writer, rank, world)
-        self.ctx = Context(params=self.params, seed=self.seed, device=self.device, rdir=self.rdir, emit=self.emit,
-                           meter=self.meter, pilot_cfg=dict(self.frozen.get("pilot", {})), frozen=self.frozen,
-                           rank=rank, world=world)
+        self.ctx = Context(
+            params=self.params,
+            seed=self.seed,
+            device=self.device,
+            rdir=self.rdir,
+            emit=self.emit,
+            meter=self.meter,
+            pilot_cfg=dict(self.frozen.get("pilot", {})),
+            frozen=self.frozen,
+            rank=rank,
+            world=world,
+        )
 
     def start_fields(self) -> dict[str, Any]:
         return {"phases": [p.name for p in PHASES]}

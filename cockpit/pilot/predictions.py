@@ -66,8 +66,10 @@ def predict_pass(tr: Trainer) -> tuple[dict[str, float], list[dict[str, Any]]]:
             metrics["exact_match"] = exact / max(n_rows, 1)
     return metrics, rows
 
-def _rows(task: Task, batch: dict[str, Any], ids: list[Any], pred: torch.Tensor, lab: torch.Tensor,
-          counts: torch.Tensor) -> list[dict[str, Any]]:
+
+def _rows(
+    task: Task, batch: dict[str, Any], ids: list[Any], pred: torch.Tensor, lab: torch.Tensor, counts: torch.Tensor
+) -> list[dict[str, Any]]:
     out = []
     names = task.label_names
     swapped = _predicted_batch(task, batch, pred, lab, counts) if task.decode is not None and lab.dim() == 2 else None
@@ -77,9 +79,14 @@ def _rows(task: Task, batch: dict[str, Any], ids: list[Any], pred: torch.Tensor,
         t_ids = lab[r][m].tolist() if lab.dim() > 1 else [int(lab[r])] if bool(m) else []
         p_ids = pred[r][m].tolist() if lab.dim() > 1 else [int(pred[r])] if bool(m) else []
         n_ok = sum(1 for a, b in zip(t_ids, p_ids, strict=True) if a == b)
-        row: dict[str, Any] = {"id": x, "n_targets": len(t_ids), "n_correct": n_ok,
-                               "correct": bool(t_ids) and n_ok == len(t_ids),
-                               "target_ids": t_ids, "predicted_ids": p_ids}
+        row: dict[str, Any] = {
+            "id": x,
+            "n_targets": len(t_ids),
+            "n_correct": n_ok,
+            "correct": bool(t_ids) and n_ok == len(t_ids),
+            "target_ids": t_ids,
+            "predicted_ids": p_ids,
+        }
         if names and lab.dim() == 1 and t_ids:
             row["target"] = names[t_ids[0]] if 0 <= t_ids[0] < len(names) else t_ids[0]
             row["prediction"] = names[p_ids[0]] if 0 <= p_ids[0] < len(names) else p_ids[0]
@@ -88,8 +95,10 @@ def _rows(task: Task, batch: dict[str, Any], ids: list[Any], pred: torch.Tensor,
         out.append(row)
     return out
 
-def _predicted_batch(task: Task, batch: dict[str, Any], pred: torch.Tensor, lab: torch.Tensor,
-                     counts: torch.Tensor) -> dict[str, Any] | None:
+
+def _predicted_batch(
+    task: Task, batch: dict[str, Any], pred: torch.Tensor, lab: torch.Tensor, counts: torch.Tensor
+) -> dict[str, Any] | None:
     """The batch with predictions in place of the targets, when the batch follows the causal
     convention (each counted target is the next input token), so ``decode`` renders predictions.
     Rows that do not follow it are left out (None)."""
@@ -116,6 +125,7 @@ def _predicted_batch(task: Task, batch: dict[str, Any], pred: torch.Tensor, lab:
     swapped[task.label_key] = new_lab
     swapped["_rows_ok"] = follows.tolist()
     return swapped
+
 
 def _decoded(task: Task, batch: dict[str, Any], r: int, swapped: dict[str, Any] | None) -> dict[str, Any]:
     try:

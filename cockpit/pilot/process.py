@@ -11,7 +11,6 @@ task's code, an error in Cockpit). The row in the notebook is then written by
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 import traceback
@@ -23,20 +22,9 @@ import torch
 from .. import events as ev
 from .. import runs
 from .meter import Meter, stack_info
+from .signals import Stopped
 from .task import TaskError
 from .trainer import NonFinite, UserCodeError, is_collective_failure, is_oom, resolve_device
-
-
-class Stopped(BaseException):
-    """Raised in the main thread by SIGTERM or SIGINT; a BaseException so no handler of user errors swallows it."""
-
-
-def install_signal_handlers() -> None:
-    def handler(signum: int, frame: Any) -> None:
-        raise Stopped(signal.Signals(signum).name)
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
 
 
 def user_frame(exc: BaseException) -> str:
@@ -59,8 +47,9 @@ def outcome_of(exc: BaseException, at: str) -> ev.Outcome:
     if isinstance(exc, UserCodeError):
         tb = "".join(traceback.format_exception(exc.exc))
         print(f"--- exception in the task's {exc.where}() {at} ---\n{tb}", file=sys.stderr, flush=True)
-        return ev.Outcome.of(ev.Status.ERROR, f"{exc.where}() raised {type(exc.exc).__name__}: {exc.exc} {at} "
-                                              f"({user_frame(exc.exc)})")
+        return ev.Outcome.of(
+            ev.Status.ERROR, f"{exc.where}() raised {type(exc.exc).__name__}: {exc.exc} {at} ({user_frame(exc.exc)})"
+        )
     if isinstance(exc, TaskError):
         return ev.Outcome.of(ev.Status.ERROR, f"task: {exc}", ev.ExitCode.USAGE)
     if is_oom(exc):
@@ -69,11 +58,15 @@ def outcome_of(exc: BaseException, at: str) -> ev.Outcome:
         first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         return ev.Outcome.of(ev.Status.OOM, f"out of memory {at}: {first}")
     if is_collective_failure(exc):
-        return ev.Outcome.of(ev.Status.ERROR, f"a collective failed {at}: {str(exc).splitlines()[0][:200]}",
-                             ev.ExitCode.RANK_FAILED)
+        return ev.Outcome.of(
+            ev.Status.ERROR, f"a collective failed {at}: {str(exc).splitlines()[0][:200]}", ev.ExitCode.RANK_FAILED
+        )
     print(f"--- internal error {at} ---\n{''.join(traceback.format_exception(exc))}", file=sys.stderr, flush=True)
-    return ev.Outcome.of(ev.Status.ERROR, f"internal error {at}: {type(exc).__name__}: {exc} "
-                                          "(a bug in Cockpit; traceback in output.log)", ev.ExitCode.INTERNAL)
+    return ev.Outcome.of(
+        ev.Status.ERROR,
+        f"internal error {at}: {type(exc).__name__}: {exc} (a bug in Cockpit; traceback in output.log)",
+        ev.ExitCode.INTERNAL,
+    )
 
 
 class RunProcess:
@@ -128,10 +121,20 @@ class RunProcess:
     # ---- the skeleton
 
     def run(self) -> int:
-        self.emit(ev.RUN_START, run_id=self.frozen["run"]["id"], campaign=self.frozen["run"].get("campaign"),
-                  variant=self.variant, seed=self.seed, run_kind=self.kind,
-                  follows=self.frozen["run"].get("follows", ""), pid=os.getpid(), params=self.params,
-                  stack=stack_info(self.device, self.meter.nvml), world=self.world, **self.start_fields())
+        self.emit(
+            ev.RUN_START,
+            run_id=self.frozen["run"]["id"],
+            campaign=self.frozen["run"].get("campaign"),
+            variant=self.variant,
+            seed=self.seed,
+            run_kind=self.kind,
+            follows=self.frozen["run"].get("follows", ""),
+            pid=os.getpid(),
+            params=self.params,
+            stack=stack_info(self.device, self.meter.nvml),
+            world=self.world,
+            **self.start_fields(),
+        )
         self.meter.start_sampler()
         try:
             outcome = self.body()
@@ -141,48 +144,14 @@ class RunProcess:
             self.meter.stop_sampler()
         outcome = self.finish(outcome)
         extra = self.end_fields(outcome)
-        self.emit(ev.RUN_END, status=outcome.status.value, stop_reason=outcome.reason, phase=self.current_phase(),
-                  message=outcome.reason, exit_code=int(outcome.code), duration_s=time.time() - self.t0, **extra)
+        self.emit(
+            ev.RUN_END,
+            status=outcome.status.value,
+            stop_reason=outcome.reason,
+            phase=self.current_phase(),
+            message=outcome.reason,
+            exit_code=int(outcome.code),
+            duration_s=time.time() - self.t0,
+            **extra,
+        )
         return int(outcome.code)
-
-
-def main(rdir: Path, rank: int, world: int) -> int:
-    """Run the process of a run folder (pilot or training, by its run.toml); record its row at the end."""
-    kind = runs.read_run_toml(rdir)["run"].get("kind", "pilot")
-    install_signal_handlers()
-    # Every rank appends whole lines to the same file (one write per event, O_APPEND).
-    path = rdir / ev.EVENTS_FILE
-    writer = ev.EventWriter(path, rank=rank if world > 1 else None)
-    try:
-        if world > 1:
-            from . import dist
-
-            dist.init()
-        proc: RunProcess
-        if kind == "pilot":
-            from .pilot import PilotRun
-
-            proc = PilotRun(rdir, writer, rank, world)
-        else:
-            from .training import TrainingRun
-
-            proc = TrainingRun(rdir, writer, rank, world)
-        code = proc.run()
-    except BaseException as exc:  # noqa: BLE001 - record the outcome before dying, whatever it is
-        outcome = outcome_of(exc, "before the run started" if not path.exists() else "outside any phase")
-        code = int(outcome.code)
-        writer.emit(ev.RUN_END, status=outcome.status.value, stop_reason=outcome.reason,
-                    phase=ev.last_phase(ev.read_events(path)), message=str(exc), exit_code=code)
-    finally:
-        writer.close()
-        if world > 1:
-            import torch.distributed
-
-            if torch.distributed.is_initialized():
-                torch.distributed.destroy_process_group()
-    if rank == 0:
-        try:
-            runs.settle_run(rdir.parent.parent, rdir)
-        except Exception as exc:  # noqa: BLE001 - the run's own files stay the source of truth
-            print(f"[warn] could not update the notebook's run row: {exc}", file=sys.stderr)
-    return code

@@ -219,14 +219,20 @@ class Trainer:
         lr = float(self.params["lr"])
         wd = float(self.params.get("weight_decay") or 0.0)
         if opt == "sgd":
-            self.optimizer = torch.optim.SGD(params, lr=lr, momentum=float(self.params.get("momentum") or 0), weight_decay=wd)
+            self.optimizer = torch.optim.SGD(
+                params, lr=lr, momentum=float(self.params.get("momentum") or 0), weight_decay=wd
+            )
         elif opt == "adam":
             self.optimizer = torch.optim.Adam(params, lr=lr, weight_decay=wd)
         else:
             self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=wd)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer,
-            _schedule(self.params.get("schedule") or "constant", int(self.params.get("warmup_updates") or 0), self.total_updates),
+            _schedule(
+                self.params.get("schedule") or "constant",
+                int(self.params.get("warmup_updates") or 0),
+                self.total_updates,
+            ),
         )
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
@@ -235,7 +241,9 @@ class Trainer:
             self.ddp = DistributedDataParallel(self.model, device_ids=ids)  # broadcasts rank 0's weights
         self.scaler = None
         if self.precision == "fp16":
-            self.scaler = torch.amp.GradScaler(self.device.type, init_scale=float(self.params.get("loss_scale_init") or 2.0**16))
+            self.scaler = torch.amp.GradScaler(
+                self.device.type, init_scale=float(self.params.get("loss_scale_init") or 2.0**16)
+            )
 
     def _trainable_names(self) -> set[str]:
         names = [n for n, _ in self.model.named_parameters()]
@@ -351,7 +359,9 @@ class Trainer:
     def apply(self, check_finite: bool = True) -> dict[str, Any]:
         clip = self.params.get("grad_clip")
         if clip:
-            norm = float(torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.grad is not None], float(clip)))
+            norm = float(
+                torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.grad is not None], float(clip))
+            )
         else:
             norm = self.grad_norm()
         if check_finite and not math.isfinite(norm) and self.scaler is None:

@@ -35,7 +35,8 @@ from .. import arithmetic, fsutil, runs
 from .. import events as ev
 from . import checkpoint as ck
 from .predictions import predict_pass
-from .process import RunProcess, Stopped, outcome_of
+from .process import RunProcess, outcome_of
+from .signals import Stopped
 from .task import Task, load_task
 from .trainer import NonFinite, Trainer
 
@@ -148,8 +149,16 @@ class TrainingRun(RunProcess):
         plan_params["dataset_size"] = self.params.get("dataset_size") or len(splits["train"])
         budget = arithmetic.budget_from(arithmetic.plan_from(plan_params), plan_params)
         self.total = int(budget.updates)
-        self.trainer = Trainer(self.task, self.params, self.seed, self.device, splits=splits,
-                               total_updates=self.total, rank=self.rank, world=self.world)
+        self.trainer = Trainer(
+            self.task,
+            self.params,
+            self.seed,
+            self.device,
+            splits=splits,
+            total_updates=self.total,
+            rank=self.rank,
+            world=self.world,
+        )
         self.trainer.load_data()
         self.trainer.build()
         if self.lead:
@@ -159,7 +168,6 @@ class TrainingRun(RunProcess):
             f"({budget.basis} budget, {arithmetic.plan_from(plan_params).examples_per_update} examples per update) "
             f"on {self.device}; validation every {self.validation.get('every_updates') or 'never'} updates"
         )
-
 
     def _agree(self, *values: float) -> list[float]:
         """Across ranks: the mean of each value, so every rank takes the same stop decision."""
@@ -180,10 +188,17 @@ class TrainingRun(RunProcess):
         wall = self.stop.get("wall_clock_minutes")
         nonfinite = bool(self.stop.get("nonfinite", True))
         self.phase = "train"
-        self.emit(ev.PHASE_START, phase="train", inputs={
-            "updates": self.total, "microbatch": tr.microbatch, "accumulation": tr.accumulation,
-            "precision": tr.precision, "every_updates": every,
-        })
+        self.emit(
+            ev.PHASE_START,
+            phase="train",
+            inputs={
+                "updates": self.total,
+                "microbatch": tr.microbatch,
+                "accumulation": tr.accumulation,
+                "precision": tr.precision,
+                "every_updates": every,
+            },
+        )
         self.train_t0 = time.monotonic()
         while tr.step < self.total:
             if wall and (time.monotonic() - self.train_t0) > float(wall) * 60:
@@ -200,13 +215,27 @@ class TrainingRun(RunProcess):
             self.step_times.append(duration)
             self.examples_seen += int(out["examples"])
             grad_norm = out.get("grad_norm")
-            self.emit(ev.STEP, step=tr.step, loss=ev.finite_or_none(loss), lr=out.get("lr"),
-                      grad_norm=ev.finite_or_none(grad_norm), examples=out["examples"],
-                      duration_s=duration, phase="train")
+            self.emit(
+                ev.STEP,
+                step=tr.step,
+                loss=ev.finite_or_none(loss),
+                lr=out.get("lr"),
+                grad_norm=ev.finite_or_none(grad_norm),
+                examples=out["examples"],
+                duration_s=duration,
+                phase="train",
+            )
             if self.curve is not None:
-                self.curve.row({"step": tr.step, "loss": loss, "lr": out.get("lr"), "grad_norm": grad_norm,
-                                "examples_seen": self.examples_seen,
-                                "elapsed_s": round(time.monotonic() - self.train_t0, 4)})
+                self.curve.row(
+                    {
+                        "step": tr.step,
+                        "loss": loss,
+                        "lr": out.get("lr"),
+                        "grad_norm": grad_norm,
+                        "examples_seen": self.examples_seen,
+                        "elapsed_s": round(time.monotonic() - self.train_t0, 4),
+                    }
+                )
             if self.start_loss is None:
                 self.start_loss = loss
             elif factor and math.isfinite(loss) and loss > float(factor) * self.start_loss:
@@ -218,8 +247,10 @@ class TrainingRun(RunProcess):
                 self.evaluate()
                 if patience and self.since_best >= int(patience):
                     best, at = self.best or (float("nan"), 0)
-                    return (f"patience: validation loss did not improve for {self.since_best} evaluations "
-                            f"(best {best:.4g} at update {at}); stopped after {tr.step} of {self.total} updates")
+                    return (
+                        f"patience: validation loss did not improve for {self.since_best} evaluations "
+                        f"(best {best:.4g} at update {at}); stopped after {tr.step} of {self.total} updates"
+                    )
             self.phase = "train"
         return f"budget reached: {self.total} updates"
 
@@ -239,8 +270,14 @@ class TrainingRun(RunProcess):
         dt = time.perf_counter() - t0
         self.eval_times.append(dt)
         self.last_rows, self.last_rows_step = rows, tr.step
-        self.emit(ev.EVAL, step=tr.step, loss=ev.finite_or_none(loss),
-                  metrics={k: ev.finite_or_none(v) for k, v in metrics.items()}, duration_s=dt, examples=out["n"])
+        self.emit(
+            ev.EVAL,
+            step=tr.step,
+            loss=ev.finite_or_none(loss),
+            metrics={k: ev.finite_or_none(v) for k, v in metrics.items()},
+            duration_s=dt,
+            examples=out["n"],
+        )
         point = {"step": tr.step, "val_loss": loss, **metrics}
         self.evals.append(point)
         if self.lead:
@@ -265,8 +302,9 @@ class TrainingRun(RunProcess):
                     self.evaluate()
                 if self.lead and self.last_rows is not None:
                     self.phase = "predictions"
-                    lines = "".join(json.dumps({"step": self.last_rows_step, **row}, default=str) + "\n"
-                                    for row in self.last_rows)
+                    lines = "".join(
+                        json.dumps({"step": self.last_rows_step, **row}, default=str) + "\n" for row in self.last_rows
+                    )
                     fsutil.write_text(self.rdir / runs.PREDICTIONS_FILE, lines)
             if self.lead:
                 self.phase = "save"
@@ -321,4 +359,3 @@ def _peak_summary(mem: dict[str, Any]) -> dict[str, Any]:
         "rss_peak": (mem or {}).get("rss_peak"),
         "counter": runs.mem_peak(mem)[1] or "not measured",
     }
-

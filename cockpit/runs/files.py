@@ -76,8 +76,11 @@ def run_dirs(campaign_dir: Path | str) -> list[Path]:
     rd = runs_dir(campaign_dir)
     if not rd.is_dir():
         return []
-    found = [p for p in rd.iterdir() if RUN_ID.match(p.name) and p.is_dir() and not p.is_symlink()
-             and (p / RUN_FILE).is_file()]
+    found = [
+        p
+        for p in rd.iterdir()
+        if RUN_ID.match(p.name) and p.is_dir() and not p.is_symlink() and (p / RUN_FILE).is_file()
+    ]
     return sorted(found, key=lambda p: order_key(p.name))
 
 

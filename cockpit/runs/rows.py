@@ -41,7 +41,9 @@ def _next_id(nb: nbm.Notebook, campaign_dir: Path) -> str:
     return f"r{max(n, 0) + 1:04d}"
 
 
-def package_versions(names: tuple[str, ...] = ("torch", "cockpit", "numpy", "nvidia-ml-py", "psutil")) -> dict[str, str]:
+def package_versions(
+    names: tuple[str, ...] = ("torch", "cockpit", "numpy", "nvidia-ml-py", "psutil"),
+) -> dict[str, str]:
     """Installed versions, read from metadata: no import of torch needed."""
     from importlib import metadata
 
@@ -182,8 +184,11 @@ def settle(campaign: Path | str) -> nbm.Notebook:
     """
     path = nbm.find(campaign)
     nb = nbm.load(path)
-    states = {r.id: state(run_dir(path.parent, r.id)) for r in _open(nb.runs)
-              if _valid(r.id) and run_dir(path.parent, r.id).is_dir()}
+    states = {
+        r.id: state(run_dir(path.parent, r.id))
+        for r in _open(nb.runs)
+        if _valid(r.id) and run_dir(path.parent, r.id).is_dir()
+    }
     if not any(st.final for st in states.values()):
         return nb
 

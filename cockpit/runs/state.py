@@ -97,14 +97,23 @@ def _rank_end(evs: list[dict[str, Any]], world: int, alive: bool) -> tuple[str, 
     missing = [r for r in range(world) if r not in ends]
     if missing and alive:
         return ev.Status.RUNNING.value, "", ev.last_phase(evs), None
-    bad = [f"rank {r}: {e.get('stop_reason', '')}" for r, e in sorted(ends.items())
-           if e.get("status") not in ("passed", "completed")]
+    bad = [
+        f"rank {r}: {e.get('stop_reason', '')}"
+        for r, e in sorted(ends.items())
+        if e.get("status") not in ("passed", "completed")
+    ]
     if missing:
-        lost = [f"rank {r} ended without a final event during phase {ev.last_phase(evs, r) or 'start-up'}" for r in missing]
+        lost = [
+            f"rank {r} ended without a final event during phase {ev.last_phase(evs, r) or 'start-up'}" for r in missing
+        ]
         reason = "; ".join(lost + bad)
         phase = ev.last_phase(evs, missing[0])
-        end = {"status": ev.Status.CRASHED.value, "stop_reason": reason, "exit_code": int(ev.ExitCode.RANK_FAILED),
-               "phase": phase}
+        end = {
+            "status": ev.Status.CRASHED.value,
+            "stop_reason": reason,
+            "exit_code": int(ev.ExitCode.RANK_FAILED),
+            "phase": phase,
+        }
         return ev.Status.CRASHED.value, reason, phase, end
     worst = min(ends.values(), key=lambda e: _SEVERITY.index(e["status"]) if e.get("status") in _SEVERITY else 0)
     reason = "; ".join(bad) or f"{worst.get('stop_reason', '')} on all {world} ranks"
@@ -124,7 +133,9 @@ def state(rdir: Path | str, evs: list[dict[str, Any]] | None = None) -> RunState
     if world > 1 and start is not None:
         status, reason, ph, end = _rank_end(evs, world, is_alive(rdir))
         phase = ph or phase
-        ended = max((e["t"] for e in ev.iter_kind(evs, ev.RUN_END)), default=evs[-1]["t"]) if status != "running" else None
+        ended = (
+            max((e["t"] for e in ev.iter_kind(evs, ev.RUN_END)), default=evs[-1]["t"]) if status != "running" else None
+        )
         return RunState(rdir.name, rdir, status, phase, reason, start["t"], ended, peak, counter, gates, end)
     if end is not None:
         status = str(end.get("status", ev.Status.ERROR.value))

@@ -25,22 +25,33 @@ from cockpit.pilot.task import Task
 LABEL_NAMES = ["sports", "weather", "music", "food"]
 LABEL_IDS = {name: i for i, name in enumerate(LABEL_NAMES)}
 
+
 def _words(text: str) -> list[str]:
     return text.split()
 
 
 TOPIC_WORDS = {
-    "sports": _words("match goal team score coach league player referee stadium season win defeat striker "
-    "tournament penalty keeper sprint medal race final"),
-    "weather": _words("rain storm cloud wind snow sunny forecast thunder humid frost drizzle breeze fog "
-    "temperature pressure hail degrees mild heatwave cold"),
-    "music": _words("song album guitar drum concert melody chorus band singer piano rhythm tune lyrics "
-    "violin orchestra tempo chord stage record bass"),
-    "food": _words("bread soup recipe cheese oven spice salad pasta dessert kitchen flavour sauce bake "
-    "fruit grill butter pepper dinner chef tomato"),
+    "sports": _words(
+        "match goal team score coach league player referee stadium season win defeat striker "
+        "tournament penalty keeper sprint medal race final"
+    ),
+    "weather": _words(
+        "rain storm cloud wind snow sunny forecast thunder humid frost drizzle breeze fog "
+        "temperature pressure hail degrees mild heatwave cold"
+    ),
+    "music": _words(
+        "song album guitar drum concert melody chorus band singer piano rhythm tune lyrics "
+        "violin orchestra tempo chord stage record bass"
+    ),
+    "food": _words(
+        "bread soup recipe cheese oven spice salad pasta dessert kitchen flavour sauce bake "
+        "fruit grill butter pepper dinner chef tomato"
+    ),
 }
-FILLER = _words("the a this that today yesterday really quite very and but then again new old big small "
-          "good bad long short early late people city week night morning they we it was is")
+FILLER = _words(
+    "the a this that today yesterday really quite very and but then again new old big small "
+    "good bad long short early late people city week night morning they we it was is"
+)
 
 PAD, CLS, UNK = 0, 1, 2
 WORDS = sorted({w for ws in TOPIC_WORDS.values() for w in ws} | set(FILLER))
@@ -70,7 +81,9 @@ def make_split(name: str, n: int, seed: int) -> list[dict[str, Any]]:
                 words.append(rng.choice(FILLER))
         if not any(w in TOPIC_WORDS[label] for w in words):  # every sentence says something about its topic
             words[rng.randrange(len(words))] = rng.choice(TOPIC_WORDS[label])
-        out.append({"id": f"{name}-{i:05d}", "group": f"{name}-src{source:04d}", "text": " ".join(words), "label": label})
+        out.append(
+            {"id": f"{name}-{i:05d}", "group": f"{name}-src{source:04d}", "text": " ".join(words), "label": label}
+        )
     return out
 
 

@@ -150,7 +150,9 @@ def build_model(params: dict[str, Any]) -> nn.Module:
 def loss(model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     logits = model(batch["input_ids"], batch["attention_mask"])
     labels = batch["labels"]
-    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100, reduction="sum")
+    total = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100, reduction="sum"
+    )
     return total, (labels != -100).sum()
 
 

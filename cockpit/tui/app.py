@@ -167,7 +167,7 @@ class CockpitApp(App[None]):
             self.push_screen(DeviceScreen())
 
     def run_kind(self, run_id: str) -> str:
-        """"pilot" or "train": the notebook row says, else the run's frozen run.toml."""
+        """ "pilot" or "train": the notebook row says, else the run's frozen run.toml."""
         from .. import runs
 
         for row in self.notebook.runs:
@@ -230,8 +230,10 @@ class CockpitApp(App[None]):
         from .screens.dialogs import StartSeriesScreen
 
         if self.series is not None and not self.series.done:
-            self.notify(f"a series is running: {self.series_status()}; stop it first (palette: Stop the series)",
-                        severity="warning")
+            self.notify(
+                f"a series is running: {self.series_status()}; stop it first (palette: Stop the series)",
+                severity="warning",
+            )
             return
 
         def chosen(choice: tuple[list[str], list[int], int, int | None] | None) -> None:
@@ -241,7 +243,9 @@ class CockpitApp(App[None]):
         nb = self.notebook
         self.push_screen(StartSeriesScreen(nb, sr.default_variants(nb)), chosen)
 
-    def start_series(self, variants: list[str], seeds: list[int], parallel: int = 1, updates: int | None = None) -> None:
+    def start_series(
+        self, variants: list[str], seeds: list[int], parallel: int = 1, updates: int | None = None
+    ) -> None:
         """Plan it now (errors shown at once), then start and follow it from a timer."""
         from .. import series as sr
         from ..errors import CockpitError
@@ -292,7 +296,9 @@ class CockpitApp(App[None]):
         done = series.done
         if done:
             try:
-                runs.settle(self.notebook_path)  # this app drove the series: it writes the rows of runs killed on the way
+                runs.settle(
+                    self.notebook_path
+                )  # this app drove the series: it writes the rows of runs killed on the way
             except Exception as exc:  # noqa: BLE001
                 error = error or f"settle: {exc}"
         self.call_from_thread(self._series_polled, series, changes, done, error)
@@ -310,8 +316,12 @@ class CockpitApp(App[None]):
             else:
                 st = s.state
                 bad = st is not None and st.status != "completed"
-                self.notify(f"{s.run_id} {st.status if st else '?'}: {st.stop_reason if st else ''}", title="series",
-                            severity="warning" if bad else "information", timeout=10 if bad else 5)
+                self.notify(
+                    f"{s.run_id} {st.status if st else '?'}: {st.stop_reason if st else ''}",
+                    title="series",
+                    severity="warning" if bad else "information",
+                    timeout=10 if bad else 5,
+                )
         if changes or done or error:
             self.reload_notebook()
         if done:
@@ -351,9 +361,13 @@ class CockpitApp(App[None]):
             if yes:
                 self._stop_series()
 
-        self.push_screen(ConfirmScreen(
-            f"Stop the series?\n{len(s.pending)} runs not started are dropped; "
-            f"{', '.join(x.run_id for x in s.active) or 'no run'} get SIGTERM, then SIGKILL after 10 s."), confirmed)
+        self.push_screen(
+            ConfirmScreen(
+                f"Stop the series?\n{len(s.pending)} runs not started are dropped; "
+                f"{', '.join(x.run_id for x in s.active) or 'no run'} get SIGTERM, then SIGKILL after 10 s."
+            ),
+            confirmed,
+        )
 
     @work(thread=True, group="series-stop", exit_on_error=False, description="stop the series")
     def _stop_series(self) -> None:
@@ -372,9 +386,13 @@ class CockpitApp(App[None]):
             if yes:
                 self.exit()
 
-        self.push_screen(ConfirmScreen(
-            f"Quit with {len(s.pending)} series runs not started?\nThey will not start; the runs already running "
-            f"({', '.join(x.run_id for x in s.active) or 'none'}) keep running."), confirmed)
+        self.push_screen(
+            ConfirmScreen(
+                f"Quit with {len(s.pending)} series runs not started?\nThey will not start; the runs already running "
+                f"({', '.join(x.run_id for x in s.active) or 'none'}) keep running."
+            ),
+            confirmed,
+        )
 
     def action_note(self, kind: str = "decision", run_id: str = "") -> None:
         from . import notes

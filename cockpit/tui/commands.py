@@ -26,9 +26,13 @@ class CockpitCommands(Provider):
             ("Help", app.action_help, "keys and what each screen shows"),
         ]
         for row in app.notebook.runs:
-            out.append((f"Open run {row.id}", partial(app.open_run, row.id), f"{row.variant} seed {row.seed}: {row.status}"))
+            out.append(
+                (f"Open run {row.id}", partial(app.open_run, row.id), f"{row.variant} seed {row.seed}: {row.status}")
+            )
             out.append((f"Data of run {row.id}", partial(app.open_data, row.id), "inspected examples"))
-            out.append((f"Set verdict of run {row.id}", partial(app.set_verdict, row.id), row.verdict or "no verdict yet"))
+            out.append(
+                (f"Set verdict of run {row.id}", partial(app.set_verdict, row.id), row.verdict or "no verdict yet")
+            )
         return out
 
     async def discover(self) -> Hits:

@@ -29,11 +29,33 @@ from .. import compare, runs
 from .. import events as ev
 from .. import notebook as nbm
 
-VARIANT_STYLES = ("bright_green", "bright_cyan", "bright_magenta", "yellow", "dodger_blue1", "orange1", "orchid",
-                  "white")
+VARIANT_STYLES = (
+    "bright_green",
+    "bright_cyan",
+    "bright_magenta",
+    "yellow",
+    "dodger_blue1",
+    "orange1",
+    "orchid",
+    "white",
+)
 MARKERS = ("\u25cf", "\u25b2", "\u25a0", "\u25c6", "\u25bc", "\u25cb", "\u25b3", "\u25a1", "\u25c7")
-RUN_STYLES = ("bright_green", "bright_cyan", "bright_magenta", "yellow", "dodger_blue1", "orange1", "orchid",
-              "white", "spring_green1", "light_slate_blue", "gold1", "deep_pink2", "turquoise2", "tan")
+RUN_STYLES = (
+    "bright_green",
+    "bright_cyan",
+    "bright_magenta",
+    "yellow",
+    "dodger_blue1",
+    "orange1",
+    "orchid",
+    "white",
+    "spring_green1",
+    "light_slate_blue",
+    "gold1",
+    "deep_pink2",
+    "turquoise2",
+    "tan",
+)
 
 
 def collect(nb: nbm.Notebook) -> dict[str, Any]:
@@ -136,8 +158,18 @@ def curves(nb: nbm.Notebook, data: dict[str, Any]) -> list[Curve]:
     out: list[Curve] = []
     for r in train:
         style, marker = look[r["id"]]
-        c = Curve(r["id"], r["variant"], int(r["seed"]), r["status"], r["stop_reason"], r["value"], style, marker,
-                  counted=r["id"] in counted, run_style=RUN_STYLES[len(out) % len(RUN_STYLES)])
+        c = Curve(
+            r["id"],
+            r["variant"],
+            int(r["seed"]),
+            r["status"],
+            r["stop_reason"],
+            r["value"],
+            style,
+            marker,
+            counted=r["id"] in counted,
+            run_style=RUN_STYLES[len(out) % len(RUN_STYLES)],
+        )
         for row in rows.get(r["id"], []):
             step, loss = row.get("step"), row.get("loss")
             if _finite(step) and _finite(loss):
@@ -150,8 +182,13 @@ def curves(nb: nbm.Notebook, data: dict[str, Any]) -> list[Curve]:
 
 def default_selection(cs: list[Curve]) -> list[str]:
     """The runs the quality table counts, and every run that ended badly (a diverged run is shown, not hidden)."""
-    bad = {ev.Status.DIVERGED.value, ev.Status.FAILED.value, ev.Status.OOM.value, ev.Status.ERROR.value,
-           ev.Status.CRASHED.value}
+    bad = {
+        ev.Status.DIVERGED.value,
+        ev.Status.FAILED.value,
+        ev.Status.OOM.value,
+        ev.Status.ERROR.value,
+        ev.Status.CRASHED.value,
+    }
     return [c.id for c in cs if c.counted or c.status in bad or c.status == ev.Status.RUNNING.value]
 
 

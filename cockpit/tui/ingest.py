@@ -333,7 +333,9 @@ class RunFeed:
 def eval_words(e: dict[str, Any]) -> str:
     """One validation point in words: update, val_loss and the task's metrics."""
     loss = e.get("loss")
-    out = f"update {e.get('step', '?')}: val_loss " + (f"{loss:.4g}" if isinstance(loss, (int, float)) else "non-finite")
+    out = f"update {e.get('step', '?')}: val_loss " + (
+        f"{loss:.4g}" if isinstance(loss, (int, float)) else "non-finite"
+    )
     for k, v in (e.get("metrics") or {}).items():
         out += f" {k} " + (f"{v:.3g}" if isinstance(v, (int, float)) else "-")
     return out
@@ -357,5 +359,7 @@ def gate_capacity(gate: dict[str, Any] | None) -> float | None:
     """The largest GPU capacity a gate saw (bytes), None without a GPU."""
     if not gate:
         return None
-    totals = [g.get("total") for g in (gate.get("mem") or {}).get("nvml") or [] if isinstance(g, dict) and g.get("total")]
+    totals = [
+        g.get("total") for g in (gate.get("mem") or {}).get("nvml") or [] if isinstance(g, dict) and g.get("total")
+    ]
     return float(max(totals)) if totals else None

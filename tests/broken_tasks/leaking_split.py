@@ -11,8 +11,9 @@ from cockpit.tasks import classifier as c
 
 
 def _by_example(params: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    n_train, n_val, n_test = (int(params.get(k, d)) for k, d in
-                              (("train_examples", 256), ("val_examples", 32), ("test_examples", 32)))
+    n_train, n_val, n_test = (
+        int(params.get(k, d)) for k, d in (("train_examples", 256), ("val_examples", 32), ("test_examples", 32))
+    )
     pool = c.make_split("all", n_train + n_val + n_test, 7)
     random.Random(0).shuffle(pool)  # shuffled by sentence: a source's sentences land in every split
     return {"train": pool[:n_train], "val": pool[n_train : n_train + n_val], "test": pool[n_train + n_val :]}

@@ -35,8 +35,13 @@ def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str,
         lab[i, : len(lb)] = torch.tensor(lb)
         mask[i, : len(r)] = 1
         answer[i, : len(sp)] = torch.tensor(sp)
-    return {"input_ids": ids, "attention_mask": mask, "labels": lab, "loss_mask": answer,
-            "ids": [ex["id"] for ex in examples]}
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "labels": lab,
+        "loss_mask": answer,
+        "ids": [ex["id"] for ex in examples],
+    }
 
 
 task = replace(t.task, collate=collate, name="unmasked_instruction")

@@ -22,8 +22,9 @@ sys.path.insert(0, str(HERE))
 
 FAKE_GPU = DeviceSnapshot(
     gpus=(
-        GpuReading(0, "NVIDIA L4", 1802 * 2**20, 23034 * 2**20, 87, 61.0, 72.0, 58,
-                   (GpuProcess(4242, "python", 1180 * 2**20),)),
+        GpuReading(
+            0, "NVIDIA L4", 1802 * 2**20, 23034 * 2**20, 87, 61.0, 72.0, 58, (GpuProcess(4242, "python", 1180 * 2**20),)
+        ),
     ),
     driver="570.86",
 )
@@ -78,8 +79,13 @@ def launcher() -> Iterator[SleepLauncher]:
 @pytest.fixture
 def make_app(recorded: Path, launcher: SleepLauncher) -> Callable[..., CockpitApp]:
     def make(gpu: bool = False, **kw) -> CockpitApp:
-        source = StaticDeviceSource(FAKE_GPU) if gpu else StaticDeviceSource(
-            DeviceSnapshot(error="no NVIDIA GPU: NVML Shared Library Not Found (no NVIDIA driver on this machine)"))
+        source = (
+            StaticDeviceSource(FAKE_GPU)
+            if gpu
+            else StaticDeviceSource(
+                DeviceSnapshot(error="no NVIDIA GPU: NVML Shared Library Not Found (no NVIDIA driver on this machine)")
+            )
+        )
         timing = kw.pop("timing", Timing(events_s=0.05, runs_s=0.5, notebook_s=0.2, device_s=0.5))
         return CockpitApp(kw.pop("campaign", recorded), device_source=source, launcher=launcher, timing=timing, **kw)
 

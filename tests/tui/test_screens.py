@@ -44,13 +44,21 @@ async def test_campaign_screen_shows_the_notebook_and_run_states(make_app):
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, shows(app, "crashed"), what="r0002 derived from its folder as crashed")
-        expected = ("Which learning rate", "Held constant updates (200 updates)",
-                    "Examples per update 16 = microbatch 2 x accumulation 8", "r0001", "passed", "1,180",
-                    "backward",  # the phase r0002 reached
-                    "Pilot", "Series", "Compare", "Decision")  # footer keys
+        expected = (
+            "Which learning rate",
+            "Held constant updates (200 updates)",
+            "Examples per update 16 = microbatch 2 x accumulation 8",
+            "r0001",
+            "passed",
+            "1,180",
+            "backward",  # the phase r0002 reached
+            "Pilot",
+            "Series",
+            "Compare",
+            "Decision",
+        )  # footer keys
         # Every row is redrawn by the same message; wait for the frame that shows them all.
-        await until(pilot, lambda: all(e in screen_text(app) for e in expected),
-                    what=f"all of {expected}")
+        await until(pilot, lambda: all(e in screen_text(app) for e in expected), what=f"all of {expected}")
 
 
 async def test_run_screen_replays_every_gate_from_files(make_app):
@@ -108,7 +116,7 @@ async def test_data_view_shows_supervised_spans_and_rows(make_app):
         # the supervised span carries its own style
         static = app.screen.query_one("#example")
         rendered = static.render()
-        spans = [rendered.plain[s.start:s.end] for s in rendered.spans if "green" in str(s.style)]
+        spans = [rendered.plain[s.start : s.end] for s in rendered.spans if "green" in str(s.style)]
         assert " abcd" in spans
         await pilot.press("escape", "down", "i")
         await until(pilot, shows(app, "no inspected examples"))
@@ -162,15 +170,27 @@ async def test_start_pilot_watch_it_live_and_stop_it(make_app, recorded: Path, l
         writer = ev.EventWriter(launcher.started[0] / ev.EVENTS_FILE)
         writer.emit(ev.RUN_START, run_id=NEW, variant="lr5e-5", seed=7, phases=list(ev.PHASES))
         writer.emit(ev.PHASE_START, phase="stack", inputs={})
-        writer.emit(ev.GATE, phase="stack", verdict="pass", checks=[], duration_s=0.4,
-                    mem={"torch": None, "nvml": None, "rss": 2**30, "rss_peak": 2**30})
+        writer.emit(
+            ev.GATE,
+            phase="stack",
+            verdict="pass",
+            checks=[],
+            duration_s=0.4,
+            mem={"torch": None, "nvml": None, "rss": 2**30, "rss_peak": 2**30},
+        )
         writer.emit(ev.PHASE_START, phase="data", inputs={})
         writer.emit(ev.LOG, level="info", message="checking 3200 examples")
         await until(pilot, shows(app, "1/14 gates"))
         assert "checking 3200 examples" in screen_text(app)
-        writer.emit(ev.GATE, phase="data", verdict="fail", checks=[{"name": "masks", "ok": False, "detail": "all zero"}],
-                    remedy="fix the dataset or transform", duration_s=0.2,
-                    mem={"torch": None, "nvml": None, "rss": 2**30, "rss_peak": 2**30})
+        writer.emit(
+            ev.GATE,
+            phase="data",
+            verdict="fail",
+            checks=[{"name": "masks", "ok": False, "detail": "all zero"}],
+            remedy="fix the dataset or transform",
+            duration_s=0.2,
+            mem={"torch": None, "nvml": None, "rss": 2**30, "rss_peak": 2**30},
+        )
         writer.close()
         await until(pilot, shows(app, "FAIL"))
         # Stop asks first; n keeps it running, y stops it.
@@ -264,8 +284,12 @@ async def test_external_change_is_detected_and_reloaded(make_app, recorded: Path
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, shows(app, "r0001"))
-        nbm.mutate(recorded, lambda nb: nb.decisions.append(
-            nbm.Decision(date="2026-01-02", text="written by the CLI", kind="observation", runs=[])))
+        nbm.mutate(
+            recorded,
+            lambda nb: nb.decisions.append(
+                nbm.Decision(date="2026-01-02", text="written by the CLI", kind="observation", runs=[])
+            ),
+        )
         await until(pilot, lambda: "changed on disk" in notes(app), what="the change noticed")
         # With eleven runs the notes sit below the table at 80x24: Tab to them, scroll down.
         await pilot.press("tab")

@@ -69,8 +69,20 @@ async def test_compare_tables_as_the_cli_prints_them(make_app):
         await until(pilot, lambda: isinstance(app.screen, CompareScreen))
         await until(pilot, shows(app, "val_loss across seeds"), what="the quality table")
         text = screen_text(app)
-        for expected in ("lr1e-4", "lr5e-5", "lr2e-4", "reference", "worse", "not distinguishable",
-                         "s0=3.84", "1 diverged", "mean", "std", "min", "max"):
+        for expected in (
+            "lr1e-4",
+            "lr5e-5",
+            "lr2e-4",
+            "reference",
+            "worse",
+            "not distinguishable",
+            "s0=3.84",
+            "1 diverged",
+            "mean",
+            "std",
+            "min",
+            "max",
+        ):
             assert expected in text, expected
         # Page down to the runs that did not complete, memory per phase and the flags.
         for _ in range(6):
@@ -126,8 +138,10 @@ async def test_compare_curves_chosen_by_keys(make_app):
         await pilot.press("ctrl+p", *"loss curves")
         await until(pilot, shows(app, "Compare loss curves"))
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, CompareScreen) and
-                    app.screen.query_one("#compare-tabs").active == "curves")
+        await until(
+            pilot,
+            lambda: isinstance(app.screen, CompareScreen) and app.screen.query_one("#compare-tabs").active == "curves",
+        )
 
 
 async def test_series_run_shows_curve_validation_and_stop_reason(make_app):
@@ -161,8 +175,15 @@ async def test_series_run_shows_curve_validation_and_stop_reason(make_app):
 def _finish(rdir: Path, launcher, status: str = "completed", reason: str = "budget reached: 4 updates") -> None:
     """What a series run writes, in brief; then its process ends."""
     w = ev.EventWriter(rdir / ev.EVENTS_FILE)
-    w.emit(ev.RUN_START, run_id=rdir.name, variant="lr5e-5", seed=3, run_kind="train", phases=["train"],
-           validation={"every_updates": 2})
+    w.emit(
+        ev.RUN_START,
+        run_id=rdir.name,
+        variant="lr5e-5",
+        seed=3,
+        run_kind="train",
+        phases=["train"],
+        validation={"every_updates": 2},
+    )
     w.emit(ev.PHASE_START, phase="train", inputs={"updates": 4})
     for k in range(1, 5):
         w.emit(ev.STEP, step=k, loss=4.5 - 0.1 * k, lr=5e-5, grad_norm=0.9, examples=16, duration_s=0.4, phase="train")

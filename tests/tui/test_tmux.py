@@ -20,8 +20,9 @@ class Tmux:
         self.socket = f"cockpit-test-{uuid.uuid4().hex[:8]}"  # a private server: never touch the user's
         self.session = "cockpit"
         env = dict(os.environ, TERM="xterm-256color")
-        self._run("new-session", "-d", "-x", "100", "-y", "30", "-s", self.session, "-c", str(cwd),
-                  " ".join(cmd), env=env)
+        self._run(
+            "new-session", "-d", "-x", "100", "-y", "30", "-s", self.session, "-c", str(cwd), " ".join(cmd), env=env
+        )
 
     def _run(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, env=env, timeout=10)

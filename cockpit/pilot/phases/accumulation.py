@@ -59,22 +59,31 @@ def run(ctx: Context, g: Gate) -> None:
         tr.optimizer.zero_grad(set_to_none=True)
         for m, mode in modes.items():
             m.train(mode)
-    num = sum(float((a - s).double().pow(2).sum()) for a, s in zip(acc, single, strict=False)
-              if a is not None and s is not None)
+    num = sum(
+        float((a - s).double().pow(2).sum())
+        for a, s in zip(acc, single, strict=False)
+        if a is not None and s is not None
+    )
     den = sum(float(s.double().pow(2).sum()) for s in single if s is not None)
     rel = math.sqrt(num) / max(math.sqrt(den), 1e-30)
     g.extra["relative_difference"] = rel
     how = "(sum, count) normalised over the update" if count is not None else f"mean per microbatch / {n}"
     ok = rel <= tol
     if not ok and (bn or tr.task.batch_statistics):
-        g.check("accumulated == single batch", False,
-                f"differ by {rel:.2e} (relative): legitimate here, the model uses batch statistics "
-                f"({len(bn)} BatchNorm layers) that depend on the microbatch", warn=True)
+        g.check(
+            "accumulated == single batch",
+            False,
+            f"differ by {rel:.2e} (relative): legitimate here, the model uses batch statistics "
+            f"({len(bn)} BatchNorm layers) that depend on the microbatch",
+            warn=True,
+        )
         return
     detail = f"relative difference {rel:.2e} (tolerance {tol:.0e}); loss {how}"
     if not ok and count is None:
-        detail += (": the loss is a mean per microbatch over items of different counts, so each microbatch "
-                   "weighs the same whatever its size; return (sum, count) instead")
+        detail += (
+            ": the loss is a mean per microbatch over items of different counts, so each microbatch "
+            "weighs the same whatever its size; return (sum, count) instead"
+        )
     g.check("accumulated == single batch", ok, detail)
 
 
@@ -83,7 +92,8 @@ def inputs(ctx: Context) -> dict[str, Any]:
 
 
 PHASE = Phase(
-    "accumulation", run,
+    "accumulation",
+    run,
     remedy="return (sum, count) from the loss so Cockpit normalises over the whole update, "
     "or divide by the accumulation count",
     checks=("accumulated == single batch", "examples"),

@@ -57,7 +57,11 @@ def data_gate(ctx: Context, g: Gate) -> None:
     ml = ctx.max_length()
     budget = time.monotonic() + float(task.extras.get("scan_seconds", SCAN_SECONDS))
     order = ["train", *(n for n in splits if n != "train")]  # the training split first: it matters most
-    scans = {name: scan(task, ctx.params, name, list(splits[name]), ml, budget) for name in order if len(splits.get(name, []))}
+    scans = {
+        name: scan(task, ctx.params, name, list(splits[name]), ml, budget)
+        for name in order
+        if len(splits.get(name, []))
+    }
     ctx.scans = scans  # the leakage and overfit gates reuse what was learned here
     _batch_checks(ctx, g, scans, ml)
     if task.kind == "classification":
@@ -65,8 +69,9 @@ def data_gate(ctx: Context, g: Gate) -> None:
     if task.kind == "generation":
         _truncation_checks(ctx, g, scans["train"], ml)
     _ignored_batches(ctx, g, scans["train"])
-    g.inputs["scanned"] = ", ".join(f"{len(s.ids)}/{s.total} {n}" if len(s.ids) < s.total else f"{s.total} {n}"
-                                    for n, s in scans.items())
+    g.inputs["scanned"] = ", ".join(
+        f"{len(s.ids)}/{s.total} {n}" if len(s.ids) < s.total else f"{s.total} {n}" for n, s in scans.items()
+    )
     inspection.write(ctx, g, scans)
 
 
@@ -88,34 +93,58 @@ def _identifier_checks(ctx: Context, g: Gate) -> None:
             if ex.get("group") in (None, ""):
                 no_group.append(ex["id"])
     dup = [(k, v) for k, v in where.items() if len(v) > 1]
-    g.check("identifiers present", not missing,
-            f"every example of {len(where)} has an id" if not missing
-            else f"{len(missing)} examples without an id: {ids_text(missing)}; give every example a unique 'id'")
-    g.check("identifiers unique", not dup,
-            f"{len(where)} unique ids across splits" if not dup
-            else f"{len(dup)} ids used more than once: "
-            + ids_text([f"{k!r} at {' and '.join(v[:3])}" for k, v in dup], 4)
-            + "; ids must be unique across train, val and test")
-    g.check("leakage group present", not no_group,
-            f"every example names its {task.group_unit}" if not no_group
-            else f"{len(no_group)} examples without a 'group' ({task.group_unit}): {ids_text(no_group)}")
+    g.check(
+        "identifiers present",
+        not missing,
+        f"every example of {len(where)} has an id"
+        if not missing
+        else f"{len(missing)} examples without an id: {ids_text(missing)}; give every example a unique 'id'",
+    )
+    g.check(
+        "identifiers unique",
+        not dup,
+        f"{len(where)} unique ids across splits"
+        if not dup
+        else f"{len(dup)} ids used more than once: "
+        + ids_text([f"{k!r} at {' and '.join(v[:3])}" for k, v in dup], 4)
+        + "; ids must be unique across train, val and test",
+    )
+    g.check(
+        "leakage group present",
+        not no_group,
+        f"every example names its {task.group_unit}"
+        if not no_group
+        else f"{len(no_group)} examples without a 'group' ({task.group_unit}): {ids_text(no_group)}",
+    )
 
 
 def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | None) -> None:
     task = ctx.the_task
 
     def merged(key: str) -> list[str]:
-        return [f"{n}: {x}" if key in ("ids", "targets", "rows", "mask", "aligned", "loss_mask") else x
-                for n, sc in scans.items() for x in sc.problems.get(key, [])]
+        return [
+            f"{n}: {x}" if key in ("ids", "targets", "rows", "mask", "aligned", "loss_mask") else x
+            for n, sc in scans.items()
+            for x in sc.problems.get(key, [])
+        ]
 
-    scanned = ", ".join(f"{len(s.ids)} {n}" + (f" of {s.total}" if len(s.ids) < s.total else "") for n, s in scans.items())
+    scanned = ", ".join(
+        f"{len(s.ids)} {n}" + (f" of {s.total}" if len(s.ids) < s.total else "") for n, s in scans.items()
+    )
     fatal = merged("targets") + merged("rows")
-    g.check("targets present", not fatal,
-            f"batch[{task.label_key!r}] one row per example; scanned {scanned}" if not fatal else ids_text(fatal, 3))
+    g.check(
+        "targets present",
+        not fatal,
+        f"batch[{task.label_key!r}] one row per example; scanned {scanned}" if not fatal else ids_text(fatal, 3),
+    )
     bad = merged("ids")
-    g.check("batch carries ids", not bad,
-            "collate returns 'ids' in the examples' order" if not bad
-            else f"{ids_text(bad, 2)}; collate must return 'ids' in the examples' order")
+    g.check(
+        "batch carries ids",
+        not bad,
+        "collate returns 'ids' in the examples' order"
+        if not bad
+        else f"{ids_text(bad, 2)}; collate must return 'ids' in the examples' order",
+    )
     if fatal:
         return
     if any(s.problems.get("mask") for s in scans.values()):
@@ -127,15 +156,23 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
         g.check("targets aligned with inputs", not al, "labels shaped like the inputs" if not al else ids_text(al, 2))
     if ml is not None:
         long = merged("length")
-        g.check("lengths within maximum", not long,
-                f"every row at most max_length {ml} after collate" if not long
-                else f"{len(long)} examples longer than max_length {ml} after collate: {ids_text(long)}; crop in collate")
+        g.check(
+            "lengths within maximum",
+            not long,
+            f"every row at most max_length {ml} after collate"
+            if not long
+            else f"{len(long)} examples longer than max_length {ml} after collate: {ids_text(long)}; crop in collate",
+        )
     pad = merged("padding")
     if any(s.masked_rows for s in scans.values()):
-        g.check("padding not in the loss", not pad,
-                "no padded position (attention mask 0) has a target" if not pad
-                else f"{len(pad)} examples have padded positions ({task.mask_key} == 0) whose label is not "
-                f"{task.ignore_index}: {ids_text(pad)}; set the labels of padding to {task.ignore_index}")
+        g.check(
+            "padding not in the loss",
+            not pad,
+            "no padded position (attention mask 0) has a target"
+            if not pad
+            else f"{len(pad)} examples have padded positions ({task.mask_key} == 0) whose label is not "
+            f"{task.ignore_index}: {ids_text(pad)}; set the labels of padding to {task.ignore_index}",
+        )
     if task.kind == "generation" and task.instruction_is_input:
         ins = merged("instruction")
         lm = merged("loss_mask")
@@ -143,32 +180,56 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
         if lm:
             g.check("loss mask", False, ids_text(lm, 2))
         if ins:
-            g.check("instruction not in the loss", False,
-                    f"{len(ins)} examples supervise instruction tokens (label != {task.ignore_index} where "
-                    f"{task.loss_mask_key} == 0): {ids_text(ins)}; the task says the instruction is input only: "
-                    f"set its labels to {task.ignore_index}")
+            g.check(
+                "instruction not in the loss",
+                False,
+                f"{len(ins)} examples supervise instruction tokens (label != {task.ignore_index} where "
+                f"{task.loss_mask_key} == 0): {ids_text(ins)}; the task says the instruction is input only: "
+                f"set its labels to {task.ignore_index}",
+            )
         elif allsup:
-            g.check("instruction not in the loss", False,
-                    f"{len(allsup)} examples have every attended position supervised, so their instruction counts "
-                    f"in the loss although the task says it is input only: {ids_text(allsup)}; "
-                    f"set the instruction's labels to {task.ignore_index}")
+            g.check(
+                "instruction not in the loss",
+                False,
+                f"{len(allsup)} examples have every attended position supervised, so their instruction counts "
+                f"in the loss although the task says it is input only: {ids_text(allsup)}; "
+                f"set the instruction's labels to {task.ignore_index}",
+            )
         else:
-            g.check("instruction not in the loss", True,
-                    "instruction positions carry no target" + (f" ({task.loss_mask_key} agrees)" if task.loss_mask_key else ""))
+            g.check(
+                "instruction not in the loss",
+                True,
+                "instruction positions carry no target"
+                + (f" ({task.loss_mask_key} agrees)" if task.loss_mask_key else ""),
+            )
     rng = merged("range")
     if task.kind == "classification" or task.vocab_size is not None:
-        what = (f"0..{len(task.label_names) - 1} ({len(task.label_names)} label names)" if task.kind == "classification"
-                and task.label_names else "non-negative ids" if task.kind == "classification"
-                else f"the vocabulary 0..{int(task.vocab_size(ctx.params)) - 1}")
-        g.check("targets in range", not rng,
-                f"every target in {what}" if not rng else f"{len(rng)} examples have targets outside {what}: {ids_text(rng)}")
+        what = (
+            f"0..{len(task.label_names) - 1} ({len(task.label_names)} label names)"
+            if task.kind == "classification" and task.label_names
+            else "non-negative ids"
+            if task.kind == "classification"
+            else f"the vocabulary 0..{int(task.vocab_size(ctx.params)) - 1}"
+        )
+        g.check(
+            "targets in range",
+            not rng,
+            f"every target in {what}"
+            if not rng
+            else f"{len(rng)} examples have targets outside {what}: {ids_text(rng)}",
+        )
     inr = merged("input_range")
     if inr:
-        g.check("inputs in vocabulary", False, f"{len(inr)} examples have input ids outside the vocabulary: {ids_text(inr)}")
+        g.check(
+            "inputs in vocabulary", False, f"{len(inr)} examples have input ids outside the vocabulary: {ids_text(inr)}"
+        )
     fld = merged("field")
     if fld:
-        g.check("targets match the examples' labels", False,
-                f"{len(fld)} examples whose target differs from their {task.extras.get('label_field', 'label')!r} field: {ids_text(fld)}")
+        g.check(
+            "targets match the examples' labels",
+            False,
+            f"{len(fld)} examples whose target differs from their {task.extras.get('label_field', 'label')!r} field: {ids_text(fld)}",
+        )
 
 
 def _label_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
@@ -180,23 +241,33 @@ def _label_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
         seen: dict[str, list[int]] = defaultdict(list)
         for i, n in enumerate(names):
             seen[n].append(i)
-        problems += [f"label_names gives {n!r} to ids {', '.join(map(str, ids))}" for n, ids in seen.items() if len(ids) > 1]
+        problems += [
+            f"label_names gives {n!r} to ids {', '.join(map(str, ids))}" for n, ids in seen.items() if len(ids) > 1
+        ]
     for sname, s in scans.items():
         for name, by_id in s.mapping.items():
             if len(by_id) > 1:
-                problems.append(f"{sname}: {name!r} maps to targets " + ", ".join(
-                    f"{t} ({ids_text(ids, 2)})" for t, ids in sorted(by_id.items())))
+                problems.append(
+                    f"{sname}: {name!r} maps to targets "
+                    + ", ".join(f"{t} ({ids_text(ids, 2)})" for t, ids in sorted(by_id.items()))
+                )
         by_target: dict[int, list[str]] = defaultdict(list)
         for name, by_id in s.mapping.items():
             for t in by_id:
                 by_target[t].append(name)
         for t, ns in sorted(by_target.items()):
             if len(ns) > 1:
-                problems.append(f"{sname}: target {t} stands for " + ", ".join(
-                    f"{n!r} ({ids_text(s.mapping[n][t], 2)})" for n in sorted(ns)))
-    g.check("label mapping one-to-one", not problems,
-            (f"{len(names)} names, one id each" if names else "no label_names") if not problems
-            else "; ".join(problems[:4]) + ("; …" if len(problems) > 4 else ""))
+                problems.append(
+                    f"{sname}: target {t} stands for "
+                    + ", ".join(f"{n!r} ({ids_text(s.mapping[n][t], 2)})" for n in sorted(ns))
+                )
+    g.check(
+        "label mapping one-to-one",
+        not problems,
+        (f"{len(names)} names, one id each" if names else "no label_names")
+        if not problems
+        else "; ".join(problems[:4]) + ("; …" if len(problems) > 4 else ""),
+    )
 
     # the mapping each split reveals, and per-split label lists, must agree
     differ: list[str] = []
@@ -219,11 +290,17 @@ def _label_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
             for name, by_id in s.mapping.items():
                 t = min(by_id)
                 if name in ref_map and ref_map[name] != t:
-                    differ.append(f"{sname} maps {name!r} to {t} ({ids_text(by_id[t], 2)}) but train maps it to "
-                                  f"{ref_map[name]} ({ids_text(ref.mapping[name][ref_map[name]], 2)})")
-    g.check("label mapping same in every split", not differ,
-            "train, val and test map each label name to the same id" if not differ
-            else "; ".join(differ[:4]) + ("; …" if len(differ) > 4 else ""))
+                    differ.append(
+                        f"{sname} maps {name!r} to {t} ({ids_text(by_id[t], 2)}) but train maps it to "
+                        f"{ref_map[name]} ({ids_text(ref.mapping[name][ref_map[name]], 2)})"
+                    )
+    g.check(
+        "label mapping same in every split",
+        not differ,
+        "train, val and test map each label name to the same id"
+        if not differ
+        else "; ".join(differ[:4]) + ("; …" if len(differ) > 4 else ""),
+    )
 
     if names:
         wrong: list[tuple[str, int, Any]] = []
@@ -236,16 +313,25 @@ def _label_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
                         wrong.extend((name, t, i) for i in ids)
         if any(s.mapping for s in scans.values()):
             mapping = ", ".join(f"{n!r} -> {t} ({names[t]!r})" for (n, t), _ in pairs.most_common(4))
-            g.check("targets match label names", not wrong,
-                    f"every example's {field_name!r} equals label_names[target]" if not wrong
-                    else f"{len(wrong)} examples whose {field_name!r} is not label_names[target]: "
-                    + ids_text([f"{i} is {n!r} but target {t} is {names[t]!r}" for n, t, i in wrong], 3)
-                    + f"; the collate maps {mapping}: fix the label -> id mapping or label_names")
+            g.check(
+                "targets match label names",
+                not wrong,
+                f"every example's {field_name!r} equals label_names[target]"
+                if not wrong
+                else f"{len(wrong)} examples whose {field_name!r} is not label_names[target]: "
+                + ids_text([f"{i} is {n!r} but target {t} is {names[t]!r}" for n, t, i in wrong], 3)
+                + f"; the collate maps {mapping}: fix the label -> id mapping or label_names",
+            )
         counts = Counter(t for t in scans["train"].targets if t is not None) if "train" in scans else Counter()
         absent = [n for i, n in enumerate(names) if counts.get(i, 0) == 0]
-        g.check("every class in train", not absent,
-                f"{len(names)} classes, the rarest has {min(counts.values()) if counts else 0} train examples" if not absent
-                else f"no training example of {', '.join(map(repr, absent))}", warn=True)
+        g.check(
+            "every class in train",
+            not absent,
+            f"{len(names)} classes, the rarest has {min(counts.values()) if counts else 0} train examples"
+            if not absent
+            else f"no training example of {', '.join(map(repr, absent))}",
+            warn=True,
+        )
 
 
 def _truncation_checks(ctx: Context, g: Gate, s: SplitScan, ml: int | None) -> None:
@@ -253,20 +339,34 @@ def _truncation_checks(ctx: Context, g: Gate, s: SplitScan, ml: int | None) -> N
     none_left = [i for i, k in zip(s.ids, s.supervised, strict=True) if k == 0]
     allowed = float(ctx.the_task.extras.get("max_no_target_share", 0.0))
     share = len(none_left) / max(n, 1)
-    g.extra["truncation"] = {"examples": n, "lose_target_tokens": len(s.lost), "no_target_left": len(none_left),
-                             "longer_than_max": len(s.longer), "max_length": ml}
-    g.check("supervised tokens left", share <= allowed,
-            f"every train example keeps a supervised token (max_length {ml})" if not none_left
-            else f"{share_text(len(none_left), n)} train examples have no supervised token left"
-            + (f" after cropping to max_length {ml}" if ml else "") + f": {ids_text(none_left)}; "
-            "they cost compute and teach nothing: raise max_length, crop the instruction instead of the answer, or drop them")
+    g.extra["truncation"] = {
+        "examples": n,
+        "lose_target_tokens": len(s.lost),
+        "no_target_left": len(none_left),
+        "longer_than_max": len(s.longer),
+        "max_length": ml,
+    }
+    g.check(
+        "supervised tokens left",
+        share <= allowed,
+        f"every train example keeps a supervised token (max_length {ml})"
+        if not none_left
+        else f"{share_text(len(none_left), n)} train examples have no supervised token left"
+        + (f" after cropping to max_length {ml}" if ml else "")
+        + f": {ids_text(none_left)}; "
+        "they cost compute and teach nothing: raise max_length, crop the instruction instead of the answer, or drop them",
+    )
     if ml is None:
         return
     how = "" if s.lost_known else " (assumed: the collate function ignores params['max_length'])"
-    g.check("targets not truncated", not s.lost,
-            f"no target token cropped by max_length {ml}" if not s.lost
-            else f"{share_text(len(s.lost), n)} train examples lose target tokens to max_length {ml}{how}: {ids_text(s.lost)}",
-            warn=True)
+    g.check(
+        "targets not truncated",
+        not s.lost,
+        f"no target token cropped by max_length {ml}"
+        if not s.lost
+        else f"{share_text(len(s.lost), n)} train examples lose target tokens to max_length {ml}{how}: {ids_text(s.lost)}",
+        warn=True,
+    )
 
 
 def _ignored_batches(ctx: Context, g: Gate, s: SplitScan) -> None:
@@ -278,10 +378,15 @@ def _ignored_batches(ctx: Context, g: Gate, s: SplitScan) -> None:
     mb = max(int(tr.microbatch), 1)
     batches = [order[i : i + mb] for i in range(0, len(order) - (len(order) % mb if tr.order.drop_last else 0), mb)]
     empty = [(b, idx) for b, idx in enumerate(batches) if idx and all(s.supervised[i] == 0 for i in idx)]
-    g.check("no batch entirely ignored", not empty,
-            f"each of the {len(batches)} microbatches of the first epoch has a supervised position" if not empty
-            else f"{share_text(len(empty), len(batches))} microbatches of the first epoch have every position ignored "
-            f"(their loss is 0/0): " + ids_text([f"batch {b} ({', '.join(str(s.ids[i]) for i in idx[:3])})" for b, idx in empty], 3))
+    g.check(
+        "no batch entirely ignored",
+        not empty,
+        f"each of the {len(batches)} microbatches of the first epoch has a supervised position"
+        if not empty
+        else f"{share_text(len(empty), len(batches))} microbatches of the first epoch have every position ignored "
+        f"(their loss is 0/0): "
+        + ids_text([f"batch {b} ({', '.join(str(s.ids[i]) for i in idx[:3])})" for b, idx in empty], 3),
+    )
 
 
 def inputs(ctx: Context) -> dict[str, Any]:
@@ -289,13 +394,31 @@ def inputs(ctx: Context) -> dict[str, Any]:
 
 
 PHASE = Phase(
-    "data", run,
+    "data",
+    run,
     remedy="fix the dataset or the collate function (ids, targets, lengths, masks) before any training",
-    checks=("train split", "val split", "identifiers present", "identifiers unique", "leakage group present",
-            "targets present", "batch carries ids", "attention mask", "targets aligned with inputs",
-            "lengths within maximum", "padding not in the loss", "instruction not in the loss", "targets in range",
-            "label mapping one-to-one", "label mapping same in every split", "targets match label names",
-            "every class in train", "supervised tokens left", "targets not truncated", "no batch entirely ignored"),
+    checks=(
+        "train split",
+        "val split",
+        "identifiers present",
+        "identifiers unique",
+        "leakage group present",
+        "targets present",
+        "batch carries ids",
+        "attention mask",
+        "targets aligned with inputs",
+        "lengths within maximum",
+        "padding not in the loss",
+        "instruction not in the loss",
+        "targets in range",
+        "label mapping one-to-one",
+        "label mapping same in every split",
+        "targets match label names",
+        "every class in train",
+        "supervised tokens left",
+        "targets not truncated",
+        "no batch entirely ignored",
+    ),
     independent=True,
     inputs=inputs,
     doc="identifiers, targets, lengths, masks; inspected examples",

@@ -18,13 +18,21 @@ def run(ctx: Context, g: Gate) -> None:
         return
     adir = ctx.rdir / runs.ARTIFACT_DIR
     t0 = time.perf_counter()
-    manifest = ck.export_artifact(tr.model, adir, {
-        "run": ctx.frozen["run"]["id"], "entry": ctx.frozen["task"]["entry"], "params": ctx.params,
-        "step": tr.step, "seed": ctx.seed,
-    })
+    manifest = ck.export_artifact(
+        tr.model,
+        adir,
+        {
+            "run": ctx.frozen["run"]["id"],
+            "entry": ctx.frozen["task"]["entry"],
+            "params": ctx.params,
+            "step": tr.step,
+            "seed": ctx.seed,
+        },
+    )
     task = tr.task
-    controls = (user("control_inputs", task.control_inputs, ctx.params) if task.control_inputs
-                else list(tr.splits["val"][:4]))
+    controls = (
+        user("control_inputs", task.control_inputs, ctx.params) if task.control_inputs else list(tr.splits["val"][:4])
+    )
     outputs = tr.control_outputs(controls)
     size = ck.atomic_save({"ids": [c["id"] for c in controls], **outputs}, adir / ck.CONTROL_FILE)
     manifest["files"][ck.CONTROL_FILE] = {"sha256": ck.sha256(adir / ck.CONTROL_FILE), "bytes": size}
@@ -43,9 +51,15 @@ def run(ctx: Context, g: Gate) -> None:
 
 
 PHASE = Phase(
-    "export", run,
+    "export",
+    run,
     remedy="fix export or loading: save a state_dict of tensors, rebuild the model from the task, replay",
-    checks=("artifact written", "new process", "safe reload", "replay reproduces control outputs",
-            "exported once, by rank 0"),
+    checks=(
+        "artifact written",
+        "new process",
+        "safe reload",
+        "replay reproduces control outputs",
+        "exported once, by rank 0",
+    ),
     doc="artifact exported, reloaded safely, control inputs replayed",
 )

@@ -27,18 +27,24 @@ def run(ctx: Context, g: Gate) -> None:
         for b in names[i + 1 :]:
             both = sorted(set(members[a]) & set(members[b]), key=str)
             if not both:
-                g.check(f"{a}/{b} disjoint", True, f"no {unit} in both ({len(members[a])} and {len(members[b])} {unit}s)")
+                g.check(
+                    f"{a}/{b} disjoint", True, f"no {unit} in both ({len(members[a])} and {len(members[b])} {unit}s)"
+                )
                 continue
             na = sum(len(members[a][x]) for x in both)
             nb = sum(len(members[b][x]) for x in both)
-            shown = ids_text([f"{x!s} ({a} {ids_text(members[a][x], 2)}; {b} {ids_text(members[b][x], 2)})" for x in both], 3)
-            g.check(f"{a}/{b} disjoint", False,
-                    f"{len(both)} {unit}s in both {a} and {b} ({na} {a} examples, {nb} {b} examples): {shown}; "
-                    f"split by {unit} so each one lands in a single split")
+            shown = ids_text(
+                [f"{x!s} ({a} {ids_text(members[a][x], 2)}; {b} {ids_text(members[b][x], 2)})" for x in both], 3
+            )
+            g.check(
+                f"{a}/{b} disjoint",
+                False,
+                f"{len(both)} {unit}s in both {a} and {b} ({na} {a} examples, {nb} {b} examples): {shown}; "
+                f"split by {unit} so each one lands in a single split",
+            )
     if task.extras.get("ordered_groups") or unit.lower() in PERIOD_UNITS:
         _period_order(g, members, unit)
     _identical_inputs(ctx, g)
-
 
 
 def _hashable(x: Any) -> Any:
@@ -49,7 +55,6 @@ def _hashable(x: Any) -> Any:
         return repr(x)
 
 
-
 def _period_order(g: Gate, members: dict[str, dict[Any, list[Any]]], unit: str) -> None:
     train = [x for x in members.get("train", {}) if x not in (None, "")]
     if not train:
@@ -57,8 +62,11 @@ def _period_order(g: Gate, members: dict[str, dict[Any, list[Any]]], unit: str) 
     try:
         last = max(train)
     except TypeError:
-        g.check(f"{unit}s sortable", False, f"the {unit} values cannot be compared ({ids_text(sorted(map(str, train)), 3)}): "
-                "use ISO dates or numbers")
+        g.check(
+            f"{unit}s sortable",
+            False,
+            f"the {unit} values cannot be compared ({ids_text(sorted(map(str, train)), 3)}): use ISO dates or numbers",
+        )
         return
     for name in ("val", "test"):
         if name not in members:
@@ -70,12 +78,15 @@ def _period_order(g: Gate, members: dict[str, dict[Any, list[Any]]], unit: str) 
             g.check(f"{name} after train", False, f"{name}'s {unit} values cannot be compared with train's")
             continue
         n_ex = sum(len(members[name][x]) for x in early)
-        g.check(f"{name} after train", not early,
-                f"every {name} {unit} after the last train {unit} {last}" if not early
-                else f"{len(early)} {name} {unit}s ({n_ex} examples) are not after the last train {unit} {last}: "
-                + ids_text([f"{x} ({ids_text(members[name][x], 2)})" for x in early], 3)
-                + f"; validate and test on {unit}s after training's, as the model will be used")
-
+        g.check(
+            f"{name} after train",
+            not early,
+            f"every {name} {unit} after the last train {unit} {last}"
+            if not early
+            else f"{len(early)} {name} {unit}s ({n_ex} examples) are not after the last train {unit} {last}: "
+            + ids_text([f"{x} ({ids_text(members[name][x], 2)})" for x in early], 3)
+            + f"; validate and test on {unit}s after training's, as the model will be used",
+        )
 
 
 def _identical_inputs(ctx: Context, g: Gate) -> None:
@@ -98,11 +109,15 @@ def _identical_inputs(ctx: Context, g: Gate) -> None:
             common = set(by_split[a]) & set(by_split[b])
             count += sum(len(by_split[b][h]) for h in common)
             found += [f"{by_split[a][h][0]} = {by_split[b][h][0]}" for h in list(common)[:3]]
-    g.check("no identical inputs across splits", not count,
-            "no input appears in two splits" if not count
-            else f"{count} examples repeat an input of another split: {ids_text(found, 4)}; "
-            "remove the duplicates or keep them in one split", warn=True)
-
+    g.check(
+        "no identical inputs across splits",
+        not count,
+        "no input appears in two splits"
+        if not count
+        else f"{count} examples repeat an input of another split: {ids_text(found, 4)}; "
+        "remove the duplicates or keep them in one split",
+        warn=True,
+    )
 
 
 def inputs(ctx: Context) -> dict[str, Any]:
@@ -110,10 +125,16 @@ def inputs(ctx: Context) -> dict[str, Any]:
 
 
 PHASE = Phase(
-    "leakage", run,
+    "leakage",
+    run,
     remedy="split by the task's group unit so no group appears in two splits",
-    checks=("<a>/<b> disjoint", "<unit>s sortable", "val after train", "test after train",
-            "no identical inputs across splits"),
+    checks=(
+        "<a>/<b> disjoint",
+        "<unit>s sortable",
+        "val after train",
+        "test after train",
+        "no identical inputs across splits",
+    ),
     independent=True,
     inputs=inputs,
     doc="splits disjoint by the task's group unit",

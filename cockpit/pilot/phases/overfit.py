@@ -42,16 +42,23 @@ def run(ctx: Context, g: Gate) -> None:
     n = len(examples)
     campaign_lr = float(base.params["lr"])
     lr = float(task.extras.get("overfit_lr") or cfg.get("overfit_lr") or max(campaign_lr, 3e-3))
-    chunk = base.microbatch if base.device.type == "cuda" else n  # on a GPU, batches no larger than the proven microbatch
+    chunk = (
+        base.microbatch if base.device.type == "cuda" else n
+    )  # on a GPU, batches no larger than the proven microbatch
     mbs = [examples[i : i + chunk] for i in range(0, n, chunk)]
-    g.inputs.update({"examples": n, "steps": steps, "lr": lr, "microbatches": len(mbs),
-                     "ids": [e.get("id") for e in examples][:8]})
+    g.inputs.update(
+        {"examples": n, "steps": steps, "lr": lr, "microbatches": len(mbs), "ids": [e.get("id") for e in examples][:8]}
+    )
     saved_rng = rng_state()
     try:
         attempt = _overfit_attempt(ctx, examples, mbs, lr, steps, ratio)
         diverged = attempt["bad_step"] is not None or attempt["losses"][-1] > attempt["losses"][0]
         if diverged and lr > campaign_lr and not task.extras.get("overfit_lr"):
-            g.extra["overfit_retry"] = {"lr": lr, "steps": len(attempt["losses"]), "last": _round(attempt["losses"][-1])}
+            g.extra["overfit_retry"] = {
+                "lr": lr,
+                "steps": len(attempt["losses"]),
+                "last": _round(attempt["losses"][-1]),
+            }
             lr = lr / 10
             g.inputs["lr"] = lr
             attempt = _overfit_attempt(ctx, examples, mbs, lr, steps, ratio)
@@ -60,37 +67,63 @@ def run(ctx: Context, g: Gate) -> None:
     losses, bad_step, recovered = attempt["losses"], attempt["bad_step"], attempt["recovered"]
     finite = bad_step is None
     every = max(1, len(losses) // 20)
-    g.extra["overfit"] = {"losses": [_round(x) for x in losses[::every]] + ([_round(losses[-1])] if (len(losses) - 1) % every else []),
-                          "steps": len(losses), "examples": n, "lr": lr}
-    g.check("finite throughout", finite,
-            f"{len(losses)} steps, every loss and gradient finite" if finite
-            else f"non-finite {'loss' if not math.isfinite(losses[-1]) else 'gradient'} at overfit step {bad_step} "
-            f"(loss {losses[-1]:.4g}, lr {lr:g}); lower the learning rate or look for a division by zero")
+    g.extra["overfit"] = {
+        "losses": [_round(x) for x in losses[::every]] + ([_round(losses[-1])] if (len(losses) - 1) % every else []),
+        "steps": len(losses),
+        "examples": n,
+        "lr": lr,
+    }
+    g.check(
+        "finite throughout",
+        finite,
+        f"{len(losses)} steps, every loss and gradient finite"
+        if finite
+        else f"non-finite {'loss' if not math.isfinite(losses[-1]) else 'gradient'} at overfit step {bad_step} "
+        f"(loss {losses[-1]:.4g}, lr {lr:g}); lower the learning rate or look for a division by zero",
+    )
     first, last = losses[0], losses[-1]
     threshold = ratio * first
     fell = finite and last <= threshold
-    g.check("loss falls below threshold", fell,
-            f"{first:.3f} -> {last:.3f} in {len(losses)} steps on {n} fixed examples (threshold {threshold:.3f} = "
-            f"{ratio:g}x the start, lr {lr:g})" + ("; this proves the mechanics, not generalisation" if fell else
-                                                  f"; the model cannot fit {n} examples it sees at every step"))
+    g.check(
+        "loss falls below threshold",
+        fell,
+        f"{first:.3f} -> {last:.3f} in {len(losses)} steps on {n} fixed examples (threshold {threshold:.3f} = "
+        f"{ratio:g}x the start, lr {lr:g})"
+        + (
+            "; this proves the mechanics, not generalisation"
+            if fell
+            else f"; the model cannot fit {n} examples it sees at every step"
+        ),
+    )
     if task.predict is None:
-        g.check("targets recovered", False, "the task has no predict(): predictions were not compared with the targets", warn=True)
+        g.check(
+            "targets recovered",
+            False,
+            "the task has no predict(): predictions were not compared with the targets",
+            warn=True,
+        )
     elif recovered is not None:
         share, wrong = recovered
-        g.check("targets recovered", share >= 1.0,
-                f"predictions match every target of the {n} examples" if share >= 1.0
-                else f"{share:.0%} of the {n} examples predicted exactly; wrong: {ids_text(wrong)}")
+        g.check(
+            "targets recovered",
+            share >= 1.0,
+            f"predictions match every target of the {n} examples"
+            if share >= 1.0
+            else f"{share:.0%} of the {n} examples predicted exactly; wrong: {ids_text(wrong)}",
+        )
     failed = [c for c in g.checks if not c["ok"] and not c.get("warn")]
     if failed:
-        g.message = (f"overfit failed: {'; '.join(c['name'] + ': ' + c['detail'] for c in failed)}. "
-                     f"A model that cannot memorise {n} fixed examples will not learn the full data set: check that "
-                     "its output depends on its input (pooling, masking), the labels, the loss, the learning rate "
-                     "and frozen parameters before paying for a long run. (Passing proves the mechanics, not generalisation.)")
+        g.message = (
+            f"overfit failed: {'; '.join(c['name'] + ': ' + c['detail'] for c in failed)}. "
+            f"A model that cannot memorise {n} fixed examples will not learn the full data set: check that "
+            "its output depends on its input (pooling, masking), the labels, the loss, the learning rate "
+            "and frozen parameters before paying for a long run. (Passing proves the mechanics, not generalisation.)"
+        )
 
 
-
-def _overfit_attempt(ctx: Context, examples: list[dict[str, Any]], mbs: list[list[dict[str, Any]]], lr: float,
-                     steps: int, ratio: float) -> dict[str, Any]:
+def _overfit_attempt(
+    ctx: Context, examples: list[dict[str, Any]], mbs: list[list[dict[str, Any]]], lr: float, steps: int, ratio: float
+) -> dict[str, Any]:
     base = ctx.trainer
     params = dict(base.params)
     params.update(lr=lr, schedule="constant", warmup_updates=0, weight_decay=0.0, dropout=0.0)
@@ -124,10 +157,8 @@ def _overfit_attempt(ctx: Context, examples: list[dict[str, Any]], mbs: list[lis
     return {"losses": losses, "bad_step": bad_step, "recovered": recovered}
 
 
-
 def _round(x: float) -> float | None:
     return round(x, 5) if math.isfinite(x) else None
-
 
 
 @torch.no_grad()
@@ -144,8 +175,12 @@ def _recovered(tr: Trainer, examples: list[dict[str, Any]]) -> tuple[float, list
             pred = user("predict", task.predict, tr.model, batch)
             lab = batch[task.label_key]
             if not torch.is_tensor(pred) or pred.shape[0] != lab.shape[0] or pred.numel() != lab.numel():
-                raise UserCodeError("predict", ValueError(
-                    f"returned {tuple(pred.shape) if torch.is_tensor(pred) else type(pred).__name__}, targets are {tuple(lab.shape)}"))
+                raise UserCodeError(
+                    "predict",
+                    ValueError(
+                        f"returned {tuple(pred.shape) if torch.is_tensor(pred) else type(pred).__name__}, targets are {tuple(lab.shape)}"
+                    ),
+                )
             pred = pred.reshape(lab.shape)
             keep = lab != task.ignore_index
             ok = rows((pred == lab) | ~keep).all(1).tolist()
@@ -156,11 +191,15 @@ def _recovered(tr: Trainer, examples: list[dict[str, Any]]) -> tuple[float, list
 
 
 def inputs(ctx: Context) -> dict[str, Any]:
-    return {"examples": int(ctx.pilot_cfg.get("overfit_examples", 16)), "steps": int(ctx.pilot_cfg.get("overfit_steps", 60))}
+    return {
+        "examples": int(ctx.pilot_cfg.get("overfit_examples", 16)),
+        "steps": int(ctx.pilot_cfg.get("overfit_steps", 60)),
+    }
 
 
 PHASE = Phase(
-    "overfit", run,
+    "overfit",
+    run,
     remedy="the model cannot learn a few fixed examples: check labels, the loss, the learning rate "
     "([pilot] overfit_lr), frozen parameters",
     checks=("finite throughout", "loss falls below threshold", "targets recovered"),

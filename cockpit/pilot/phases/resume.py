@@ -31,23 +31,34 @@ def compare(ctx: Context, g: Gate, data: dict[str, Any], losses: list[float]) ->
     saved = ctx.saved
     g.check("step restored", data["step"] == saved["step"], f"step {data['step']} (saved {saved['step']})")
     g.check("learning rate restored", data["lr"] == saved["lr"], f"lr {data['lr']:.3g}")
-    g.check("data position restored", data["data"] == saved["data"],
-            f"epoch {data['data']['epoch']}, position {data['data']['cursor']}")
+    g.check(
+        "data position restored",
+        data["data"] == saved["data"],
+        f"epoch {data['data']['epoch']}, position {data['data']['cursor']}",
+    )
     got = data["losses"]
     if ctx.device.type == "cpu":
         same = got == losses
         detail = "bit-identical: " if same else "differ: "
     else:
-        same = len(got) == len(losses) and all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(got, losses, strict=False))
+        same = len(got) == len(losses) and all(
+            abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(got, losses, strict=False)
+        )
         detail = "within 1e-5 (GPU kernels are not bit-deterministic): " if same else "differ: "
     detail += ", ".join(f"{a:.6f}/{b:.6f}" for a, b in zip(got, losses, strict=False))
     g.check("next losses equal the uninterrupted run", same, detail)
 
 
 PHASE = Phase(
-    "resume", run,
+    "resume",
+    run,
     remedy="fix the checkpoint: everything that changes during training must be saved and restored",
-    checks=("new process", "step restored", "learning rate restored", "data position restored",
-            "next losses equal the uninterrupted run"),
+    checks=(
+        "new process",
+        "step restored",
+        "learning rate restored",
+        "data position restored",
+        "next losses equal the uninterrupted run",
+    ),
     doc="new process: state restored, next losses identical",
 )

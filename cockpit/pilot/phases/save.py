@@ -27,15 +27,20 @@ def run(ctx: Context, g: Gate) -> None:
     back = ck.safe_load(ctx.rdir / runs.CHECKPOINT)
     want = ["model", "optimizer", "scheduler", "step", "rng", "data"] + (["scaler"] if tr.scaler else [])
     missing = [k for k in want if k not in back or back[k] is None]
-    g.check("complete", not missing,
-            "model, optimizer, scheduler, step, RNG, data position" + (", scaler" if tr.scaler else "")
-            if not missing else f"missing {missing}")
+    g.check(
+        "complete",
+        not missing,
+        "model, optimizer, scheduler, step, RNG, data position" + (", scaler" if tr.scaler else "")
+        if not missing
+        else f"missing {missing}",
+    )
     g.check("safe to load", True, "torch.load(weights_only=True)")
     g.extra["bytes"] = size
 
 
 PHASE = Phase(
-    "save", run,
+    "save",
+    run,
     remedy="fix what is saved (model, optimizer, scheduler, scaler, step, RNG, data position) before the series",
     checks=("written", "complete", "safe to load", "saved once, by rank 0"),
     doc="resume checkpoint: size, time",

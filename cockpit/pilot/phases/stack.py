@@ -48,7 +48,8 @@ def inputs(ctx: Context) -> dict[str, Any]:
 
 
 PHASE = Phase(
-    "stack", run,
+    "stack",
+    run,
     remedy="install a torch build that matches the driver and the task's extensions; set training.device",
     checks=("torch", "cuda", "device", "bf16", "nccl", "import <extension>", "task"),
     inputs=inputs,

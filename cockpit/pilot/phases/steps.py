@@ -29,8 +29,11 @@ def param_fingerprint(model: torch.nn.Module) -> dict[str, tuple[float, float]]:
 
 def base_inputs(ctx: Context) -> dict[str, Any]:
     p = ctx.params
-    return {"microbatch": int(p["microbatch"]), "accumulation": int(p.get("accumulation") or 1),
-            "precision": p.get("precision") or "fp32"}
+    return {
+        "microbatch": int(p["microbatch"]),
+        "accumulation": int(p.get("accumulation") or 1),
+        "precision": p.get("precision") or "fp32",
+    }
 
 
 # --------------------------------------------------------------------------- forward
@@ -56,8 +59,11 @@ def forward(ctx: Context, g: Gate) -> None:
     value, count = tr.loss_of(batch)
     st["value"], st["count"] = value, count
     ok_shape = value.dim() == 0
-    g.check("loss is a scalar", ok_shape,
-            f"shape {tuple(value.shape)}" + ("" if ok_shape else ": reduce it to one number (mean, or sum with a count)"))
+    g.check(
+        "loss is a scalar",
+        ok_shape,
+        f"shape {tuple(value.shape)}" + ("" if ok_shape else ": reduce it to one number (mean, or sum with a count)"),
+    )
     if count is not None:
         g.check("count", float(count) > 0, f"{float(count):g} items count toward the loss")
     v = float(value.detach())
@@ -70,8 +76,11 @@ def forward(ctx: Context, g: Gate) -> None:
         with torch.no_grad():
             pred = user("predict", task.predict, tr.model, batch)
         lab = batch[task.label_key]
-        g.check("prediction shape", tuple(pred.shape) == tuple(lab.shape),
-                f"predictions {tuple(pred.shape)} vs targets {tuple(lab.shape)}")
+        g.check(
+            "prediction shape",
+            tuple(pred.shape) == tuple(lab.shape),
+            f"predictions {tuple(pred.shape)} vs targets {tuple(lab.shape)}",
+        )
     initial_loss(ctx, g, mean)
 
 
@@ -88,11 +97,18 @@ def initial_loss(ctx: Context, g: Gate, loss: float) -> None:
     ratio = loss / uniform
     ok = 0.5 <= ratio <= 2.0
     g.extra["initial_loss"] = {"loss": loss, "uniform": uniform, "classes": classes, "ratio": ratio}
-    g.check("initial loss near uniform", ok,
-            f"{loss:.3f} vs ln {classes} = {uniform:.3f} for uniform predictions over the {what} ({ratio:.2f}x)"
-            + ("" if ok else ": far from uniform; check the output layer's size and initialisation (logits too large), "
-               "the loss's reduction and what it is averaged over"),
-            warn=True)
+    g.check(
+        "initial loss near uniform",
+        ok,
+        f"{loss:.3f} vs ln {classes} = {uniform:.3f} for uniform predictions over the {what} ({ratio:.2f}x)"
+        + (
+            ""
+            if ok
+            else ": far from uniform; check the output layer's size and initialisation (logits too large), "
+            "the loss's reduction and what it is averaged over"
+        ),
+        warn=True,
+    )
 
 
 # --------------------------------------------------------------------------- backward
@@ -118,15 +134,26 @@ def backward(ctx: Context, g: Gate) -> None:
         elif p.grad is not None:
             frozen_grad.append(name)
     total = len(tr.trainable_names)
-    g.check("every trainable parameter has a gradient", not missing,
-            f"{total - len(missing)}/{total}"
-            + (f"; none for {', '.join(missing[:4])} (detached from the loss, or unused)" if missing else ""))
+    g.check(
+        "every trainable parameter has a gradient",
+        not missing,
+        f"{total - len(missing)}/{total}"
+        + (f"; none for {', '.join(missing[:4])} (detached from the loss, or unused)" if missing else ""),
+    )
     if nonfinite and tr.scaler is None:
         raise NonFinite(f"gradient in {', '.join(nonfinite[:3])}", None, 1)
-    g.check("finite gradients", not nonfinite or tr.scaler is not None,
-            "all finite" if not nonfinite else f"non-finite in {', '.join(nonfinite[:3])} (the fp16 scaler will skip this step)")
-    g.check("frozen parameters get no gradient", not frozen_grad,
-            "none" if not frozen_grad else f"{', '.join(frozen_grad[:4])} have gradients")
+    g.check(
+        "finite gradients",
+        not nonfinite or tr.scaler is not None,
+        "all finite"
+        if not nonfinite
+        else f"non-finite in {', '.join(nonfinite[:3])} (the fp16 scaler will skip this step)",
+    )
+    g.check(
+        "frozen parameters get no gradient",
+        not frozen_grad,
+        "none" if not frozen_grad else f"{', '.join(frozen_grad[:4])} have gradients",
+    )
     st["count_total"] = float(count) if count is not None else None
     st["loss_sum"] = float(value.detach()) if count is not None else None
     st["means"] = [float(value.detach())] if count is None else []
@@ -182,16 +209,27 @@ def update_first(ctx: Context, g: Gate) -> None:
     if skipped and tr.scaler is not None:
         # fp16: gradients overflowed at the scaler's initial scale, so it skipped this step and
         # halved the scale. Normal for a few steps; a warning, since nothing was updated yet.
-        g.check("optimizer step taken", False,
-                f"the fp16 grad scaler skipped the first step (inf/NaN gradients at scale {scale_before:g}; now "
-                f"{tr.scaler.get_scale():g}), so no parameter moved and no optimizer state exists yet; the scaler lowers "
-                "its scale until a step is taken. "
-                "A sum loss needs a lower training.loss_scale_init (e.g. 1024)", warn=True)
+        g.check(
+            "optimizer step taken",
+            False,
+            f"the fp16 grad scaler skipped the first step (inf/NaN gradients at scale {scale_before:g}; now "
+            f"{tr.scaler.get_scale():g}), so no parameter moved and no optimizer state exists yet; the scaler lowers "
+            "its scale until a step is taken. "
+            "A sum loss needs a lower training.loss_scale_init (e.g. 1024)",
+            warn=True,
+        )
     else:
-        g.check("targeted parameters changed", not unchanged,
-                f"{len(changed)}/{len(tr.trainable_names)} changed" + (f"; unchanged: {', '.join(unchanged[:4])}" if unchanged else ""))
-    g.check("frozen parameters unchanged", not frozen_changed,
-            "unchanged" if not frozen_changed else f"changed: {', '.join(frozen_changed[:4])}")
+        g.check(
+            "targeted parameters changed",
+            not unchanged,
+            f"{len(changed)}/{len(tr.trainable_names)} changed"
+            + (f"; unchanged: {', '.join(unchanged[:4])}" if unchanged else ""),
+        )
+    g.check(
+        "frozen parameters unchanged",
+        not frozen_changed,
+        "unchanged" if not frozen_changed else f"changed: {', '.join(frozen_changed[:4])}",
+    )
     g.check("step counted", tr.step == 1, f"step {tr.step}")
     n_state = len(tr.optimizer.state)
     if not skipped:
@@ -206,9 +244,13 @@ def update_first(ctx: Context, g: Gate) -> None:
         for i, a in enumerate(shards):
             for b in shards[i + 1 :]:
                 overlap |= set(a) & set(b)
-        g.check("rank shards disjoint", not overlap,
-                f"{ctx.world} ranks x {len(shards[0])} examples, no id on two ranks" if not overlap
-                else f"{len(overlap)} examples on several ranks: {sorted(overlap)[:4]}")
+        g.check(
+            "rank shards disjoint",
+            not overlap,
+            f"{ctx.world} ranks x {len(shards[0])} examples, no id on two ranks"
+            if not overlap
+            else f"{len(overlap)} examples on several ranks: {sorted(overlap)[:4]}",
+        )
 
 
 def effective_batch(ctx: Context, g: Gate, micro: int, accum: int) -> None:
@@ -221,17 +263,24 @@ def effective_batch(ctx: Context, g: Gate, micro: int, accum: int) -> None:
         g.check("effective batch", True, f"{plan.examples_per_update} = {micro} x {accum} x {ctx.world} replica(s)")
     else:
         ref = BatchPlan(micro, accum, declared).examples_per_update
-        g.check("effective batch", False,
-                f"{plan.examples_per_update} = {micro} x {accum} x {ctx.world} ranks, but the notebook declares "
-                f"data_replicas = {declared} ({ref} per update): set [batch] data_replicas = {ctx.world}, "
-                f"or divide accumulation by {ctx.world // max(declared, 1) or 1} to keep the experiment", warn=True)
+        g.check(
+            "effective batch",
+            False,
+            f"{plan.examples_per_update} = {micro} x {accum} x {ctx.world} ranks, but the notebook declares "
+            f"data_replicas = {declared} ({ref} per update): set [batch] data_replicas = {ctx.world}, "
+            f"or divide accumulation by {ctx.world // max(declared, 1) or 1} to keep the experiment",
+            warn=True,
+        )
 
 
 def ranks_agree(ctx: Context, g: Gate) -> None:
     prints = dist_.gather(sorted(param_fingerprint(ctx.trainer.model).items()))
     same = all(p == prints[0] for p in prints[1:])
-    g.check("parameters identical on every rank", same,
-            f"{ctx.world} ranks agree" if same else "ranks hold different parameters after the update")
+    g.check(
+        "parameters identical on every rank",
+        same,
+        f"{ctx.world} ranks agree" if same else "ranks hold different parameters after the update",
+    )
 
 
 # --------------------------------------------------------------------------- a later update
@@ -261,30 +310,42 @@ def _second_vs_first(ctx: Context, g: Gate, mem: dict[str, Any]) -> None:
 
 
 FORWARD = Phase(
-    "forward", forward,
+    "forward",
+    forward,
     remedy="inspect the reduced batch and its values: shapes, dtype, the loss's reduction",
     checks=("loss is a scalar", "count", "finite loss", "prediction shape", "initial loss near uniform"),
     inputs=base_inputs,
     doc="shapes, finite loss, initial loss vs uniform",
 )
 BACKWARD = Phase(
-    "backward", backward,
+    "backward",
+    backward,
     remedy="check the graph (detached tensors, frozen parameters), precision and normalisation",
     checks=("every trainable parameter has a gradient", "finite gradients", "frozen parameters get no gradient"),
     inputs=base_inputs,
     doc="finite gradient on every trainable parameter, none on frozen",
 )
 UPDATE_FIRST = Phase(
-    "update_first", update_first,
+    "update_first",
+    update_first,
     remedy="inspect the optimizer: which parameters it holds, their requires_grad, the learning rate",
-    checks=("targeted parameters changed", "optimizer step taken", "frozen parameters unchanged", "step counted",
-            "optimizer state allocated", "gradient accumulation", "effective batch",
-            "parameters identical on every rank", "rank shards disjoint"),
+    checks=(
+        "targeted parameters changed",
+        "optimizer step taken",
+        "frozen parameters unchanged",
+        "step counted",
+        "optimizer state allocated",
+        "gradient accumulation",
+        "effective batch",
+        "parameters identical on every rank",
+        "rank shards disjoint",
+    ),
     inputs=base_inputs,
     doc="first optimizer step: allocates optimizer state",
 )
 UPDATE_SECOND = Phase(
-    "update_second", update_second,
+    "update_second",
+    update_second,
     remedy="inspect the optimizer and accumulation; compare with the first step's memory",
     checks=("step counted", "finite loss", "parameters identical on every rank"),
     inputs=base_inputs,

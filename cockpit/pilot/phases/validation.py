@@ -34,27 +34,38 @@ def run(ctx: Context, g: Gate) -> None:
         first = tr.evaluate("val", val[: tr.eval_microbatch])
     finally:
         hook.remove()
-    g.check("eval mode", bool(modes) and not any(modes),
-            "model.eval() during validation" if not any(modes) else "model was in training mode")
+    g.check(
+        "eval mode",
+        bool(modes) and not any(modes),
+        "model.eval() during validation" if not any(modes) else "model was in training mode",
+    )
     g.check("no grad", not any(grad), "torch.no_grad()" if not any(grad) else "gradients were recorded")
     ids = out["ids"]
     want = [e["id"] for e in val]
     dup = len(ids) - len(set(ids))
     missing = set(want) - set(ids)
-    g.check("complete outputs", out["n"] == len(val) and not missing and not dup,
-            f"{out['n']}/{len(val)} examples evaluated" + (f"; missing {sorted(missing)[:4]}" if missing else "")
-            + (f"; {dup} duplicated" if dup else ""))
+    g.check(
+        "complete outputs",
+        out["n"] == len(val) and not missing and not dup,
+        f"{out['n']}/{len(val)} examples evaluated"
+        + (f"; missing {sorted(missing)[:4]}" if missing else "")
+        + (f"; {dup} duplicated" if dup else ""),
+    )
     g.check("finite loss", math.isfinite(out["loss"]), f"val loss {out['loss']:.4f}")
     same = again["loss"] == first["loss"]
-    g.check("deterministic", same,
-            "same loss twice (dropout off)" if same else "two evaluations differ: dropout or sampling active in eval")
+    g.check(
+        "deterministic",
+        same,
+        "same loss twice (dropout off)" if same else "two evaluations differ: dropout or sampling active in eval",
+    )
     g.check("training mode restored", tr.model.training, "back in train mode")
     g.extra["val_loss"] = out["loss"]
     ctx.emit(ev.EVAL, step=tr.step, loss=ev.finite_or_none(out["loss"]), metrics={})
 
 
 PHASE = Phase(
-    "validation", run,
+    "validation",
+    run,
     remedy="separate validation settings from training's: eval mode, no grad, its own microbatch",
     checks=("eval mode", "no grad", "complete outputs", "finite loss", "deterministic", "training mode restored"),
     doc="eval mode, no grad, whole split, complete outputs",

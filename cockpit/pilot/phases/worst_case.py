@@ -43,7 +43,8 @@ def inputs(ctx: Context) -> dict[str, Any]:
 
 
 PHASE = Phase(
-    "worst_case", run,
+    "worst_case",
+    run,
     remedy="the longest batch does not fit: lower the microbatch and raise accumulation, "
     "enable activation checkpointing or bf16, or shorten max_length (and check what that truncates)",
     checks=("finite loss",),

@@ -133,8 +133,13 @@ class CampaignScreen(Screen[None]):
         rows = {r.id: r for r in self.nb.runs}
         ids = list(rows) + [rid for rid in self.states if rid not in rows]
         for rid in ids:
-            put_row(table, self._shown, rid, run_cells(rid, rows.get(rid), self.states.get(rid)),
-                    [key for key, _, _ in RUN_COLUMNS])
+            put_row(
+                table,
+                self._shown,
+                rid,
+                run_cells(rid, rows.get(rid), self.states.get(rid)),
+                [key for key, _, _ in RUN_COLUMNS],
+            )
         running = [rid for rid in ids if self.states.get(rid) and self.states[rid].status == "running"]
         table.border_title = f"runs ({len(ids)})" + (f"  running: {', '.join(running)}" if running else "")
         table.border_subtitle = self.app.series_status()
@@ -213,8 +218,9 @@ def summary(nb: nbm.Notebook) -> Text:
     out.append(f"{c.quality_metric} ({'higher' if c.higher_is_better else 'lower'} is better)")
     b = nb.batch
     try:
-        plan = arithmetic.BatchPlan(b.microbatch, b.accumulation, b.data_replicas, b.model_parallel,
-                                    b.dataset_size, b.drop_last)
+        plan = arithmetic.BatchPlan(
+            b.microbatch, b.accumulation, b.data_replicas, b.model_parallel, b.dataset_size, b.drop_last
+        )
         for name, value in arithmetic.describe(plan)[:2]:
             out.append(f"\n{name.capitalize()} ", style="bold")
             out.append(value)

@@ -113,7 +113,8 @@ class CompareScreen(Screen[None]):
     def on_compared(self, message: Compared) -> None:
         if message.error:
             self.query_one("#compare-tables", Static).update(
-                Text(f"the comparison could not be read: {message.error}", style="bold red"))
+                Text(f"the comparison could not be read: {message.error}", style="bold red")
+            )
             return
         self.data, self.curves = message.data, message.curves
         # The default choice on opening, and for each run that appears later (a series going on);

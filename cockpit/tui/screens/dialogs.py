@@ -112,7 +112,8 @@ class StartSeriesScreen(Dialog):
             yield Label("variants (space chooses, arrows move)")
             yield SelectionList[str](
                 *[Selection(f"{v.id}  {v.kind}: {v.differs}"[:56], v.id, v.id in self.chosen) for v in nb.variants],
-                id="series-variants")
+                id="series-variants",
+            )
             with Horizontal(classes="field"):
                 yield Label("seeds", classes="name")
                 yield Input("0,1,2", id="series-seeds", compact=True)
@@ -149,8 +150,10 @@ class StartSeriesScreen(Dialog):
             else:
                 b = self.nb.batch
                 budget = b.updates or b.epochs or b.examples
-                text.append(f"the notebook's budget ({budget} {self.nb.campaign.held_constant}; "
-                            "a number in updates overrides it)")
+                text.append(
+                    f"the notebook's budget ({budget} {self.nb.campaign.held_constant}; "
+                    "a number in updates overrides it)"
+                )
             if follows:
                 text.append(f"; {follows} follow an earlier run of the same variant and seed")
         self.query_one("#series-plan", Static).update(text)
@@ -227,8 +230,13 @@ class VerdictScreen(Dialog):
         with Vertical(classes="dialog"):
             yield Label(f"Verdict on {self.run_id}", classes="title")
             suggest = SuggestFromList(["keep", "reject", "rerun", "inconclusive"], case_sensitive=False)
-            yield Input(self.current, id="verdict", suggester=suggest, compact=True,
-                        placeholder="keep, reject, rerun, inconclusive or your words")
+            yield Input(
+                self.current,
+                id="verdict",
+                suggester=suggest,
+                compact=True,
+                placeholder="keep, reject, rerun, inconclusive or your words",
+            )
             yield Label("Enter saves; Escape cancels", classes="hint")
 
     @on(Input.Submitted)
@@ -249,8 +257,9 @@ class ConclusionScreen(Dialog):
             yield Label("Conclusion", classes="title")
             yield TextArea(self.current.text, id="text", soft_wrap=True, show_line_numbers=False)
             yield Label(f"chosen variant ({', '.join(self.variants)} or empty)")
-            yield Input(self.current.chosen_variant, id="chosen", compact=True,
-                        suggester=SuggestFromList(self.variants))
+            yield Input(
+                self.current.chosen_variant, id="chosen", compact=True, suggester=SuggestFromList(self.variants)
+            )
             yield Label("ctrl+s saves; Escape cancels", classes="hint")
 
     def on_mount(self) -> None:
@@ -312,8 +321,9 @@ def gate_text(phase: str, gate: dict | None) -> Text:
         out.append(f"  {secs:.2f} s")
     for check in gate.get("checks") or []:
         ok = check.get("ok")
-        mark, style = ("ok  ", "green") if ok and not check.get("warn") else (
-            ("warn", "yellow") if ok else ("FAIL", "bold red"))
+        mark, style = (
+            ("ok  ", "green") if ok and not check.get("warn") else (("warn", "yellow") if ok else ("FAIL", "bold red"))
+        )
         out.append(f"\n {mark} ", style=style)
         out.append(str(check.get("name", "")), style="bold")
         if check.get("detail"):
@@ -327,11 +337,15 @@ def gate_text(phase: str, gate: dict | None) -> Text:
     out.append(f"peak {fm.mib(peak)} ({counter or 'not measured'})")
     torch = mem.get("torch")
     if torch:
-        out.append(f"\n torch allocated {fm.mib(torch.get('allocated'))}, reserved {fm.mib(torch.get('reserved'))}, "
-                   f"peak allocated {fm.mib(torch.get('peak_allocated'))}")
+        out.append(
+            f"\n torch allocated {fm.mib(torch.get('allocated'))}, reserved {fm.mib(torch.get('reserved'))}, "
+            f"peak allocated {fm.mib(torch.get('peak_allocated'))}"
+        )
     for g in mem.get("nvml") or []:
-        out.append(f"\n GPU {g.get('index')} {g.get('name', '')}: NVML used {fm.mib(g.get('used'))} "
-                   f"of {fm.mib(g.get('total'))}")
+        out.append(
+            f"\n GPU {g.get('index')} {g.get('name', '')}: NVML used {fm.mib(g.get('used'))} "
+            f"of {fm.mib(g.get('total'))}"
+        )
     if mem.get("rss") is not None:
         out.append(f"\n process RSS {fm.mib(mem.get('rss'))}, peak {fm.mib(mem.get('rss_peak'))}")
     if gate.get("remedy"):

@@ -10,39 +10,49 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 HELP = (
-    ("Everywhere", (
-        ("?", "this help"),
-        ("ctrl+p", "command palette: every main action by name"),
-        ("q", "quit Cockpit (running pilots keep running)"),
-        ("Escape / b", "back"),
-    )),
-    ("Campaign", (
-        ("arrows, Enter", "choose a run and open it (live if it is running)"),
-        ("p", "start a pilot: pick variant and seed"),
-        ("S", "start a series: variants x seeds, each a training run"),
-        ("C", "compare variants: tables and loss curves"),
-        ("d / o", "add a decision / an observation, linked to the selected run"),
-        ("v", "set the selected run's verdict"),
-        ("c / s", "edit the conclusion / the selection sheet"),
-        ("i", "data view: the selected run's inspected examples"),
-        ("g", "GPUs: NVML memory, utilisation, power, temperature, processes"),
-        ("r", "reload campaign.toml"),
-    )),
-    ("Run", (
-        ("arrows, Enter", "choose a gate and show its checks, memory and remedy"),
-        ("x", "stop the pilot or run (asks first; SIGTERM, then SIGKILL after 10 s)"),
-        ("i", "data view"),
-    )),
-    ("Series run", (
-        ("x / i", "stop it / data view; no gates: loss by update, validation, stop reason"),
-    )),
-    ("Compare", (
-        ("t / l", "tables (as `cockpit compare`) / loss curves of chosen runs"),
-        ("space, a, n", "choose the run under the cursor / all / none"),
-        ("z", "zoom the curves to the runs that did not diverge"),
-        ("c", "a colour per variant (markers per run) or per run"),
-        ("o", "open the run under the cursor"),
-    )),
+    (
+        "Everywhere",
+        (
+            ("?", "this help"),
+            ("ctrl+p", "command palette: every main action by name"),
+            ("q", "quit Cockpit (running pilots keep running)"),
+            ("Escape / b", "back"),
+        ),
+    ),
+    (
+        "Campaign",
+        (
+            ("arrows, Enter", "choose a run and open it (live if it is running)"),
+            ("p", "start a pilot: pick variant and seed"),
+            ("S", "start a series: variants x seeds, each a training run"),
+            ("C", "compare variants: tables and loss curves"),
+            ("d / o", "add a decision / an observation, linked to the selected run"),
+            ("v", "set the selected run's verdict"),
+            ("c / s", "edit the conclusion / the selection sheet"),
+            ("i", "data view: the selected run's inspected examples"),
+            ("g", "GPUs: NVML memory, utilisation, power, temperature, processes"),
+            ("r", "reload campaign.toml"),
+        ),
+    ),
+    (
+        "Run",
+        (
+            ("arrows, Enter", "choose a gate and show its checks, memory and remedy"),
+            ("x", "stop the pilot or run (asks first; SIGTERM, then SIGKILL after 10 s)"),
+            ("i", "data view"),
+        ),
+    ),
+    ("Series run", (("x / i", "stop it / data view; no gates: loss by update, validation, stop reason"),)),
+    (
+        "Compare",
+        (
+            ("t / l", "tables (as `cockpit compare`) / loss curves of chosen runs"),
+            ("space, a, n", "choose the run under the cursor / all / none"),
+            ("z", "zoom the curves to the runs that did not diverge"),
+            ("c", "a colour per variant (markers per run) or per run"),
+            ("o", "open the run under the cursor"),
+        ),
+    ),
 )
 
 NOTES = (

@@ -211,7 +211,7 @@ class RunScreen(Screen[None]):
         new = feed.log_total - self._log_shown
         if new <= 0:
             return
-        lines = list(feed.log)[-min(new, len(feed.log)):]
+        lines = list(feed.log)[-min(new, len(feed.log)) :]
         self.query_one(Log).write_lines(lines)
         self._log_shown = feed.log_total
 

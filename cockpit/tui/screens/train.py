@@ -140,9 +140,14 @@ class TrainRunScreen(RunScreen):
         best = min((e["loss"] for e in feed.evals if isinstance(e.get("loss"), (int, float))), default=None)
         for e in feed.evals:
             loss = e.get("loss")
-            cells = [Text(str(e.get("step", "?")), justify="right"),
-                     Text(f"{loss:.4f}" if isinstance(loss, (int, float)) else "non-finite", justify="right",
-                          style="bold green" if loss is not None and loss == best else "")]
+            cells = [
+                Text(str(e.get("step", "?")), justify="right"),
+                Text(
+                    f"{loss:.4f}" if isinstance(loss, (int, float)) else "non-finite",
+                    justify="right",
+                    style="bold green" if loss is not None and loss == best else "",
+                ),
+            ]
             for k in names:
                 v = (e.get("metrics") or {}).get(k)
                 cells.append(Text(f"{v:.3g}" if isinstance(v, (int, float)) else "-", justify="right"))
@@ -155,16 +160,23 @@ class TrainRunScreen(RunScreen):
         feed = self.feed
         assert feed is not None
         plot = self.query_one("#loss", BraillePlot)
-        points = [(float(e["step"]), float(e["loss"])) for e in feed.evals
-                  if isinstance(e.get("step"), (int, float)) and isinstance(e.get("loss"), (int, float))]
+        points = [
+            (float(e["step"]), float(e["loss"]))
+            for e in feed.evals
+            if isinstance(e.get("step"), (int, float)) and isinstance(e.get("loss"), (int, float))
+        ]
         title = "loss"
         if feed.step_loss.y:
             title += f" {feed.step_loss.y[-1]:.3g}"
         if points:
             title += f"  val {points[-1][1]:.4g}"
         plot.title = title
-        plot.set_data([Line("train, per update", "magenta", feed.step_loss.t, feed.step_loss.y),
-                       Line("validation", "bright_cyan", [], [], points=points, marker="\u25cf")])
+        plot.set_data(
+            [
+                Line("train, per update", "magenta", feed.step_loss.t, feed.step_loss.y),
+                Line("validation", "bright_cyan", [], [], points=points, marker="\u25cf"),
+            ]
+        )
 
     def action_gate(self) -> None:
         """A train run has no gates: Enter on a validation row does nothing more than show it."""
@@ -206,8 +218,9 @@ def metrics_text(m: dict[str, Any] | None) -> Text:
     fm_ = m.get("final_metrics") or {}
     if fm_:
         out.append("\n")
-        out.append(", ".join(f"{short(k)} {v:.3g}" if isinstance(v, (int, float)) else f"{short(k)} -"
-                             for k, v in fm_.items()))
+        out.append(
+            ", ".join(f"{short(k)} {v:.3g}" if isinstance(v, (int, float)) else f"{short(k)} -" for k, v in fm_.items())
+        )
     out.append("\n")
     out.append(f"{m.get('updates', '?')}/{m.get('planned_updates', '?')} updates")
     if isinstance(m.get("step_time_s"), (int, float)):

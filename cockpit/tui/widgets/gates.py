@@ -18,8 +18,13 @@ from ..ingest import RunFeed
 from .keyed import put_row
 
 BAR_WIDTH = 8
-COLUMNS = (("phase", "phase", 13), ("result", "result", 7), ("time", "secs", 5), ("peak", "MiB", 6),
-           ("bar", "peak", BAR_WIDTH + 1))
+COLUMNS = (
+    ("phase", "phase", 13),
+    ("result", "result", 7),
+    ("time", "secs", 5),
+    ("peak", "MiB", 6),
+    ("bar", "peak", BAR_WIDTH + 1),
+)
 
 
 class GateTable(DataTable):
@@ -44,7 +49,10 @@ class GateTable(DataTable):
         # the first phase reaching the top sets the peak; later ties do not
         top_phase = next((p for p in feed.phases if top is not None and peaks.get(p) == top), None)
         if capacity:
-            scale, label = capacity, f"vs {capacity / 2**30:.0f}G" if capacity >= 10 * 2**30 else f"vs {fm.mib(capacity, unit=False)}M"
+            scale, label = (
+                capacity,
+                f"vs {capacity / 2**30:.0f}G" if capacity >= 10 * 2**30 else f"vs {fm.mib(capacity, unit=False)}M",
+            )
             self.scale_label = f"bars: peak vs GPU {fm.size(capacity)}"
         else:
             scale, label = top, "vs top"

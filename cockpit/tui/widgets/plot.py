@@ -70,8 +70,19 @@ class BraillePlot(Widget):
 
     def render(self) -> Text:
         width, height = self.size.width, self.size.height
-        return render_plot(self.lines, self.marks, width, height, self.title, self.fmt, self.zero_based,
-                           self.y_max, self.empty_text, legend=self.legend, x_fmt=self.x_fmt)
+        return render_plot(
+            self.lines,
+            self.marks,
+            width,
+            height,
+            self.title,
+            self.fmt,
+            self.zero_based,
+            self.y_max,
+            self.empty_text,
+            legend=self.legend,
+            x_fmt=self.x_fmt,
+        )
 
 
 def render_plot(
@@ -93,7 +104,7 @@ def render_plot(
     if legend:
         for ln in lines:
             head.append("  ")
-            head.append(f"{ln.marker or chr(0x28ff)} ", style=ln.style)
+            head.append(f"{ln.marker or chr(0x28FF)} ", style=ln.style)
             head.append(ln.label)
     out.append_text(head)
     if not lines or width < 12 or height < 3:
@@ -128,6 +139,7 @@ def render_plot(
             cur = column_max[x]
             if cur is None or y > cur:
                 column_max[x] = y
+
         def run(x: int, a: int, b: int, si: int = si) -> None:
             for d in range(min(a, b), max(a, b) + 1):
                 r, c = d // 4, x // 2

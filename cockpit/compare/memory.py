@@ -1,0 +1,171 @@
+"""Memory and time per phase from each variant's latest passed pilot, and the flags of a changed question."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import arithmetic, runs
+from .. import events as ev
+from .. import notebook as nbm
+from .quality import MEMORY_KNOBS, STEP_PHASE, Group, _differences
+
+
+@dataclass
+class PhaseMem:
+    phase: str
+    peak: int | None  # bytes: torch peak allocated on a GPU, else the process's peak RSS
+    peak_reserved: int | None
+    counter: str
+    duration_s: float | None
+
+
+@dataclass
+class PilotMem:
+    variant: str
+    run: str | None
+    phases: dict[str, PhaseMem]
+    peak: int | None
+    counter: str
+    step_time_s: float | None
+    max_length: int | None
+    truncation: dict[str, Any] | None
+    params_note: str = ""
+
+
+def _data_gate(all_runs: list[runs.RunFiles], vid: str) -> tuple[str, dict[str, Any]] | None:
+    """The data gate of the variant's latest pilot that reached it, passed or not: the truncation
+    count is a fact about the data whatever the pilot's verdict (a truncating variant may warn or fail)."""
+    for r in reversed(all_runs):
+        if r.kind != "pilot" or r.variant != vid:
+            continue
+        gate = r.gate("data")
+        if gate is not None:
+            return r.id, gate
+    return None
+
+
+def pilot_memory(nb: nbm.Notebook, vid: str, all_runs: list[runs.RunFiles] | None = None) -> PilotMem:
+    all_runs = all_runs if all_runs is not None else runs.campaign_runs(nb.directory)
+    pilot = runs.latest_passed_pilot(all_runs, vid)
+    params = {k: v for k, v in nb.params(vid).items() if v is not None}
+    data = _data_gate(all_runs, vid)
+    if pilot is None:
+        ml = params.get("max_length")
+        trunc = data[1].get("truncation") if data else None
+        ml = (data[1].get("inputs") or {}).get("max_length", ml) if data else ml
+        return PilotMem(
+            vid,
+            None,
+            {},
+            None,
+            "",
+            None,
+            int(ml) if isinstance(ml, int) else None,
+            trunc if isinstance(trunc, dict) else None,
+        )
+    evs = pilot.events
+    phases: dict[str, PhaseMem] = {}
+    max_length = None
+    truncation = None
+    for g in ev.gates(evs):
+        mem = g.get("mem") or {}
+        peak, counter = runs.mem_peak(mem)
+        reserved = (mem.get("torch") or {}).get("peak_reserved")
+        phases[g["phase"]] = PhaseMem(g["phase"], peak, reserved, counter, g.get("duration_s"))
+        if g["phase"] == "data":
+            max_length = (g.get("inputs") or {}).get("max_length")
+            truncation = g.get("truncation")
+    steps = [
+        e.get("duration_s") for e in ev.iter_kind(evs, ev.STEP) if e.get("phase") == STEP_PHASE and e.get("duration_s")
+    ]
+    step_time = steps[-1] if steps else (phases[STEP_PHASE].duration_s if STEP_PHASE in phases else None)
+    peaks = [p.peak for p in phases.values() if p.peak is not None]
+    counter = next((p.counter for p in phases.values()), "")
+    if max_length is None and isinstance(params.get("max_length"), int):
+        max_length = params["max_length"]
+    frozen = pilot.frozen.get("params", {})
+    note = _differences(frozen, params)
+    return PilotMem(
+        vid,
+        pilot.id,
+        phases,
+        max(peaks) if peaks else None,
+        counter,
+        step_time,
+        max_length,
+        truncation if isinstance(truncation, dict) else None,
+        f"pilot {pilot.id} ran with {note}, not the notebook's current settings" if note else "",
+    )
+
+
+def _trunc_counts(tr: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The data gate's truncation record: one dict, or one per split."""
+    if "lose_target_tokens" in tr or "examples" in tr:
+        return [("", tr)]
+    return [(k, v) for k, v in tr.items() if isinstance(v, dict)]
+
+
+def flags(nb: nbm.Notebook, vid: str, mem: dict[str, PilotMem], groups: list[Group]) -> list[dict[str, str]]:
+    """What makes a variant answer a different question than the reference, or leaves it unknown."""
+    out: list[dict[str, str]] = []
+    ref = nb.reference
+    c = nb.campaign
+    rp = {k: v for k, v in nb.params(ref.id).items() if v is not None}
+    vp = {k: v for k, v in nb.params(vid).items() if v is not None}
+    if vid != ref.id:
+        try:
+            r_plan, v_plan = arithmetic.plan_from(rp), arithmetic.plan_from(vp)
+            if r_plan.examples_per_update != v_plan.examples_per_update or r_plan.drop_last != v_plan.drop_last:
+                try:
+                    text = arithmetic.what_changes(c.held_constant, r_plan, v_plan, arithmetic.budget_from(r_plan, rp))
+                except ValueError as exc:
+                    text = f"effective batch {r_plan.examples_per_update} -> {v_plan.examples_per_update} ({exc})"
+                out.append({"flag": "effective batch changed", "detail": text})
+        except (ValueError, KeyError) as exc:
+            out.append({"flag": "effective batch unknown", "detail": str(exc)})
+        v = nb.variant(vid)
+        if v.kind == "memory":
+            other = {k: val for k, val in v.set.items() if k not in MEMORY_KNOBS and rp.get(k) != val}
+            if other:
+                out.append(
+                    {
+                        "flag": "not only memory settings",
+                        "detail": "also changes " + ", ".join(f"{k}={val}" for k, val in other.items()),
+                    }
+                )
+    m, r = mem.get(vid), mem.get(ref.id)
+    ml, rml = (m.max_length if m else None), (r.max_length if r else None)
+    tr = m.truncation if m else None
+    if tr is not None:
+        for split, t in _trunc_counts(tr):
+            lose = int(t.get("lose_target_tokens") or 0)
+            where = f" ({split})" if split else ""
+            text = (
+                f"max_length {t.get('max_length', ml)}: {lose} of {int(t.get('examples') or 0)} examples{where} "
+                f"lose target tokens, {int(t.get('no_target_left') or 0)} have no target left"
+            )
+            if t.get("longer_than_max") is not None:
+                text += f" ({int(t['longer_than_max'])} are longer than max_length)"
+            if lose and (vid != ref.id and (rml is None or ml is None or ml < rml)):
+                out.append({"flag": "shorter max_length truncates targets", "detail": text})
+            elif lose:
+                out.append({"flag": "targets truncated", "detail": text})
+    elif vid != ref.id and ml is not None and rml is not None and ml < rml:
+        out.append(
+            {
+                "flag": "shorter max_length: truncation not measured",
+                "detail": f"max_length {rml} -> {ml}; the pilot's data gate recorded no truncation count"
+                + ("" if m and m.run else " (no passed pilot for this variant)"),
+            }
+        )
+    if c.quality_target is not None:
+        own = [g for g in groups if g.variant == vid and g.tag == ""]
+        if own and own[0].target_reached is False:
+            out.append(
+                {
+                    "flag": "quality target not reached",
+                    "detail": f"mean {c.quality_metric} {own[0].stats.mean:.4g}; {own[0].target}",
+                }
+            )
+    return out

@@ -1,0 +1,234 @@
+"""Quality across seeds: every training run's final metric, grouped per variant and settings, with its spread."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import events as ev
+from .. import notebook as nbm
+from .. import runs
+
+MEMORY_KNOBS = frozenset(
+    {
+        "microbatch",
+        "accumulation",
+        "activation_checkpointing",
+        "precision",
+        "max_length",
+        "eval_microbatch",
+        "loss_scale_init",
+        "device",
+    }
+)
+STEP_PHASE = "update_second"  # a step with optimizer state resident: the time per step
+
+
+@dataclass
+class Stats:
+    n: int
+    mean: float | None
+    std: float | None  # sample standard deviation (n - 1); None when n < 2
+    min: float | None
+    max: float | None
+
+    @property
+    def spread(self) -> float | None:
+        """The range between seeds (max - min); None when n < 2."""
+        if self.n < 2 or self.max is None or self.min is None:
+            return None
+        return self.max - self.min
+
+
+def stats(values: list[float]) -> Stats:
+    xs = [float(v) for v in values]
+    n = len(xs)
+    if n == 0:
+        return Stats(0, None, None, None, None)
+    mean = sum(xs) / n
+    std = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1)) if n >= 2 else None
+    return Stats(n, mean, std, min(xs), max(xs))
+
+
+def distinguish(var: Stats, ref: Stats, higher_is_better: bool = False) -> tuple[str, str]:
+    """(verdict, sentence): "reference-like" outcomes say *not distinguishable*, never better or worse."""
+    if var.n == 0 or ref.n == 0:
+        return "no data", "no completed run on one side"
+    if var.n < 2 or ref.n < 2:
+        return "not distinguishable", (
+            f"not distinguishable: {min(var.n, ref.n)} seed on one side, so no spread between seeds is measured"
+        )
+    diff = var.mean - ref.mean
+    spread = max(var.spread, ref.spread)
+    if abs(diff) <= spread:
+        return "not distinguishable", (
+            f"not distinguishable: difference {diff:+.4g} is within the seeds' spread {spread:.4g}"
+        )
+    better = diff > 0 if higher_is_better else diff < 0
+    word = "better" if better else "worse"
+    return word, f"{word} than the reference by {abs(diff):.4g}, more than the seeds' spread {spread:.4g}"
+
+
+# --------------------------------------------------------------------------- runs
+
+
+@dataclass
+class TrainRun:
+    id: str
+    variant: str
+    seed: int
+    status: str
+    stop_reason: str
+    follows: str
+    value: float | None  # the quality metric at the end of the run
+    updates: int | None
+    planned_updates: int | None
+    step_time_s: float | None
+    tag: str  # settings that differ from the notebook's variant ("" = as the notebook says)
+    dir: str
+    superseded_by: str = ""
+
+
+def _differences(got: dict[str, Any], want: dict[str, Any]) -> str:
+    keys = sorted(set(got) | set(want))
+    parts = []
+    for k in keys:
+        if got.get(k) != want.get(k):
+            parts.append(f"{k}={got[k]}" if k in got else f"{k} unset")
+    return ", ".join(parts)
+
+
+def quality_of(metrics: dict[str, Any], events: list[dict[str, Any]], metric: str) -> float | None:
+    """The run's final value of the quality metric: metrics.json, else its last eval event."""
+    if metrics:
+        if metric in ("val_loss", "loss"):
+            v = metrics.get("final_val_loss")
+        else:
+            v = (metrics.get("final_metrics") or {}).get(metric)
+        return ev.finite_or_none(v)
+    last = None
+    for e in ev.iter_kind(events, ev.EVAL):
+        last = e
+    if last is None:
+        return None
+    v = last.get("loss") if metric in ("val_loss", "loss") else (last.get("metrics") or {}).get(metric)
+    return ev.finite_or_none(v)
+
+
+def train_runs(nb: nbm.Notebook, all_runs: list[runs.RunFiles] | None = None) -> list[TrainRun]:
+    """Every training run of the campaign, from its folder (status derived from its events)."""
+    out: list[TrainRun] = []
+    wanted: dict[str, dict[str, Any]] = {}
+    for st in runs.training_runs(all_runs if all_runs is not None else runs.campaign_runs(nb.directory)):
+        meta = st.frozen.get("run", {})
+        vid = st.variant
+        params = st.frozen.get("params", {})
+        if vid not in wanted:
+            try:
+                wanted[vid] = {k: v for k, v in nb.params(vid).items() if v is not None}
+            except nbm.NotebookError:
+                wanted[vid] = {}
+        tag = _differences(params, wanted[vid]) if wanted[vid] else "variant no longer in the notebook"
+        metrics = st.metrics or {}
+        evs = st.events if not metrics else []
+        updates = metrics.get("updates")
+        if updates is None and evs:
+            steps = [e.get("step") for e in ev.iter_kind(evs, ev.STEP) if e.get("step") is not None]
+            updates = max(steps) if steps else 0
+        out.append(
+            TrainRun(
+                id=st.id,
+                variant=vid,
+                seed=int(meta.get("seed", 0)),
+                status=st.status,
+                stop_reason=st.stop_reason,
+                follows=str(meta.get("follows", "")),
+                value=quality_of(metrics, evs, nb.campaign.quality_metric),
+                updates=updates,
+                planned_updates=metrics.get("planned_updates"),
+                step_time_s=metrics.get("step_time_s"),
+                tag=tag,
+                dir=str(st.dir),
+            )
+        )
+    out.sort(key=lambda r: runs.order_key(r.id))
+    return out
+
+
+@dataclass
+class Group:
+    variant: str
+    tag: str
+    kind: str
+    reference: bool
+    stats: Stats
+    seeds: dict[int, float]  # seed -> value (the latest completed run of that seed)
+    runs: dict[int, str]  # seed -> run id counted
+    not_completed: dict[str, int] = field(default_factory=dict)  # status -> runs whose seed has no completed run
+    verdict: str = ""
+    sentence: str = ""
+    diff: float | None = None
+    spread: float | None = None  # the spread the difference was held against (larger of the two ranges)
+    target: str = ""
+    target_reached: bool | None = None
+
+
+def group_runs(nb: nbm.Notebook, trs: list[TrainRun]) -> list[Group]:
+    """One group per variant and settings tag; per seed the latest completed run counts."""
+    keyed: dict[tuple[str, str], list[TrainRun]] = {}
+    for r in trs:
+        keyed.setdefault((r.variant, r.tag), []).append(r)
+    kinds = {v.id: v.kind for v in nb.variants}
+    ref_id = nb.reference.id
+    order = {v.id: i for i, v in enumerate(nb.variants)}
+    groups: list[Group] = []
+    for (vid, tag), members in sorted(
+        keyed.items(), key=lambda kv: (kv[0][1] != "", kv[0][1], order.get(kv[0][0], 99))
+    ):
+        counted: dict[int, TrainRun] = {}
+        for r in members:  # sorted by id: a later completed run of the same seed supersedes an earlier one
+            if r.status == ev.Status.COMPLETED.value and r.value is not None:
+                if r.seed in counted:
+                    counted[r.seed].superseded_by = r.id
+                counted[r.seed] = r
+        failed: dict[str, int] = {}
+        for r in members:
+            if r.seed not in counted and r.status != ev.Status.COMPLETED.value:
+                failed[r.status] = failed.get(r.status, 0) + 1
+            elif r.status == ev.Status.COMPLETED.value and r.value is None and r.seed not in counted:
+                failed["no value"] = failed.get("no value", 0) + 1
+        seeds = {s: counted[s].value for s in sorted(counted)}
+        groups.append(
+            Group(
+                vid,
+                tag,
+                kinds.get(vid, "?"),
+                vid == ref_id,
+                stats(list(seeds.values())),
+                seeds,
+                {s: counted[s].id for s in sorted(counted)},
+                failed,
+            )
+        )
+    c = nb.campaign
+    for g in groups:
+        ref = next((x for x in groups if x.reference and x.tag == g.tag), None)
+        if g.reference:
+            g.verdict, g.sentence = "reference", "the reference"
+        elif ref is None:
+            g.verdict, g.sentence = "no reference", "no completed reference run with the same settings to compare with"
+        else:
+            g.verdict, g.sentence = distinguish(g.stats, ref.stats, c.higher_is_better)
+            if g.stats.mean is not None and ref.stats.mean is not None:
+                g.diff = g.stats.mean - ref.stats.mean
+            if g.stats.spread is not None and ref.stats.spread is not None:
+                g.spread = max(g.stats.spread, ref.stats.spread)
+        if c.quality_target is not None and g.stats.n:
+            ok = [v >= c.quality_target if c.higher_is_better else v <= c.quality_target for v in g.seeds.values()]
+            mean_ok = g.stats.mean >= c.quality_target if c.higher_is_better else g.stats.mean <= c.quality_target
+            g.target_reached = bool(mean_ok)
+            g.target = f"{sum(ok)}/{len(ok)} seeds reach {c.quality_target:g}" + (
+                "" if mean_ok else "; the mean does not"
+            )
+    return groups

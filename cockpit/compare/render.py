@@ -1,0 +1,167 @@
+"""``cockpit compare``'s tables, printed with Rich (the TUI prints them into a collector)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import events as ev
+from .. import runs
+
+
+def _f(x: float | None, digits: int = 4) -> str:
+    return "" if x is None else f"{x:.{digits}g}"
+
+
+def _mib(b: float | None) -> str:
+    return "absent" if b is None else f"{b / 2**20:,.0f}"
+
+
+def render(data: dict[str, Any], console: Any) -> None:
+    from rich.table import Table
+
+    metric = data["metric"]
+    way = "higher is better" if data["higher_is_better"] else "lower is better"
+    console.print(f"[bold]{data['campaign']}[/]: {data['question']}", highlight=False)
+    q = Table(title=f"{metric} across seeds ({way}; reference {data['reference']})", title_justify="left")
+    for col, just in (
+        ("variant", "left"),
+        ("n", "right"),
+        ("mean", "right"),
+        ("std", "right"),
+        ("min", "right"),
+        ("max", "right"),
+        ("each seed", "left"),
+        ("vs reference", "left"),
+    ):
+        q.add_column(col, justify=just, overflow="fold", no_wrap=col in ("n", "mean", "std", "min", "max"))
+    for g in data["quality"]:
+        s = g["stats"]
+        name = g["variant"] + (f" [dim]({g['tag']})[/]" if g["tag"] else "")
+        seeds = ", ".join(f"s{k}={v:.4g}" for k, v in g["seeds"].items())
+        if g["not_completed"]:
+            seeds += ("; " if seeds else "") + ", ".join(f"{n} {st}" for st, n in g["not_completed"].items())
+        verdict = g["verdict"]
+        if g["diff"] is not None:
+            verdict += f" ({g['diff']:+.3g}" + (
+                f"; spread {g['spread']:.3g})" if g["spread"] is not None else "; no spread)"
+            )
+        style = {"better": "green", "worse": "red", "not distinguishable": "yellow"}.get(g["verdict"], "")
+        q.add_row(
+            name,
+            str(s["n"]),
+            _f(s["mean"]),
+            _f(s["std"]),
+            _f(s["min"]),
+            _f(s["max"]),
+            seeds,
+            f"[{style}]{verdict}[/]" if style else verdict,
+        )
+    if not data["quality"]:
+        console.print("no train runs yet: run `cockpit series CAMPAIGN` first", style="yellow")
+    else:
+        console.print(q)
+        for g in data["quality"]:
+            if g["target"]:
+                console.print(
+                    f"{g['variant']}{' (' + g['tag'] + ')' if g['tag'] else ''}: target {data['metric']} "
+                    f"{'>=' if data['higher_is_better'] else '<='} {data['quality_target']:g}: {g['target']}",
+                    highlight=False,
+                    style="" if g["target_reached"] else "yellow",
+                )
+    if data["not_completed"]:
+        t = Table(title="runs that did not complete (kept, not averaged in)", title_justify="left")
+        for col in ("run", "variant", "seed", "status", "updates", "follows", "stop reason"):
+            t.add_column(col, overflow="fold", no_wrap=col != "stop reason")
+        for r in data["not_completed"]:
+            upd = (
+                ""
+                if r["updates"] is None
+                else str(r["updates"]) + (f"/{r['planned_updates']}" if r["planned_updates"] else "")
+            )
+            t.add_row(
+                r["id"], r["variant"], str(r["seed"]), f"[red]{r['status']}[/]", upd, r["follows"], r["stop_reason"]
+            )
+        console.print(t)
+    for r in data["superseded"]:
+        console.print(
+            f"{r['id']} ({r['variant']} seed {r['seed']}, {metric} {_f(r['value'])}) is superseded by "
+            f"{r['superseded_by']} of the same seed: only the later run counts",
+            style="dim",
+            highlight=False,
+        )
+    _render_memory(data, console)
+    console.print(data["method"], style="dim", highlight=False)
+
+
+def _render_memory(data: dict[str, Any], console: Any) -> None:
+    from rich.table import Table
+
+    mem = data["memory"]
+    ref = data["reference"]
+    # the reference, every memory variant, and any other variant with a passed pilot
+    vids = [ref] + [v for v in mem if v != ref and (mem[v]["run"] or data["kinds"].get(v) == "memory")]
+    unmeasured = [v for v in mem if v not in vids]
+    measured = [v for v in vids if mem[v]["run"]]
+    counters = {mem[v]["counter"] for v in measured}
+    counter = " / ".join(sorted(counters)) or "no measurement"
+    t = Table()
+    t.add_column("phase", no_wrap=True)
+    for v in vids:
+        head = (
+            v
+            + (" (ref)" if v == ref else "")
+            + (f"\n{data['kinds'].get(v, '')}" if data["kinds"].get(v) == "memory" else "")
+        )
+        head += f"\n{mem[v]['run'] or 'no passed pilot'}"
+        t.add_column(head, justify="right", overflow="fold")
+    phases = [p for p in ev.PHASES if any(p in mem[v]["phases"] for v in vids)]
+    for p in phases:
+        cells = []
+        for v in vids:
+            pm = mem[v]["phases"].get(p)
+            cells.append("" if pm is None else f"{_mib(pm['peak'])} · {_f(pm['duration_s'], 3)}")
+        t.add_row(p, *cells)
+    rpeak, rstep = mem[ref]["peak"], mem[ref]["step_time_s"]
+    t.add_row(
+        "[bold]peak[/]",
+        *[
+            _mib(mem[v]["peak"])
+            + (f" ({mem[v]['peak'] / rpeak:.2f}x)" if mem[v]["peak"] and rpeak and v != ref else "")
+            for v in vids
+        ],
+    )
+    t.add_row(
+        "[bold]s per step[/]",
+        *[
+            _f(mem[v]["step_time_s"], 3)
+            + (f" ({mem[v]['step_time_s'] / rstep:.2f}x)" if mem[v]["step_time_s"] and rstep and v != ref else "")
+            for v in vids
+        ],
+    )
+    if measured:
+        console.print(
+            f"[italic]memory (MiB, {counter}) · time (s) per phase, from the latest passed pilot of each variant[/]",
+            highlight=False,
+        )
+        console.print(t)
+        if runs.HOST_PEAK in counters:
+            console.print(
+                "on a CPU the peak is the pilot process's RSS, which includes the Python and torch runtime; "
+                "GPU counters are absent here, not zero",
+                style="dim",
+                highlight=False,
+            )
+    else:
+        console.print(
+            "no passed pilot yet: run `cockpit pilot CAMPAIGN --variant ID` for memory and time per phase",
+            style="yellow",
+        )
+    if unmeasured:
+        console.print(f"no passed pilot (not in the table): {', '.join(unmeasured)}", style="dim", highlight=False)
+    for v in mem:
+        fl = [f for f in data["flags"].get(v) or [] if f["flag"] != "quality target not reached"]  # shown above
+        note = mem[v].get("params_note")
+        for f in fl:
+            console.print(f"[bold red]{v}[/]: {f['flag']}: {f['detail']}", highlight=False)
+        if note:
+            console.print(f"[yellow]{v}[/]: {note}", highlight=False)

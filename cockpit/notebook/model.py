@@ -1,0 +1,243 @@
+"""The notebook's typed model: one dataclass per section of ``campaign.toml``. No I/O here."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import CockpitError
+
+NOTEBOOK_FILE = "campaign.toml"
+LOCK_FILE = ".campaign.lock"
+HELD = ("updates", "epochs", "examples")
+PRECISIONS = ("fp32", "bf16", "fp16")
+STRATEGIES = ("one GPU", "DDP", "FSDP")
+RUN_KINDS = ("pilot", "train")
+DECISION_KINDS = ("decision", "observation")
+
+
+class NotebookError(CockpitError):
+    """A notebook that cannot be used as it is. The message is for the user."""
+
+
+class ConflictError(NotebookError):
+    """The file changed on disk since it was read: saving would lose that change."""
+
+
+@dataclass
+class CampaignInfo:
+    name: str
+    question: str = ""
+    held_constant: str = "updates"  # updates | epochs | examples
+    quality_metric: str = "val_loss"
+    quality_target: float | None = None
+    higher_is_better: bool = False
+    notes: str = ""
+
+
+@dataclass
+class TaskSpec:
+    entry: str  # "package.module:attribute" or "path/to/file.py:attribute"
+    params: dict[str, Any] = field(default_factory=dict)
+    extensions: list[str] = field(default_factory=list)  # modules the stack check imports
+
+
+@dataclass
+class BatchSpec:
+    microbatch: int
+    accumulation: int = 1
+    data_replicas: int = 1
+    model_parallel: int = 1
+    dataset_size: int | None = None  # None: taken from the task's training split
+    updates: int | None = None  # the budget: exactly one of updates, epochs, examples
+    epochs: float | None = None
+    examples: int | None = None
+    drop_last: bool = True
+    eval_microbatch: int | None = None
+
+
+@dataclass
+class TrainingSpec:
+    lr: float
+    optimizer: str = "adamw"  # adamw | sgd
+    weight_decay: float = 0.0
+    momentum: float = 0.0
+    schedule: str = "constant"  # constant | cosine | linear
+    warmup_updates: int = 0
+    grad_clip: float | None = None
+    precision: str = "fp32"  # fp32 | bf16 | fp16
+    loss_scale_init: float | None = None  # fp16 grad scaler's initial scale (torch default 65536)
+    activation_checkpointing: bool = False
+    device: str = "auto"  # auto | cpu | cuda
+
+
+@dataclass
+class Variant:
+    id: str
+    reference: bool = False
+    set: dict[str, Any] = field(default_factory=dict)  # overrides of training, batch or task params
+    differs: str = ""  # what differs from the reference, in words
+    why: str = ""
+    kind: str = "quality"  # quality | memory
+
+
+@dataclass
+class StopRules:
+    nonfinite: bool = True
+    divergence_factor: float | None = 4.0  # stop when loss > factor x its starting value
+    patience: int | None = None  # evaluations without improvement
+    wall_clock_minutes: float | None = None
+    notes: str = ""
+
+
+@dataclass
+class ValidationSpec:
+    every_updates: int = 50
+    notes: str = ""
+
+
+@dataclass
+class PilotSpec:
+    updates_after_resume: int = 2
+    overfit_examples: int = 16
+    overfit_steps: int = 60
+    overfit_loss_ratio: float = 0.1  # must fall below this share of its starting value
+    overfit_lr: float | None = None  # default: the training lr, raised to at least 3e-3
+    grad_tolerance: float = 1e-4  # relative, accumulated vs single-batch gradient
+    headroom: float = 0.1
+
+
+@dataclass
+class RunRow:
+    id: str
+    variant: str
+    seed: int = 0
+    kind: str = "pilot"  # pilot | train
+    status: str = "created"
+    stop_reason: str = ""
+    phase: str = ""
+    started: str = ""
+    ended: str = ""
+    peak_mib: float | None = None
+    duration_s: float | None = None
+    follows: str = ""  # the run this one restarts or continues
+    verdict: str = ""  # the user's verdict, free text
+    notes: str = ""
+
+
+@dataclass
+class Decision:
+    date: str
+    text: str
+    kind: str = "decision"  # decision | observation
+    runs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Selection:
+    memory_per_gpu_mib: float | None = None
+    max_dimensions: str = ""
+    precision: str = ""
+    microbatch: int | None = None
+    accumulation: int | None = None
+    strategy: str = ""
+    gpu: str = ""
+    expected_result: str = ""
+    notes: str = ""
+
+
+@dataclass
+class Rental:
+    days: int | None = None  # 3, 7 or 30
+    reserve_hours: float = 0.0  # kept for evaluation and export
+    plan: str = ""
+    notes: str = ""
+
+
+@dataclass
+class Conclusion:
+    text: str = ""
+    chosen_variant: str = ""
+    date: str = ""
+
+
+@dataclass
+class Notebook:
+    campaign: CampaignInfo
+    task: TaskSpec
+    batch: BatchSpec
+    training: TrainingSpec
+    variants: list[Variant] = field(default_factory=list)
+    stop: StopRules = field(default_factory=StopRules)
+    validation: ValidationSpec = field(default_factory=ValidationSpec)
+    pilot: PilotSpec = field(default_factory=PilotSpec)
+    runs: list[RunRow] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    selection: Selection = field(default_factory=Selection)
+    rental: Rental = field(default_factory=Rental)
+    conclusion: Conclusion = field(default_factory=Conclusion)
+    # Where it came from and what it was when read: not part of the file.
+    path: Path | None = field(default=None, compare=False, repr=False)
+    digest: str | None = field(default=None, compare=False, repr=False)
+
+    # ---- queries
+
+    @property
+    def directory(self) -> Path:
+        if self.path is None:
+            raise NotebookError("this notebook was not loaded from a file")
+        return self.path.parent
+
+    def variant(self, vid: str) -> Variant:
+        for v in self.variants:
+            if v.id == vid:
+                return v
+        known = ", ".join(v.id for v in self.variants) or "none"
+        raise NotebookError(f"{self._where()}: no variant {vid!r} (variants: {known}).")
+
+    @property
+    def reference(self) -> Variant:
+        for v in self.variants:
+            if v.reference:
+                return v
+        return self.variants[0]
+
+    def run(self, rid: str) -> RunRow:
+        for r in self.runs:
+            if r.id == rid:
+                return r
+        raise NotebookError(f"{self._where()}: no run {rid!r} in [[runs]].")
+
+    def params(self, vid: str | None = None) -> dict[str, Any]:
+        """The effective parameters of a variant: training, batch and task
+        parameters, with the variant's overrides applied. Flat keys."""
+        out: dict[str, Any] = {}
+        out.update(dataclasses.asdict(self.training))
+        out.update(dataclasses.asdict(self.batch))
+        out.update(self.task.params)
+        variant = self.variant(vid) if vid else self.reference
+        out.update(variant.set)
+        return out
+
+    def _where(self) -> str:
+        return str(self.path) if self.path else NOTEBOOK_FILE
+
+
+SECTIONS: dict[str, Any] = {
+    "campaign": CampaignInfo,
+    "task": TaskSpec,
+    "batch": BatchSpec,
+    "training": TrainingSpec,
+    "variants": list[Variant],
+    "stop": StopRules,
+    "validation": ValidationSpec,
+    "pilot": PilotSpec,
+    "runs": list[RunRow],
+    "decisions": list[Decision],
+    "selection": Selection,
+    "rental": Rental,
+    "conclusion": Conclusion,
+}
+REQUIRED_SECTIONS = ("campaign", "task", "batch", "training", "variants")

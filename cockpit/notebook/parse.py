@@ -1,0 +1,190 @@
+"""Reading ``campaign.toml``: TOML into the typed model, with every problem collected in one message.
+
+Each problem names the file and the TOML line (syntax) or the key path (types
+and values), and what to do; ``check.py`` holds the value checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from .check import check_values, suggest
+from .model import NOTEBOOK_FILE, REQUIRED_SECTIONS, SECTIONS, Notebook, NotebookError
+
+
+def find(path: Path | str) -> Path:
+    """Accept a campaign folder or its campaign.toml."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / NOTEBOOK_FILE
+    if not p.exists():
+        raise NotebookError(
+            f"{p}: no campaign notebook here. Give a campaign folder holding {NOTEBOOK_FILE} "
+            f"(for example campaigns/demo), or create one with `cockpit new NAME`."
+        )
+    return p
+
+
+def load(path: Path | str) -> Notebook:
+    p = find(path)
+    raw = p.read_bytes()
+    nb = parse(raw, p)
+    nb.path = p
+    nb.digest = hashlib.sha256(raw).hexdigest()
+    return nb
+
+
+def parse(raw: bytes | str, where: Path | str = NOTEBOOK_FILE) -> Notebook:
+    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise NotebookError(_syntax_message(where, text, exc)) from None
+    problems: list[str] = []
+    nb = _build_notebook(data, problems)
+    if nb is not None:
+        typed = not problems
+        try:
+            check_values(nb, problems)
+        except (TypeError, AttributeError):
+            # A value of the wrong type, already reported, stopped the value checks.
+            if typed:
+                raise
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise NotebookError(
+            f"{where}: the campaign notebook has {len(problems)} problem"
+            f"{'s' if len(problems) > 1 else ''}:\n{lines}\n"
+            f"Fix them in the file, then run `cockpit check {Path(where).parent}`."
+        )
+    assert nb is not None
+    return nb
+
+
+def _syntax_message(where: Path | str, text: str, exc: Exception) -> str:
+    import re
+
+    lineno = getattr(exc, "lineno", None)
+    msg = str(getattr(exc, "msg", exc))
+    if lineno is None:  # before Python 3.14 the position is only in the text
+        m = re.search(r"line (\d+)", msg)
+        lineno = int(m.group(1)) if m else None
+    msg = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", msg).rstrip(".")
+    shown = ""
+    if lineno:
+        lines = text.splitlines()
+        if 0 < lineno <= len(lines):
+            shown = f" The line reads: {lines[lineno - 1].strip()!r}."
+    at = f" at line {lineno}" if lineno else ""
+    if not lineno and "end of document" in str(getattr(exc, "msg", exc)):
+        at = " at the end of the file"
+    folder = Path(where).parent
+    return (
+        f"{where}: this is not valid TOML{at}: {msg}.{shown} "
+        f"Fix the syntax there (strings need quotes, tables [name], arrays of tables [[name]]), "
+        f"then run `cockpit check {folder}`."
+    )
+
+
+def _build_notebook(data: dict[str, Any], problems: list[str]) -> Notebook | None:
+    for key in data:
+        if key not in SECTIONS:
+            problems.append(f"unknown section [{key}]: the sections are {', '.join(SECTIONS)}" + suggest(key, SECTIONS))
+    for key in REQUIRED_SECTIONS:
+        if key not in data:
+            problems.append(f"missing section [{key}]")
+    built: dict[str, Any] = {}
+    for key, typ in SECTIONS.items():
+        if key not in data:
+            continue
+        built[key] = _convert(data[key], typ, key, problems)
+    if any(k not in built or built[k] is None for k in REQUIRED_SECTIONS):
+        return None
+    try:
+        return Notebook(**built)
+    except TypeError as exc:  # pragma: no cover - _convert reports before this
+        problems.append(str(exc))
+        return None
+
+
+def _convert(value: Any, typ: Any, path: str, problems: list[str]) -> Any:
+    origin = typing.get_origin(typ)
+    args = typing.get_args(typ)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return _convert(value, inner[0], path, problems)
+    if dataclasses.is_dataclass(typ):
+        if not isinstance(value, dict):
+            problems.append(f"{path}: expected a table, got {_tname(value)}")
+            return None
+        hints = typing.get_type_hints(typ)
+        fields = {f.name: f for f in dataclasses.fields(typ) if f.init and f.name not in ("path", "digest")}
+        kwargs: dict[str, Any] = {}
+        for k, v in value.items():
+            if k not in fields:
+                problems.append(
+                    f"{path}.{k}: unknown key; the keys of [{path.split('[')[0]}] are "
+                    f"{', '.join(fields)}" + suggest(k, fields)
+                )
+                continue
+            kwargs[k] = _convert(v, hints[k], f"{path}.{k}", problems)
+        missing = [
+            n
+            for n, f in fields.items()
+            if n not in value and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
+        ]
+        for n in missing:
+            problems.append(f"{path}.{n}: required key is missing")
+        if missing:
+            return None
+        return typ(**kwargs)
+    if origin is list:
+        if not isinstance(value, list):
+            problems.append(f"{path}: expected an array, got {_tname(value)}")
+            return []
+        return [_convert(v, args[0], f"{path}[{i}]", problems) for i, v in enumerate(value)]
+    if origin is dict or typ is dict:
+        if not isinstance(value, dict):
+            problems.append(f"{path}: expected a table, got {_tname(value)}")
+            return {}
+        return dict(value)
+    if typ is bool:
+        if not isinstance(value, bool):
+            problems.append(f"{path}: expected true or false, got {_tname(value)} {value!r}")
+        return value
+    if typ is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{path}: expected a whole number, got {_tname(value)} {value!r}")
+        return value
+    if typ is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            problems.append(f"{path}: expected a number, got {_tname(value)} {value!r}")
+            return value
+        return float(value)
+    if typ is str:
+        if not isinstance(value, str):
+            problems.append(f"{path}: expected a string, got {_tname(value)} {value!r}")
+        return value
+    return value  # pragma: no cover
+
+
+def _tname(value: Any) -> str:
+    return {
+        bool: "a boolean",
+        int: "a whole number",
+        float: "a number",
+        str: "a string",
+        list: "an array",
+        dict: "a table",
+    }.get(type(value), type(value).__name__)

@@ -1,0 +1,160 @@
+"""Writing ``campaign.toml``: one function, under a lock, atomically, never over someone else's change.
+
+Saving takes an advisory lock on the campaign folder, refuses to overwrite a
+file that changed on disk since it was read, writes a temporary file in the
+same folder, fsyncs it and moves it over the old one. Comments are not kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from .. import fsutil
+from .model import LOCK_FILE, NOTEBOOK_FILE, SECTIONS, ConflictError, Notebook, NotebookError
+from .parse import find, load, parse
+
+
+def validate(nb: Notebook) -> None:
+    """Re-check an in-memory notebook (after an edit) before it is saved."""
+    parse(dumps(nb), nb.path or NOTEBOOK_FILE)
+
+
+def to_dict(nb: Notebook) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in SECTIONS:
+        value = getattr(nb, key)
+        if isinstance(value, list):
+            if value:  # an empty array of tables would be written as "runs = []" above every table
+                out[key] = [_strip_none(dataclasses.asdict(v)) for v in value]
+        else:
+            out[key] = _strip_none(dataclasses.asdict(value))
+    return out
+
+
+def _strip_none(d: dict[str, Any]) -> dict[str, Any]:
+    # TOML has no null: a key that is None is simply left out, and loads back as None.
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def dumps(nb: Notebook) -> str:
+    header = (
+        "# Cockpit campaign notebook. Cockpit rewrites this file when it saves: comments are not\n"
+        "# kept; write free text in the notes fields instead.\n"
+    )
+    return header + tomli_w.dumps(to_dict(nb), multiline_strings=True)
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Advisory lock on the campaign folder, held while reading and replacing the file."""
+    import fcntl
+
+    lock_path = path.parent / LOCK_FILE
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _digest_on_disk(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def _sweep_temporaries(path: Path) -> None:
+    # Every writer holds the lock, so a temporary file seen under it belongs
+    # to a writer that was killed before its os.replace: it is garbage.
+    for tmp in path.parent.glob(".campaign.*.tmp"):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    # the notebook keeps its own mode; the folder is synced too, so the rename survives a power cut
+    fsutil.write_text(path, text, sync_dir=True)
+
+
+def save(nb: Notebook, path: Path | str | None = None, *, force_new: bool = False) -> None:
+    """Write the notebook atomically, under the lock.
+
+    Refuses (ConflictError) when the file on disk is not the one this notebook
+    was read from, so two editors never silently lose each other's work.
+    ``force_new`` is for creating a file that must not exist yet.
+    """
+    target = Path(path) if path else nb.path
+    if target is None:
+        raise NotebookError("save: no path given and the notebook was not loaded from a file")
+    text = dumps(nb)
+    parse(text, target)  # never write a notebook that would not load back
+    with locked(target):
+        _save_locked(nb, target, text, force_new)
+
+
+def _save_locked(nb: Notebook, target: Path, text: str, force_new: bool = False) -> None:
+    current = _digest_on_disk(target)
+    if force_new:
+        if current is not None:
+            raise ConflictError(f"{target}: already exists; choose another name.")
+    elif current != nb.digest:
+        raise ConflictError(
+            f"{target}: the file changed on disk since it was read (another editor, the CLI or a "
+            f"pilot wrote it). Nothing was saved. Reload it and make the change again."
+        )
+    _sweep_temporaries(target)
+    _write_atomic(target, text)
+    nb.path = target
+    nb.digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def create(path: Path | str, text: str) -> Notebook:
+    """Write a new notebook from its text as given (a template keeps its layout).
+
+    Refuses (ConflictError) when the file exists already; never writes text
+    that does not load.
+    """
+    target = Path(path)
+    nb = parse(text, target)
+    with locked(target):
+        if target.exists():
+            raise ConflictError(f"{target}: already exists; Cockpit never overwrites a notebook.")
+        _sweep_temporaries(target)
+        _write_atomic(target, text)
+    nb.path = target
+    nb.digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return nb
+
+
+def mutate(path: Path | str, change: Callable[[Notebook], Any]) -> Any:
+    """Read-modify-write under the lock: load the newest file, apply ``change``, save.
+
+    For writers that must not fail on another editor's change (a pilot
+    updating its run row): they merge into whatever is on disk now.
+    """
+    p = find(path)
+    with locked(p):
+        nb = load(p)
+        result = change(nb)
+        text = dumps(nb)
+        parse(text, p)
+        _save_locked(nb, p, text)
+    return result
+
+
+def template(name: str) -> str:
+    from importlib import resources
+
+    text = resources.files("cockpit").joinpath("templates/campaign.toml").read_text("utf-8")
+    return text.replace("{name}", name)
