@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from fake_runs import piloted_copy
 
 from cockpit import archive as ar
+from tests.fake_runs import piloted_copy
 
 # One real pilot runs in this module (about 20 s alone; minutes on a machine shared with other suites).
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 class Payload:

@@ -6,12 +6,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 import torch
 
 from cockpit import notebook as nbm
 from cockpit.pilot.task import load_task
 from cockpit.pilot.trainer import Trainer
 from cockpit.tasks import classifier as c
+
+pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {"train_examples": 512, "val_examples": 64, "test_examples": 64}

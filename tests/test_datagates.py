@@ -32,7 +32,7 @@ BROKEN = ROOT / "tests" / "broken_tasks"
 PARALLEL = 3
 DEADLINE_S = 840  # every case together; about a minute on an idle 2-core machine
 
-pytestmark = pytest.mark.timeout(DEADLINE_S + 60)  # the first test waits for the module's pilots
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(DEADLINE_S + 60)]  # the first test waits for the module's pilots
 
 TINY_LM = {
     "d_model": 32,

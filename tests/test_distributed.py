@@ -9,10 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_pilot import make_campaign
 
 from cockpit import events as ev
 from cockpit import runs
+from tests.test_pilot import make_campaign
+
+pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -34,6 +34,8 @@ KILLS_SPAWNED = 25
 NOTES_A = "A" * 6_000
 NOTES_B = "B" * 11_000
 
+pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
+
 
 def _versions(folder: Path) -> tuple[str, str]:
     nb = notebook.load(folder)
@@ -137,6 +139,7 @@ def test_forked_writers_killed_at_random_moments(campaign: Path) -> None:
 WRITER = """
 import hashlib, sys
 from cockpit import notebook
+
 path = sys.argv[1]
 a, b = "A" * 6_000, "B" * 11_000
 nb = notebook.load(path)

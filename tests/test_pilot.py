@@ -23,6 +23,8 @@ from cockpit import events as ev
 from cockpit import launch, runs
 from cockpit import notebook as nbm
 
+pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
+
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "campaigns" / "demo" / "campaign.toml"
 TASKS = Path(__file__).resolve().parent / "pilot_tasks"

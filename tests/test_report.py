@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_runs import make_campaign, series_run, standard_gates, write_run
 
 from cockpit import notebook as nbm
 from cockpit import report as rp
 from cockpit.cli import main
+from tests.fake_runs import make_campaign, series_run, standard_gates, write_run
 
 
 @pytest.fixture

@@ -22,6 +22,8 @@ from cockpit import series as sr
 from cockpit.cli import main as cli
 from cockpit.errors import UsageError
 
+pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
+
 DEMO = Path(__file__).resolve().parents[1] / "campaigns" / "demo"
 
 TINY = {"d_model": 16, "n_layers": 1, "n_heads": 2, "train_examples": 640, "val_examples": 32, "test_examples": 32}

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from fake_runs import gpu_stack, make_campaign, piloted_copy, series_run, standard_gates, write_run
 
 from cockpit import notebook as nbm
 from cockpit import sheet as sh
 from cockpit.cli import main
+from tests.fake_runs import gpu_stack, make_campaign, piloted_copy, series_run, standard_gates, write_run
 
 MIB = 2**20
 # One real pilot runs in this module (about 20 s alone; minutes on a machine shared with other suites).

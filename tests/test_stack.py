@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from fake_runs import make_campaign
 
 from cockpit.commands import stack as st
 from cockpit.pilot.stackcheck import MARK
+from tests.fake_runs import make_campaign
+
+pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
 
 H200 = {
     "python": "3.11.7",

@@ -16,9 +16,7 @@ from cockpit import launch, runs
 from cockpit.tui.app import CockpitApp, Timing
 from cockpit.tui.device import DeviceSnapshot, GpuProcess, GpuReading, StaticDeviceSource
 
-HERE = Path(__file__).parent
-FIXTURE = HERE / "fixtures" / "demo"
-sys.path.insert(0, str(HERE))
+from .support import FIXTURE
 
 FAKE_GPU = DeviceSnapshot(
     gpus=(

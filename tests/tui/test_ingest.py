@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import FIXTURE
-
 from cockpit import events as ev
 from cockpit.tui.ingest import RunFeed, Series, gate_peak
+from tests.tui.support import FIXTURE
 
 
 def test_recorded_pilot_folds_into_gates_series_and_log():

@@ -6,12 +6,17 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import FIXTURE
+import pytest
+
+from tests.tui.support import FIXTURE
+
+pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
 
 SCRIPT = """
 import asyncio, sys
 from cockpit.tui.app import CockpitApp
 from cockpit.tui.device import NvmlSource
+
 
 async def main():
     app = CockpitApp(sys.argv[1], device_source=NvmlSource(), watch=False)

@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from screen_text import screen_text
+import pytest
 
 from cockpit import events as ev
 from cockpit import notebook as nbm
@@ -15,6 +15,9 @@ from cockpit.tui.screens.data import DataScreen
 from cockpit.tui.screens.device import DeviceScreen
 from cockpit.tui.screens.help import HelpScreen
 from cockpit.tui.screens.run import RunScreen
+from tests.tui.support import screen_text
+
+pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
 
 SIZE = (80, 24)
 NEW = "r0012"  # the next run id after the recorded r0001-r0011

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from screen_text import screen_text
-from test_screens import NEW, notes, shows, until
+import pytest
 
 from cockpit import compare
 from cockpit import events as ev
@@ -22,6 +21,10 @@ from cockpit.tui.screens.compare import CompareScreen
 from cockpit.tui.screens.dialogs import ConfirmScreen
 from cockpit.tui.screens.train import TrainRunScreen
 from cockpit.tui.widgets.plot import BraillePlot
+from tests.tui.support import screen_text
+from tests.tui.test_screens import NEW, notes, shows, until
+
+pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
 
 SIZE = (80, 24)
 WIDE = (120, 40)

@@ -12,6 +12,8 @@ import pytest
 
 from cockpit.tui.app import Timing
 
+pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
+
 SIZES = [(80, 24), (120, 40)]
 SCREENS = {
     "campaign": [],
