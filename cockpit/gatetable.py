@@ -68,7 +68,7 @@ def by_phase(gates: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from .events import PHASES
 
     order = {p: i for i, p in enumerate(PHASES)}
-    return sorted(gates, key=lambda g: (order.get(g.get("phase"), len(order)), g.get("rank") or 0))
+    return sorted(gates, key=lambda g: (order.get(str(g.get("phase")), len(order)), g.get("rank") or 0))
 
 
 def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Table:

@@ -120,24 +120,22 @@ def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
     """The variant's own measured times: series runs first, else its latest passed pilot."""
     t = Timing(variant)
     pilot = sh.latest_passed_pilot(all_runs, variant)
-    series = [r for r in sh.series_runs(all_runs, variant) if r.metrics and _num(r.metrics.get("step_time_s"))]
+    series = [r for r in sh.series_runs(all_runs, variant) if _num((r.metrics or {}).get("step_time_s"))]
     if series:
-        slow = max(series, key=lambda r: r.metrics["step_time_s"])
-        t.step_s = float(slow.metrics["step_time_s"])
-        steps = [int(r.metrics.get("updates") or 0) for r in series]
+        slow = max(series, key=lambda r: float((r.metrics or {})["step_time_s"]))
+        t.step_s = float((slow.metrics or {})["step_time_s"])
+        steps = [int((r.metrics or {}).get("updates") or 0) for r in series]
         t.step_source = (
             f"series: slowest of {len(series)} run{'s' if len(series) != 1 else ''} "
             f"({', '.join(r.id for r in series)}), each timed over its updates "
             f"({', '.join(str(s) for s in steps)})"
         )
         t.device = str(slow.stack.get("device") or "") or "the series machine"
-        evals = [(r, _num(r.metrics.get("eval_time_s"))) for r in series]
-        evals = [(r, v) for r, v in evals if v is not None]
+        evals = [(r, v) for r in series if (v := _num((r.metrics or {}).get("eval_time_s"))) is not None]
         if evals:
             r, v = max(evals, key=lambda x: x[1])
             t.eval_s, t.eval_source = v, f"series run {r.id}: time per validation"
-        saves = [(r, _num(r.metrics.get("save_time_s"))) for r in series]
-        saves = [(r, v) for r, v in saves if v is not None]
+        saves = [(r, v) for r in series if (v := _num((r.metrics or {}).get("save_time_s"))) is not None]
         if saves:
             r, v = max(saves, key=lambda x: x[1])
             t.save_s, t.save_source = v, f"series run {r.id}: time per save"
@@ -200,6 +198,7 @@ def cost(nb: nbm.Notebook, variant: str, timing: Timing, updates: int | None, wh
     n_save = 1  # the series saves its checkpoint once, at the end
     if not timing.measured:
         return RunCost(variant, updates, n_val, n_save, None, timing, timing.why_not)
+    assert timing.step_s is not None  # measured
     seconds = updates * timing.step_s + n_val * (timing.eval_s or 0.0) + n_save * (timing.save_s or 0.0)
     return RunCost(variant, updates, n_val, n_save, seconds / 3600.0, timing)
 

@@ -405,6 +405,16 @@ def _seeds_section(nb: nbm.Notebook, res: list[VariantResult], skipped: list[Not
     return out
 
 
+def _mean(r: VariantResult) -> float:
+    assert r.spread is not None  # only measured variants are named
+    return r.spread.mean
+
+
+def _n(r: VariantResult) -> int:
+    assert r.spread is not None
+    return r.spread.n
+
+
 def generated_conclusion(
     nb: nbm.Notebook, res: list[VariantResult], all_runs: list[sh.RunFiles], sheet: sh.Sheet | None
 ) -> str:
@@ -427,30 +437,30 @@ def generated_conclusion(
             else f"No pilot of the reference {ref} has passed every gate yet."
         )
     elif ref_res is None:
-        best = min(measured, key=lambda r: sign * r.spread.mean)
+        best = min(measured, key=lambda r: sign * _mean(r))
         parts.append(
             f"The reference {ref} has no completed series run, so no variant can be compared with it; "
-            f"the best mean {metric} among measured variants is {best.variant} ({best.spread.mean:.4f}, "
-            f"{best.spread.n} seed{'s' if best.spread.n != 1 else ''})."
+            f"the best mean {metric} among measured variants is {best.variant} ({_mean(best):.4f}, "
+            f"{_n(best)} seed{'s' if _n(best) != 1 else ''})."
         )
     else:
         winners = [r for r in measured if r.verdict == "better"]
         if winners:
-            w = min(winners, key=lambda r: sign * r.spread.mean)
+            w = min(winners, key=lambda r: sign * _mean(r))
             parts.append(
                 f"{w.variant} reached a better mean final {metric} than the reference {ref}: "
-                f"{w.spread.mean:.4f} vs {ref_res.spread.mean:.4f} over {w.spread.n} and "
-                f"{ref_res.spread.n} seeds ({w.sentence})."
+                f"{_mean(w):.4f} vs {_mean(ref_res):.4f} over {_n(w)} and "
+                f"{_n(ref_res)} seeds ({w.sentence})."
             )
         else:
             parts.append(
                 f"The reference {ref} stays the best choice: no variant reached a better mean final {metric} "
-                f"by more than the spread between seeds (reference mean {ref_res.spread.mean:.4f} over "
-                f"{ref_res.spread.n} seed{'s' if ref_res.spread.n != 1 else ''})."
+                f"by more than the spread between seeds (reference mean {_mean(ref_res):.4f} over "
+                f"{_n(ref_res)} seed{'s' if _n(ref_res) != 1 else ''})."
             )
         if nb.campaign.quality_target is not None:
             t = nb.campaign.quality_target
-            hit = [r.variant for r in measured if _better(nb, r.spread.mean, t) or r.spread.mean == t]
+            hit = [r.variant for r in measured if _better(nb, _mean(r), t) or _mean(r) == t]
             parts.append(f"Mean final {metric} at or better than the target {t:g}: {', '.join(hit) or 'none'}.")
     bad = [r for r in nb.runs if r.status in NOT_OK]
     if bad:
@@ -493,8 +503,9 @@ def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: 
     c = nb.campaign
     chosen = nb.conclusion.chosen_variant or nb.reference.id
     try:
-        sheet: sh.Sheet | None = sh.build(nb, chosen, all_runs)
-        sheet_lines = sh.render(sheet)
+        built = sh.build(nb, chosen, all_runs)
+        sheet: sh.Sheet | None = built
+        sheet_lines = sh.render(built)
     except CockpitError as exc:
         sheet, sheet_lines = None, [f"No selection sheet: {exc}"]
     if nb.selection.gpu and sheet is not None:

@@ -79,7 +79,7 @@ def spread(values: list[float]) -> Spread | None:
     if not vals:
         return None
     st = stats(vals)
-    return Spread(st.n, st.mean, st.std, st.min, st.max, vals)
+    return Spread(st.n, sum(vals) / len(vals), st.std, min(vals), max(vals), vals)
 
 
 def fmt_spread(s: Spread, digits: int = 4) -> str:

@@ -170,7 +170,7 @@ def render(doc: dict[str, Any], rdir: Path, gate: dict[str, Any] | None, split: 
     )
     console.print(head)
     if gate is not None:
-        style = {"pass": "green", "warn": "yellow", "fail": "bold red"}.get(gate.get("verdict"), "dim")
+        style = {"pass": "green", "warn": "yellow", "fail": "bold red"}.get(str(gate.get("verdict")), "dim")
         console.print(Text.assemble(("data gate: ", "bold"), (str(gate.get("verdict")), style)))
         for c in gate.get("checks", []):
             if not c.get("ok"):

@@ -59,6 +59,6 @@ def run(args: argparse.Namespace) -> int:
             rental.notes = fresh.rental.notes
             fresh.rental = rental
 
-        nbm.mutate(nb.path, store)
+        nbm.mutate(nbm.find(args.campaign), store)
         print(f"\nthe {pkg.days}-day package is written to [rental] of {nb.path}")
     return 0

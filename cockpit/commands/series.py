@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         if what == "started":
             print(f"{el:7.1f}s {s.run_id} started: {s.item.label()} in {s.dir}", file=out, flush=True)
         else:
-            st = s.state
+            st = s.state or runs.state(s.dir)
             print(
                 f"{el:7.1f}s {s.run_id} {st.status}: {st.stop_reason} ({st.duration_s or 0:.1f} s)",
                 file=out,

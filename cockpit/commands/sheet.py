@@ -30,6 +30,6 @@ def run(args: argparse.Namespace) -> int:
         def store(fresh: nbm.Notebook) -> None:
             fresh.selection = selection
 
-        nbm.mutate(nb.path, store)
+        nbm.mutate(nbm.find(args.campaign), store)
         print(f"\nwritten to [selection] of {nb.path}")
     return 0

@@ -59,6 +59,7 @@ def distinguish(var: Stats, ref: Stats, higher_is_better: bool = False) -> tuple
         return "not distinguishable", (
             f"not distinguishable: {min(var.n, ref.n)} seed on one side, so no spread between seeds is measured"
         )
+    assert var.mean is not None and ref.mean is not None and var.spread is not None and ref.spread is not None
     diff = var.mean - ref.mean
     spread = max(var.spread, ref.spread)
     if abs(diff) <= spread:
@@ -134,7 +135,7 @@ def train_runs(nb: nbm.Notebook, all_runs: list[runs.RunFiles] | None = None) ->
         evs = st.events if not metrics else []
         updates = metrics.get("updates")
         if updates is None and evs:
-            steps = [e.get("step") for e in ev.iter_kind(evs, ev.STEP) if e.get("step") is not None]
+            steps = [int(e["step"]) for e in ev.iter_kind(evs, ev.STEP) if e.get("step") is not None]
             updates = max(steps) if steps else 0
         out.append(
             TrainRun(
@@ -198,7 +199,7 @@ def group_runs(nb: nbm.Notebook, trs: list[TrainRun]) -> list[Group]:
                 failed[r.status] = failed.get(r.status, 0) + 1
             elif r.status == ev.Status.COMPLETED.value and r.value is None and r.seed not in counted:
                 failed["no value"] = failed.get("no value", 0) + 1
-        seeds = {s: counted[s].value for s in sorted(counted)}
+        seeds = {s: v for s in sorted(counted) if (v := counted[s].value) is not None}
         groups.append(
             Group(
                 vid,
@@ -226,7 +227,8 @@ def group_runs(nb: nbm.Notebook, trs: list[TrainRun]) -> list[Group]:
                 g.spread = max(g.stats.spread, ref.stats.spread)
         if c.quality_target is not None and g.stats.n:
             ok = [v >= c.quality_target if c.higher_is_better else v <= c.quality_target for v in g.seeds.values()]
-            mean_ok = g.stats.mean >= c.quality_target if c.higher_is_better else g.stats.mean <= c.quality_target
+            mean = g.stats.mean if g.stats.mean is not None else float("nan")
+            mean_ok = mean >= c.quality_target if c.higher_is_better else mean <= c.quality_target
             g.target_reached = bool(mean_ok)
             g.target = f"{sum(ok)}/{len(ok)} seeds reach {c.quality_target:g}" + (
                 "" if mean_ok else "; the mean does not"

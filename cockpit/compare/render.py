@@ -33,7 +33,12 @@ def render(data: dict[str, Any], console: Any) -> None:
         ("each seed", "left"),
         ("vs reference", "left"),
     ):
-        q.add_column(col, justify=just, overflow="fold", no_wrap=col in ("n", "mean", "std", "min", "max"))
+        q.add_column(
+            col,
+            justify="right" if just == "right" else "left",
+            overflow="fold",
+            no_wrap=col in ("n", "mean", "std", "min", "max"),
+        )
     for g in data["quality"]:
         s = g["stats"]
         name = g["variant"] + (f" [dim]({g['tag']})[/]" if g["tag"] else "")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 from .model import (
     DECISION_KINDS,
@@ -30,7 +30,7 @@ def check_values(nb: Notebook, problems: list[str]) -> None:
     def bad(path: str, msg: str) -> None:
         problems.append(f"{path}: {msg}")
 
-    def num(x: Any) -> bool:
+    def num(x: Any) -> TypeGuard[float]:
         return isinstance(x, (int, float)) and not isinstance(x, bool)
 
     c = nb.campaign

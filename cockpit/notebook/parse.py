@@ -142,13 +142,13 @@ def _convert(value: Any, typ: Any, path: str, problems: list[str]) -> Any:
         missing = [
             n
             for n, f in fields.items()
-            if n not in value and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
+            if n not in value and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         ]
         for n in missing:
             problems.append(f"{path}.{n}: required key is missing")
         if missing:
             return None
-        return typ(**kwargs)
+        return typ(**kwargs)  # type: ignore[operator]  # typ is a dataclass class here
     if origin is list:
         if not isinstance(value, list):
             problems.append(f"{path}: expected an array, got {_tname(value)}")

@@ -50,7 +50,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,7 +65,7 @@ class TaskError(Exception):
 @dataclass
 class Task:
     build_model: Callable[[dict[str, Any]], Any]
-    datasets: Callable[[dict[str, Any]], dict[str, Sequence[dict[str, Any]]]]
+    datasets: Callable[[dict[str, Any]], Mapping[str, Sequence[Any]]]
     collate: Callable[[list[dict[str, Any]], dict[str, Any]], dict[str, Any]]
     loss: Callable[[Any, dict[str, Any]], Any]
     kind: str = "other"

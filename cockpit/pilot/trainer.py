@@ -87,7 +87,7 @@ def rng_state() -> dict[str, Any]:
     try:
         import numpy as np
 
-        st = np.random.get_state()
+        st: Any = np.random.get_state()
         state["numpy"] = {"keys": torch.from_numpy(st[1].astype("int64")), "pos": int(st[2])}
     except ImportError:  # pragma: no cover
         pass
@@ -185,16 +185,23 @@ class Trainer:
         self.eval_microbatch = int(params.get("eval_microbatch") or self.microbatch)
         self.precision = params.get("precision") or "fp32"
         self.total_updates = int(total_updates or params.get("updates") or 1)
-        self.splits = splits
+        self._splits: dict[str, Sequence[dict[str, Any]]] | None = dict(splits) if splits is not None else None
         self.step = 0
         self.model: Any = None
         self.ddp: Any = None  # the DDP wrapper when distributed; self.model stays the bare module
 
+    @property
+    def splits(self) -> dict[str, Sequence[dict[str, Any]]]:
+        """The task's splits (loaded by :meth:`load_data`)."""
+        if self._splits is None:
+            raise RuntimeError("the splits are not loaded yet: call load_data() first")
+        return self._splits
+
     # ---- building
 
     def load_data(self) -> dict[str, Sequence[dict[str, Any]]]:
-        if self.splits is None:
-            self.splits = user("datasets", self.task.datasets, self.params)
+        if self._splits is None:
+            self._splits = user("datasets", self.task.datasets, self.params)
         self.order = DataOrder(
             len(self.splits["train"]),
             self.microbatch,
@@ -207,7 +214,7 @@ class Trainer:
 
     def build(self) -> None:
         seed_everything(self.seed)
-        if self.splits is None:
+        if self._splits is None:
             self.load_data()
         model = user("build_model", self.task.build_model, self.params)
         self.model = model.to(self.device)
@@ -218,6 +225,7 @@ class Trainer:
         opt = (self.params.get("optimizer") or "adamw").lower()
         lr = float(self.params["lr"])
         wd = float(self.params.get("weight_decay") or 0.0)
+        self.optimizer: torch.optim.Optimizer
         if opt == "sgd":
             self.optimizer = torch.optim.SGD(
                 params, lr=lr, momentum=float(self.params.get("momentum") or 0), weight_decay=wd
@@ -299,7 +307,7 @@ class Trainer:
         """Forward and backward over the microbatches of one update; gradients left in .grad."""
         self.optimizer.zero_grad(set_to_none=True)
         total_sum = 0.0
-        total_count = None
+        total_count: float | None = None
         means: list[float] = []
         n_examples = 0
         n = len(microbatches)
@@ -328,10 +336,10 @@ class Trainer:
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         if total_count is not None:
-            count = self.reduce_count(total_count)
+            per_rank = self.reduce_count(total_count)
             for p in self.model.parameters():
                 if p.grad is not None:
-                    p.grad.div_(count)
+                    p.grad.div_(per_rank)
             loss = total_sum / max(total_count, 1e-12)
         else:
             loss = sum(means) / max(len(means), 1)

@@ -203,13 +203,16 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
                 + (f" ({task.loss_mask_key} agrees)" if task.loss_mask_key else ""),
             )
     rng = merged("range")
-    if task.kind == "classification" or task.vocab_size is not None:
+    vocab_size = task.vocab_size
+    if task.kind == "classification" or vocab_size is not None:
         what = (
             f"0..{len(task.label_names) - 1} ({len(task.label_names)} label names)"
             if task.kind == "classification" and task.label_names
             else "non-negative ids"
             if task.kind == "classification"
-            else f"the vocabulary 0..{int(task.vocab_size(ctx.params)) - 1}"
+            else f"the vocabulary 0..{int(user('vocab_size', vocab_size, ctx.params)) - 1}"
+            if vocab_size is not None
+            else "the vocabulary"
         )
         g.check(
             "targets in range",
