@@ -191,7 +191,8 @@ def test_per_microbatch_mean_fails_accumulation_gate_only(pilots):
     row, st, _ = result(pilots, "meanloss")
     by = {g["phase"]: g for g in st.gates}
     assert by["accumulation"]["verdict"] == "fail"
-    assert "return (sum, count)" in by["accumulation"]["checks"][-1]["detail"]
+    assert "Return (sum, count)" in by["accumulation"]["checks"][-1]["detail"]
+    assert "mean per microbatch over uneven counts" in by["accumulation"]["checks"][-1]["detail"]
     assert st.status == "failed" and st.run_end["exit_code"] == 1
     assert by["export"]["verdict"] == "pass"  # an independent gate: the pilot went on to the end
     assert "accumulation" in row.stop_reason

@@ -76,8 +76,8 @@ def check_values(nb: Notebook, problems: list[str]) -> None:
         bad("training.precision", f"is {t.precision!r}; use one of {', '.join(PRECISIONS)}")
     if t.device not in ("auto", "cpu", "cuda"):
         bad("training.device", f"is {t.device!r}; use auto, cpu or cuda")
-    if num(t.grad_clip) and t.grad_clip <= 0:
-        bad("training.grad_clip", f"is {t.grad_clip}; it must be > 0 (or leave it out)")
+    if num(t.grad_clip) and t.grad_clip < 0:
+        bad("training.grad_clip", f"is {t.grad_clip}; it must be >= 0 (0 or left out: no clipping)")
 
     if not nb.variants:
         bad("variants", "declare at least one [[variants]] (the reference)")

@@ -66,7 +66,7 @@ class TrainingSpec:
     momentum: float = 0.0
     schedule: str = "constant"  # constant | cosine | linear
     warmup_updates: int = 0
-    grad_clip: float | None = None
+    grad_clip: float | None = None  # 0 or absent: no clipping
     precision: str = "fp32"  # fp32 | bf16 | fp16
     loss_scale_init: float | None = None  # fp16 grad scaler's initial scale (torch default 65536)
     activation_checkpointing: bool = False
@@ -102,8 +102,9 @@ class ValidationSpec:
 class PilotSpec:
     updates_after_resume: int = 2
     overfit_examples: int = 16
-    overfit_steps: int = 60
+    overfit_steps: int = 200  # at most; it stops as soon as both thresholds are met
     overfit_loss_ratio: float = 0.1  # must fall below this share of its starting value
+    overfit_accuracy: float = 0.9  # share of supervised targets the fitted model must predict right
     overfit_lr: float | None = None  # default: the training lr, raised to at least 3e-3
     grad_tolerance: float = 1e-4  # relative, accumulated vs single-batch gradient
     headroom: float = 0.1

@@ -53,6 +53,7 @@ class SplitScan:
     lost: list[Any] = field(default_factory=list)  # ids that lose target tokens to max_length
     longer: list[Any] = field(default_factory=list)  # ids longer than max_length before cropping
     lost_known: bool = True
+    ids_from_cockpit: bool = False  # the collate returns no "ids": Cockpit attaches them
     masked_rows: bool = False  # labels aligned with an attention mask: the padding check applies
     mapping: dict[str, dict[int, list[Any]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
 
@@ -86,14 +87,11 @@ def scan(
         batch = collate(task, params, chunk)
         want = [e.get("id") for e in chunk]
         got = batch.get("ids")
-        if got is None or list(got) != want:
+        if got is None:
+            s.ids_from_cockpit = True  # the collate returns none: Cockpit knows which examples it gave
+        elif list(got) != want:
             s.problems["ids"].append(
-                f"{split}[{start}:{start + len(chunk)}]: "
-                + (
-                    "no 'ids' in the batch"
-                    if got is None
-                    else f"ids {ids_text(list(got), 3)} for examples {ids_text(want, 3)}"
-                )
+                f"{split}[{start}:{start + len(chunk)}]: ids {ids_text(list(got), 3)} for examples {ids_text(want, 3)}"
             )
         lab = batch.get(task.label_key)
         if not torch.is_tensor(lab):
@@ -181,7 +179,7 @@ def scan(
                 for e, b in zip(chunk, bad_in, strict=True):
                     if b:
                         s.problems["input_range"].append(str(e["id"]))
-        # input identity for the leakage gate: attended tokens that are not targets
+        # input identity for the leakage gate: the whole attended input, or the prompt when the task masks it
         if inp is not None:
             s.inputs.extend(_input_hashes(task, inp, mask, lab if aligned else None))
         # truncation: rows longer than max_length, and the target tokens cropping took
@@ -191,12 +189,24 @@ def scan(
 
 
 def _input_hashes(task: Task, inp: torch.Tensor, mask: torch.Tensor | None, lab: torch.Tensor | None) -> list[int]:
+    """One hash per row of what identifies the example's input.
+
+    A task whose instruction is input only (``instruction_is_input``) is
+    identified by its prompt: the attended tokens that are not targets, by the
+    task's label convention, so the same question with another answer is
+    still caught. Any other task by its whole attended input (a window of
+    text whose every token is also a target of the position before it).
+    """
+    from .outputs import target_positions
+
     tokens = rows(inp).tolist()
     keep = rows(mask != 0).tolist() if mask is not None else [[True] * len(r) for r in tokens]
-    if lab is not None:
-        # token j is a target when position j - 1 is supervised (the causal shift)
-        tgt = rows(lab != task.ignore_index).tolist()
-        keep = [[k and not (j > 0 and t[j - 1]) for j, k in enumerate(kr)] for kr, t in zip(keep, tgt, strict=True)]
+    if lab is not None and task.instruction_is_input:
+        tgt = target_positions(task, lab, inp)
+        if tgt is not None:
+            prompt = [[k and not t for k, t in zip(kr, tr, strict=True)] for kr, tr in zip(keep, tgt.tolist(), strict=True)]
+            # a row whose every token is a target has no prompt to compare (the data gate says why): whole input
+            keep = [p if any(p) else k for p, k in zip(prompt, keep, strict=True)]
     return [hash(tuple(x for x, k in zip(r, kr, strict=True) if k)) for r, kr in zip(tokens, keep, strict=True)]
 
 

@@ -34,20 +34,21 @@ def predict_pass(tr: Trainer) -> tuple[dict[str, float], list[dict[str, Any]]]:
             chunk = data[i : i + tr.eval_microbatch]
             batch = tr.collate(chunk)
             ids = list(batch.get("ids", [e.get("id") for e in chunk]))
-            if task.predict is None:
-                rows.extend({"id": x, "prediction": None, "why": "the task declares no predict()"} for x in ids)
-                continue
-            with tr.autocast():
-                pred = user("predict", task.predict, tr.model, batch)
+            pred = tr.predictions(batch)  # the task's predict(), else the argmax of its logits
             lab = batch.get(task.label_key)
-            if not torch.is_tensor(pred) or not torch.is_tensor(lab) or tuple(pred.shape) != tuple(lab.shape):
+            if pred is None:
+                rows.extend({"id": x, "prediction": None, "why": "no predict() and no logits in the model's output"}
+                            for x in ids)
+                continue
+            if not torch.is_tensor(lab) or tuple(pred.shape) != tuple(lab.shape):
                 for r, x in enumerate(ids):
-                    p = pred[r].tolist() if torch.is_tensor(pred) else None
-                    rows.append({"id": x, "prediction": p, "why": "predictions not comparable with the targets"})
+                    rows.append({"id": x, "prediction": pred[r].tolist(), "why": "predictions not comparable with the targets"})
                 continue
             pred, lab = pred.detach().cpu(), lab.detach().cpu()
             flat = lab.dim() == 1
             counts = lab != task.ignore_index
+            if task.label_convention == "shift_in_loss" and lab.dim() >= 2:
+                counts[:, 0] = False  # nothing predicts the first label
             hit = (pred == lab) & counts
             correct += int(hit.sum())
             counted += int(counts.sum())
@@ -72,7 +73,8 @@ def _rows(
 ) -> list[dict[str, Any]]:
     out = []
     names = task.label_names
-    swapped = _predicted_batch(task, batch, pred, lab, counts) if task.decode is not None and lab.dim() == 2 else None
+    swapped = (_predicted_batch(task, batch, pred, lab, counts)
+               if task.decode is not None and lab.dim() == 2 and task.label_convention == "aligned" else None)
     cpu = {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in batch.items()}
     for r, x in enumerate(ids):
         m = counts[r]

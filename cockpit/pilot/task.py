@@ -2,33 +2,53 @@
 
 A task is one small Python file exposing a :class:`Task` (or a function
 returning one), referenced from ``campaign.toml`` as ``package.module:attr`` or
-``path/to/file.py:attr``. Cockpit calls only what is declared here:
+``path/to/file.py:attr``. Cockpit pilots the user's code *as written*: the
+model as ``build_model`` returns it (what requires grad trains), the user's
+optimizer and scheduler when given, the loss as the user computes it, the
+labels as the collate makes them. Cockpit's own parts are the loop (the order
+of microbatches, accumulation, the optimizer step, the schedule's step,
+precision through autocast, gradient clipping) and the measurements around it;
+where a campaign setting needs a hook the code does not have, the pilot says
+the setting had no effect instead of passing it.
 
 ``build_model(params) -> torch.nn.Module``
     The model for a variant's effective parameters (flat dict: task params,
-    batch and training settings with the variant's overrides applied).
-``datasets(params) -> {"train": [...], "val": [...], "test": [...]}``
-    Sequences of examples. Every example is a dict with at least ``"id"``
-    (unique across all splits) and ``"group"`` (the leakage unit: the
-    conversation, patient, source document or period it comes from); for a
-    ``group_unit`` of ``"period"`` the group is sortable (an ISO date, a year).
+    batch and training settings with the variant's overrides applied). The
+    parameters that still require grad after it returns are the ones that train.
+``datasets(params) -> {"train": ..., "val": ..., "test": ...}``
+    Indexable sequences of examples (lists, Hugging Face ``datasets.Dataset``,
+    anything with ``len`` and ``[i]``). An example is a dict; ``"id"`` (unique
+    across splits) names it in every message (without ids, examples are named
+    by split and position) and ``"group"`` is the leakage unit (the
+    conversation, patient, source document or period it comes from; without
+    groups, each example is its own). For a ``group_unit`` of ``"period"`` the
+    group is sortable (an ISO date, a year).
 ``collate(examples, params) -> dict``
-    One batch: tensors plus ``"ids"`` (the examples' ids, in order). Cropping
-    to the maximum length happens here, as in training.
-``loss(model, batch) -> Tensor | (sum, count)``
-    Either the mean loss of the batch, or the *sum* of per-item losses and the
-    number of items that count (tokens, examples). With ``(sum, count)``
-    Cockpit normalises over the whole accumulated update, which is what a
-    single large batch would give; a mean per microbatch is divided by the
-    accumulation count, which is exact only when every microbatch has the
-    same number of counted items (the accumulation gate checks this).
+    One batch: tensors, and optionally ``"ids"`` (the examples' ids, in order;
+    Cockpit adds them when the collate does not). Cropping to the maximum
+    length happens here, as in training.
+``loss(model, batch)``
+    What the user's training step computes, in any of these forms: the mean
+    loss (a scalar tensor); ``(sum, count)``, the sum of per-item losses and
+    the number of items that count (with it Cockpit normalises over the whole
+    accumulated update, which is what one large batch would give); a model
+    output with ``.loss`` (Hugging Face); or ``(logits, loss)`` (nanoGPT).
+    Left out, the model is called with the batch's tensors as keywords and its
+    ``.loss`` is used (Hugging Face models given ``labels``).
 
 Optional:
 
 ``kind``            "generation", "classification" or "other" (which data checks apply)
 ``label_names``     list of class names; the target id is the index
 ``label_key``       batch key holding the targets (default "labels")
-``ignore_index``    target value that does not count (default -100)
+``ignore_index``    target value that does not count (default -100; nanoGPT uses -1)
+``label_convention`` generation: ``"aligned"`` when the label at a position is the target of that
+                    position's output (nanoGPT's ``y = x`` shifted by one, classification), or
+                    ``"shift_in_loss"`` when labels equal the inputs and the loss shifts them
+                    (Hugging Face causal LMs). Used by the leakage, overfit, prediction and
+                    alignment checks and by ``cockpit inspect``.
+``causal``          generation: the model is a decoder whose output at a position never depends on
+                    later tokens (default: True for generation); checked by the pilot
 ``input_key``       batch key holding the model input ids (default "input_ids")
 ``mask_key``        batch key holding the attention mask (default "attention_mask")
 ``loss_mask_key``   batch key of a 0/1 mask of positions meant to count (generation: the answer span)
@@ -37,12 +57,19 @@ Optional:
 ``length(example)``       an example's length before cropping (for the worst case)
 ``vocab_size(params)``    for the uniform-prediction initial loss (generation)
 ``decode(batch, row)``    readable text of one batch row (a str, or a list of (text, supervised: bool) spans)
-``predict(model, batch)`` predictions per row, comparable to the targets (overfit gate)
-``trainable(model)``      names of parameters meant to train; the others are frozen
+``predict(model, batch)`` predictions per row, comparable to the targets; without it Cockpit takes
+                    the argmax of the model's logits, aligned by ``label_convention``
+``trainable(model)``      names of the parameters meant to train: *checked* against what requires
+                    grad after ``build_model``, never forced (a disagreement fails the backward gate)
+``optimizer(model, params)``  the user's optimizer (parameter groups, betas, ...); default: Cockpit's
+                    built-in one from ``[training]`` over the parameters that require grad
+``scheduler(optimizer, params)``  the user's learning-rate scheduler, stepped once per update;
+                    default: Cockpit's from ``[training] schedule`` and ``warmup_updates``
+``checkpointing(model, on)``  turns activation checkpointing on or off when the model has no
+                    ``gradient_checkpointing_enable()`` (Hugging Face) of its own
 ``control_inputs(params)`` examples to replay after export (default: the first validation examples)
 ``group_unit``      the leakage unit, in words (default "group")
-``batch_statistics`` True when the model uses batch statistics (BatchNorm): accumulated
-                    and single-batch gradients then differ legitimately
+``batch_statistics`` True when the model uses batch statistics that BatchNorm layers do not show
 """
 
 from __future__ import annotations
@@ -56,6 +83,7 @@ from pathlib import Path
 from typing import Any
 
 KINDS = ("generation", "classification", "other")
+CONVENTIONS = ("aligned", "shift_in_loss")
 
 
 class TaskError(Exception):
@@ -67,11 +95,13 @@ class Task:
     build_model: Callable[[dict[str, Any]], Any]
     datasets: Callable[[dict[str, Any]], Mapping[str, Sequence[Any]]]
     collate: Callable[[list[dict[str, Any]], dict[str, Any]], dict[str, Any]]
-    loss: Callable[[Any, dict[str, Any]], Any]
+    loss: Callable[[Any, dict[str, Any]], Any] | None = None
     kind: str = "other"
     label_names: list[str] | None = None
     label_key: str = "labels"
     ignore_index: int = -100
+    label_convention: str = "aligned"
+    causal: bool | None = None
     input_key: str = "input_ids"
     mask_key: str = "attention_mask"
     loss_mask_key: str | None = None
@@ -82,6 +112,9 @@ class Task:
     decode: Callable[[dict[str, Any], int], Any] | None = None
     predict: Callable[[Any, dict[str, Any]], Any] | None = None
     trainable: Callable[[Any], Sequence[str]] | None = None
+    optimizer: Callable[[Any, dict[str, Any]], Any] | None = None
+    scheduler: Callable[[Any, dict[str, Any]], Any] | None = None
+    checkpointing: Callable[[Any, bool], Any] | None = None
     control_inputs: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
     group_unit: str = "group"
     batch_statistics: bool = False
@@ -89,11 +122,22 @@ class Task:
     extras: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for req in ("build_model", "datasets", "collate", "loss"):
+        for req in ("build_model", "datasets", "collate"):
             if not callable(getattr(self, req)):
                 raise TaskError(f"Task.{req} must be callable, got {type(getattr(self, req)).__name__}")
+        for opt in ("loss", "optimizer", "scheduler", "checkpointing", "trainable", "predict", "decode"):
+            if getattr(self, opt) is not None and not callable(getattr(self, opt)):
+                raise TaskError(f"Task.{opt} must be callable or left out, got {type(getattr(self, opt)).__name__}")
         if self.kind not in KINDS:
             raise TaskError(f"Task.kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.label_convention not in CONVENTIONS:
+            raise TaskError(
+                f"Task.label_convention must be one of {', '.join(CONVENTIONS)}, got {self.label_convention!r}: "
+                "'aligned' when labels[t] is the target of the output at t (nanoGPT, classification), "
+                "'shift_in_loss' when labels equal the inputs and the loss shifts them (Hugging Face)"
+            )
+        if self.causal is None:
+            self.causal = self.kind == "generation"
         if self.label_names is not None:
             self.label_names = list(self.label_names)
 

@@ -1,155 +1,37 @@
-"""The training core shared by the pilot and training runs.
+"""The training loop shared by the pilot and training runs, around the user's own code.
 
-One :class:`Trainer` holds a task's model, optimizer, scheduler, grad scaler,
-data order and step counter, and knows how to run one *update* (all the
-microbatches of one optimizer step, with the accumulation the campaign
-declares), evaluate a split, and save or restore its complete state.
+One :class:`Trainer` holds the task's model *as ``build_model`` returns it*
+(what requires grad trains; Cockpit never changes it), the user's optimizer and
+scheduler when the task gives them (else Cockpit's built-ins from
+``[training]``), the grad scaler, the data order and the step counter. It runs
+one *update* (all the microbatches of one optimizer step, with the
+accumulation the campaign declares), evaluates a split, and saves or restores
+its complete state. What the pilot judges is therefore the user's training,
+with Cockpit's loop around it; the README says which part is whose.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from . import outputs, splits
+from .order import DataOrder
+from .rng import rng_state, seed_everything, set_rng_state
 from .task import Task
+from .usercode import NonFinite, UserCodeError, is_collective_failure, is_oom, resolve_device, user
+
+__all__ = [
+    "DataOrder", "NonFinite", "Trainer", "UserCodeError", "is_collective_failure", "is_oom", "resolve_device",
+    "rng_state", "seed_everything", "set_rng_state", "user",
+]
 
 
-class NonFinite(Exception):
-    """A loss or gradient that is NaN or infinite."""
-
-    def __init__(self, what: str, value: float | None = None, step: int | None = None):
-        self.what, self.value, self.step = what, value, step
-        at = f" at update {step}" if step is not None else ""
-        super().__init__(f"non-finite {what}{at} ({value})")
-
-
-class UserCodeError(Exception):
-    """An exception raised inside the task's own code; ``where`` names the function."""
-
-    def __init__(self, where: str, exc: BaseException):
-        self.where, self.exc = where, exc
-        super().__init__(f"{where} raised {type(exc).__name__}: {exc}")
-
-
-def user(where: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Call the task's code, turning its exceptions into UserCodeError (OOM passes through)."""
-    try:
-        return fn(*args, **kwargs)
-    except (torch.OutOfMemoryError, KeyboardInterrupt, NonFinite):
-        raise
-    except Exception as exc:
-        if is_oom(exc) or is_collective_failure(exc):
-            raise
-        raise UserCodeError(where, exc) from exc
-
-
-def is_collective_failure(exc: BaseException) -> bool:
-    """A distributed collective that timed out or lost its peer (raised inside DDP's forward or backward)."""
-    name = type(exc).__name__
-    text = str(exc)
-    return name in ("DistBackendError", "DistNetworkError", "DistStoreError") or any(
-        s in text for s in ("gloo/transport", "Timed out waiting", "Connection closed by peer", "NCCL", "ProcessGroup")
-    )
-
-
-def is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
-
-
-def resolve_device(name: str | None) -> torch.device:
-    name = (name or "auto").lower()
-    if name == "auto":
-        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    return torch.device(name)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
-    try:
-        import numpy as np
-
-        np.random.seed(seed % (2**32))
-    except ImportError:  # pragma: no cover
-        pass
-
-
-def rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1])}
-    state["python_full"] = [random.getstate()[0], random.getstate()[2]]
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    try:
-        import numpy as np
-
-        st: Any = np.random.get_state()
-        state["numpy"] = {"keys": torch.from_numpy(st[1].astype("int64")), "pos": int(st[2])}
-    except ImportError:  # pragma: no cover
-        pass
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    version, gauss = state["python_full"]
-    random.setstate((version, tuple(int(x) for x in state["python"]), gauss))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    if "numpy" in state:
-        import numpy as np
-
-        keys = state["numpy"]["keys"].numpy().astype("uint32")
-        np.random.set_state(("MT19937", keys, state["numpy"]["pos"], 0, 0.0))
-
-
-@dataclass
-class DataOrder:
-    """Deterministic shuffled order over the training split, resumable from (epoch, cursor).
-
-    A global microbatch is ``microbatch * world`` consecutive indices of the
-    epoch's permutation; rank ``r`` takes its own slice, so shards are disjoint.
-    """
-
-    n: int
-    microbatch: int
-    seed: int
-    drop_last: bool = True
-    rank: int = 0
-    world: int = 1
-    epoch: int = 0
-    cursor: int = 0
-
-    def _perm(self, epoch: int) -> list[int]:
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        return torch.randperm(self.n, generator=g).tolist()
-
-    def next(self) -> list[int]:
-        step = self.microbatch * self.world
-        if self.n < (step if self.drop_last else 1):
-            raise ValueError(f"training split has {self.n} examples, fewer than one global microbatch ({step})")
-        remaining = self.n - self.cursor
-        if remaining <= 0 or (self.drop_last and remaining < step):
-            self.epoch += 1
-            self.cursor = 0
-        perm = self._perm(self.epoch)
-        chunk = perm[self.cursor : self.cursor + step]
-        self.cursor += step
-        mine = chunk[self.rank * self.microbatch : (self.rank + 1) * self.microbatch]
-        return mine
-
-    def state(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "cursor": self.cursor}
-
-    def load(self, st: dict[str, int]) -> None:
-        self.epoch, self.cursor = int(st["epoch"]), int(st["cursor"])
-
-
-def _schedule(kind: str, warmup: int, total: int):
+def _schedule(kind: str, warmup: int, total: int) -> Any:
     def f(step: int) -> float:
         if warmup and step < warmup:
             return (step + 1) / warmup
@@ -189,6 +71,11 @@ class Trainer:
         self.step = 0
         self.model: Any = None
         self.ddp: Any = None  # the DDP wrapper when distributed; self.model stays the bare module
+        self.trainable_names: set[str] = set()
+        self.declared: set[str] | None = None  # Task.trainable's names, when the task declares them
+        self.optimizer_source = ""
+        self.scheduler_source = ""
+        self.checkpointing = ""  # how activation checkpointing was applied ("" = not asked, or no hook)
 
     @property
     def splits(self) -> dict[str, Sequence[dict[str, Any]]]:
@@ -201,15 +88,12 @@ class Trainer:
 
     def load_data(self) -> dict[str, Sequence[dict[str, Any]]]:
         if self._splits is None:
-            self._splits = user("datasets", self.task.datasets, self.params)
-        self.order = DataOrder(
-            len(self.splits["train"]),
-            self.microbatch,
-            self.seed,
-            bool(self.params.get("drop_last", True)),
-            self.rank,
-            self.world,
-        )
+            self._splits = dict(splits.load(user("datasets", self.task.datasets, self.params)))
+        if "train" not in self.splits:
+            raise UserCodeError("datasets", KeyError(f"no 'train' split (splits: {', '.join(self.splits) or 'none'})"))
+        self.order = DataOrder(len(self.splits["train"]), self.microbatch, self.seed,
+                               bool(self.params.get("drop_last", True)), self.rank, self.world,
+                               accumulation=self.accumulation)
         return self.splits
 
     def build(self) -> None:
@@ -217,31 +101,19 @@ class Trainer:
         if self._splits is None:
             self.load_data()
         model = user("build_model", self.task.build_model, self.params)
+        if not isinstance(model, torch.nn.Module):
+            raise UserCodeError("build_model", TypeError(f"returned a {type(model).__name__}, not a torch.nn.Module"))
         self.model = model.to(self.device)
-        self.trainable_names = self._trainable_names()
-        for name, p in self.model.named_parameters():
-            p.requires_grad_(name in self.trainable_names)
-        params = [p for n, p in self.model.named_parameters() if n in self.trainable_names]
-        opt = (self.params.get("optimizer") or "adamw").lower()
-        lr = float(self.params["lr"])
-        wd = float(self.params.get("weight_decay") or 0.0)
-        self.optimizer: torch.optim.Optimizer
-        if opt == "sgd":
-            self.optimizer = torch.optim.SGD(
-                params, lr=lr, momentum=float(self.params.get("momentum") or 0), weight_decay=wd
-            )
-        elif opt == "adam":
-            self.optimizer = torch.optim.Adam(params, lr=lr, weight_decay=wd)
-        else:
-            self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=wd)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer,
-            _schedule(
-                self.params.get("schedule") or "constant",
-                int(self.params.get("warmup_updates") or 0),
-                self.total_updates,
-            ),
-        )
+        names = {n for n, _ in self.model.named_parameters()}
+        self.trainable_names = {n for n, p in self.model.named_parameters() if p.requires_grad}
+        if self.task.trainable is not None:
+            declared = set(user("trainable", self.task.trainable, self.model))
+            unknown = declared - names
+            if unknown:
+                raise UserCodeError("trainable", ValueError(f"names no parameter of the model: {sorted(unknown)[:5]}"))
+            self.declared = declared
+        self._apply_checkpointing()
+        self._build_optimizer()
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
 
@@ -253,15 +125,50 @@ class Trainer:
                 self.device.type, init_scale=float(self.params.get("loss_scale_init") or 2.0**16)
             )
 
-    def _trainable_names(self) -> set[str]:
-        names = [n for n, _ in self.model.named_parameters()]
-        if self.task.trainable is None:
-            return set(names)
-        chosen = set(user("trainable", self.task.trainable, self.model))
-        unknown = chosen - set(names)
-        if unknown:
-            raise UserCodeError("trainable", ValueError(f"names no parameter of the model: {sorted(unknown)[:5]}"))
-        return chosen
+    def _build_optimizer(self) -> None:
+        task = self.task
+        self.optimizer: torch.optim.Optimizer
+        if task.optimizer is not None:
+            opt = user("optimizer", task.optimizer, self.model, self.params)
+            if not (hasattr(opt, "param_groups") and callable(getattr(opt, "step", None))):
+                raise UserCodeError("optimizer", TypeError(f"returned a {type(opt).__name__}, not a torch optimizer"))
+            self.optimizer = opt
+            self.optimizer_source = f"the task's optimizer ({type(opt).__name__}, {len(opt.param_groups)} groups)"
+        else:
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            kind = (self.params.get("optimizer") or "adamw").lower()
+            lr = float(self.params["lr"])
+            wd = float(self.params.get("weight_decay") or 0.0)
+            if kind == "sgd":
+                self.optimizer = torch.optim.SGD(params, lr=lr, momentum=float(self.params.get("momentum") or 0),
+                                                 weight_decay=wd)
+            elif kind == "adam":
+                self.optimizer = torch.optim.Adam(params, lr=lr, weight_decay=wd)
+            else:
+                self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=wd)
+            self.optimizer_source = f"Cockpit's {kind} from [training] (lr {lr:g}, weight decay {wd:g})"
+        if task.scheduler is not None:
+            self.scheduler = user("scheduler", task.scheduler, self.optimizer, self.params)
+            if not callable(getattr(self.scheduler, "step", None)):
+                raise UserCodeError("scheduler", TypeError(f"returned a {type(self.scheduler).__name__}, not a scheduler"))
+            self.scheduler_source = f"the task's scheduler ({type(self.scheduler).__name__})"
+        else:
+            kind = self.params.get("schedule") or "constant"
+            warmup = int(self.params.get("warmup_updates") or 0)
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _schedule(kind, warmup, self.total_updates))
+            self.scheduler_source = f"Cockpit's {kind} schedule" + (f", {warmup} warm-up updates" if warmup else "")
+
+    def _apply_checkpointing(self) -> None:
+        """Activation checkpointing through a hook the model or the task has; none found: it had no effect."""
+        if not self.params.get("activation_checkpointing"):
+            return
+        enable = getattr(self.model, "gradient_checkpointing_enable", None)
+        if callable(enable) and getattr(self.model, "supports_gradient_checkpointing", True):
+            user("gradient_checkpointing_enable", enable)
+            self.checkpointing = "the model's gradient_checkpointing_enable()"
+        elif self.task.checkpointing is not None:
+            user("checkpointing", self.task.checkpointing, self.model, True)
+            self.checkpointing = "Task.checkpointing(model, True)"
 
     @property
     def net(self) -> Any:
@@ -276,35 +183,58 @@ class Trainer:
 
     def collate(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
         batch = user("collate", self.task.collate, examples, self.params)
-        return {k: (v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
+        if not isinstance(batch, dict):
+            raise UserCodeError("collate", TypeError(f"must return a dict of tensors, got {type(batch).__name__}"))
+        out = {k: (v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
+        if "ids" not in out:  # the collate need not carry ids: Cockpit knows which examples it gave
+            out["ids"] = [e.get("id") if isinstance(e, dict) else None for e in examples]
+        return out
 
     def next_microbatches(self) -> list[list[dict[str, Any]]]:
-        return [self.examples("train", self.order.next()) for _ in range(self.accumulation)]
+        return [self.examples("train", idx) for idx in self.order.next_update()]
 
-    def autocast(self):
+    def autocast(self) -> Any:
         if self.precision in ("bf16", "fp16"):
             dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
             return torch.autocast(self.device.type, dtype=dtype)
-        import contextlib
-
         return contextlib.nullcontext()
+
+    def loss_call(self, batch: dict[str, Any], net: Any = None) -> outputs.LossOut:
+        """The task's loss on a batch, read in whichever form it comes (see ``cockpit.pilot.outputs``)."""
+        fn = self.task.loss if self.task.loss is not None else outputs.default_loss
+        with self.autocast():
+            out = user("loss", fn, net if net is not None else self.net, batch)
+        return outputs.read_loss(out, self.device)
 
     def loss_of(self, batch: dict[str, Any], net: Any = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(value, count): value is a mean when count is None, else a sum over count items."""
-        with self.autocast():
-            out = user("loss", self.task.loss, net if net is not None else self.net, batch)
-        if isinstance(out, tuple):
-            if len(out) != 2:
-                raise UserCodeError("loss", ValueError("must return a tensor or (sum, count)"))
-            s, c = out
-            c = torch.as_tensor(c, dtype=torch.float32, device=self.device).detach()
-            return s, c
-        return out, None
+        lo = self.loss_call(batch, net)
+        return lo.value, lo.count
+
+    def predictions(self, batch: dict[str, Any]) -> torch.Tensor | None:
+        """Predictions laid out like the labels: the task's predict(), else the argmax of the model's logits."""
+        if self.task.predict is not None:
+            with self.autocast():
+                pred = user("predict", self.task.predict, self.model, batch)
+            return pred if torch.is_tensor(pred) else None
+        labels = batch.get(self.task.label_key)
+        if not torch.is_tensor(labels):
+            return None
+        with outputs.capture(self.model) as cap:
+            self.loss_call(batch, net=self.model)
+        logits = cap.logits
+        return outputs.aligned_predictions(self.task, logits, labels) if logits is not None else None
 
     # ---- one update
 
-    def accumulate(self, microbatches: list[list[dict[str, Any]]], check_finite: bool = True) -> dict[str, Any]:
-        """Forward and backward over the microbatches of one update; gradients left in .grad."""
+    def accumulate(self, microbatches: list[list[dict[str, Any]]], check_finite: bool = True,
+                   weights: list[float] | None = None) -> dict[str, Any]:
+        """Forward and backward over the microbatches of one update; gradients left in .grad.
+
+        A mean loss is divided by the number of microbatches (what a user's loop
+        does with ``loss / accumulation``); ``weights`` replaces that division (the
+        accumulation gate uses it to measure what an even weighting would give).
+        """
         self.optimizer.zero_grad(set_to_none=True)
         total_sum = 0.0
         total_count: float | None = None
@@ -319,7 +249,7 @@ class Trainer:
             if check_finite and not math.isfinite(v):
                 raise NonFinite("loss", v, self.step + 1)
             if count is None:
-                scaled = value / n
+                scaled = value * (weights[i] if weights is not None else 1.0 / n)
                 means.append(v)
             else:
                 scaled = value
@@ -327,11 +257,8 @@ class Trainer:
                 total_count = (total_count or 0.0) + float(count)
             if self.scaler is not None:
                 scaled = self.scaler.scale(scaled)
-            sync_ctx = self._no_sync() if (self.ddp is not None and i < n - 1) else None
-            if sync_ctx is not None:
-                with sync_ctx:
-                    scaled.backward()
-            else:
+            sync = self.ddp.no_sync() if (self.ddp is not None and i < n - 1) else contextlib.nullcontext()
+            with sync:
                 scaled.backward()
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
@@ -344,9 +271,6 @@ class Trainer:
         else:
             loss = sum(means) / max(len(means), 1)
         return {"loss": loss, "examples": n_examples * self.world, "count": total_count}
-
-    def _no_sync(self):
-        return self.ddp.no_sync()
 
     def reduce_count(self, count: float) -> float:
         """Under DDP gradients are averaged over ranks; normalise by the mean count per rank."""
@@ -365,10 +289,10 @@ class Trainer:
         return float(torch.stack(grads).norm())
 
     def apply(self, check_finite: bool = True) -> dict[str, Any]:
-        clip = self.params.get("grad_clip")
-        if clip:
+        clip = float(self.params.get("grad_clip") or 0.0)  # 0 (or absent): no clipping
+        if clip > 0:
             norm = float(
-                torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.grad is not None], float(clip))
+                torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.grad is not None], clip)
             )
         else:
             norm = self.grad_norm()
@@ -399,7 +323,8 @@ class Trainer:
         data = list(examples if examples is not None else self.splits[split])
         was_training = self.model.training
         self.model.eval()
-        total, count, means, ids, n_rows = 0.0, 0.0, [], [], 0
+        total, count, ids, n_rows = 0.0, 0.0, [], 0
+        means: list[tuple[float, int]] = []
         try:
             for i in range(0, len(data), self.eval_microbatch):
                 chunk = data[i : i + self.eval_microbatch]
@@ -410,7 +335,7 @@ class Trainer:
                 else:
                     total += float(value)
                     count += float(c)
-                ids.extend(batch.get("ids", [e.get("id") for e in chunk]))
+                ids.extend(batch["ids"])
                 n_rows += len(chunk)
         finally:
             self.model.train(was_training)
@@ -419,6 +344,21 @@ class Trainer:
         else:
             loss = total / max(count, 1e-12)
         return {"loss": loss, "ids": ids, "n": n_rows, "was_training": was_training}
+
+    @torch.no_grad()
+    def control_outputs(self, controls: list[dict[str, Any]]) -> dict[str, Any]:
+        """Loss and predictions of the control inputs in eval mode: what an export must reproduce."""
+        was = self.model.training
+        self.model.eval()
+        try:
+            batch = self.collate(controls)
+            value, count = self.loss_of(batch, net=self.model)
+            loss = float(value) / float(count) if count is not None else float(value)
+            pred = self.predictions(batch)
+        finally:
+            self.model.train(was)
+        return {"loss": torch.tensor(loss, dtype=torch.float64),
+                "predictions": pred.detach().cpu() if pred is not None else torch.tensor([])}
 
     # ---- state
 
@@ -433,21 +373,6 @@ class Trainer:
             "data": self.order.state(),
             "seed": self.seed,
         }
-
-    @torch.no_grad()
-    def control_outputs(self, controls: list[dict[str, Any]]) -> dict[str, Any]:
-        """Loss and predictions of the control inputs in eval mode: what an export must reproduce."""
-        was = self.model.training
-        self.model.eval()
-        try:
-            batch = self.collate(controls)
-            value, count = self.loss_of(batch, net=self.model)
-            loss = float(value) / float(count) if count is not None else float(value)
-            predict = self.task.predict
-            pred = user("predict", predict, self.model, batch).detach().cpu() if predict else torch.tensor([])
-        finally:
-            self.model.train(was)
-        return {"loss": torch.tensor(loss, dtype=torch.float64), "predictions": pred}
 
     def load_state_dict(self, st: dict[str, Any]) -> None:
         self.model.load_state_dict(st["model"])

@@ -211,6 +211,7 @@ task = Task(
     decode=decode,
     predict=predict,
     control_inputs=control_inputs,
+    checkpointing=lambda model, on: setattr(model, "checkpointing", on),
     group_unit="conversation",
     name="tinylm",
 )

@@ -1,14 +1,40 @@
-"""Accumulation: the gradient accumulated over microbatches equals the gradient of one batch of them all."""
+"""Accumulation: the gradient accumulated over microbatches equals the gradient of one batch of them all.
+
+Measured on the user's model as training runs it, with dropout switched off:
+every module except the BatchNorm layers is put in eval mode *one by one*
+(``module.training = False``, never ``eval()`` on a parent, which would recurse
+into BatchNorm), so BatchNorm keeps its batch statistics while dropout modules
+and functional dropout (attention dropout) stop. When the two gradients
+differ, the gate measures the cause instead of guessing it:
+
+- *randomness*: the same batch twice gives different gradients (a random
+  collate, functional dropout): no comparison can be exact; a warning with the
+  size of that noise;
+- *batch statistics*: with the BatchNorm layers frozen the two agree; a
+  warning with the size of the difference (legitimate, but the accumulated
+  update is not the big batch's);
+- *a mean per microbatch over uneven counts*: weighting each microbatch by its
+  number of supervised items makes them agree; a failure (return ``(sum,
+  count)``, or weigh the loss yourself);
+- otherwise a failure that says no cause was found.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import nn
 
 from ..context import Context
 from ..gate import Gate, Phase
+from ..rng import rng_state, set_rng_state
+from ..trainer import Trainer
+
+DROPOUT = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+BATCHNORM = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
 
 
 def tolerance(ctx: Context) -> float:
@@ -18,13 +44,48 @@ def tolerance(ctx: Context) -> float:
     return tol
 
 
-def run(ctx: Context, g: Gate) -> None:
+Grads = list[torch.Tensor | None]
+
+
+def _grads(tr: Trainer, fn: Callable[[], Any]) -> Grads:
+    tr.optimizer.zero_grad(set_to_none=True)
+    fn()
+    out = [p.grad.detach().clone() if p.grad is not None else None for p in tr.model.parameters()]
+    tr.optimizer.zero_grad(set_to_none=True)
+    return out
+
+
+def _relative(a: Grads, b: Grads) -> float:
+    num = sum(float((x - y).double().pow(2).sum()) for x, y in zip(a, b, strict=True) if x is not None and y is not None)
+    den = sum(float(y.double().pow(2).sum()) for y in b if y is not None)
+    return math.sqrt(num) / max(math.sqrt(den), 1e-30)
+
+
+def _single(tr: Trainer, mbs: list[list[dict[str, Any]]]) -> None:
+    batch = tr.collate([e for mb in mbs for e in mb])
+    value, count = tr.loss_of(batch)
+    (value / count if count is not None else value).backward()
+
+
+def _counts(ctx: Context, mbs: list[list[dict[str, Any]]]) -> list[int]:
+    """Supervised items per microbatch, as the task's loss counts them."""
+    tr, task = ctx.trainer, ctx.the_task
+    out = []
+    for mb in mbs:
+        lab = tr.collate(mb).get(task.label_key)
+        if not torch.is_tensor(lab):
+            return []
+        if task.label_convention == "shift_in_loss" and lab.dim() >= 2:
+            lab = lab[:, 1:]
+        out.append(int((lab != task.ignore_index).sum()))
+    return out
+
+
+def _pick(ctx: Context, n: int) -> list[list[dict[str, Any]]]:
+    """n microbatches of different lengths: the case a mean per microbatch gets wrong."""
     tr = ctx.trainer
-    tol = tolerance(ctx)
-    n = max(tr.accumulation, 2)
     train = tr.splits["train"]
-    # microbatches of different lengths: the case a per-microbatch mean gets wrong
-    pool = list(train[: min(len(train), 512)])
+    pool = [train[i] for i in range(min(len(train), 512))]
     length = tr.task.length
     if length is not None:
         pool.sort(key=lambda e: length(e))
@@ -32,59 +93,109 @@ def run(ctx: Context, g: Gate) -> None:
     step = max(1, len(pool) // k)
     chosen = pool[::step][:k]
     if len(chosen) < k:
+        return []
+    return [chosen[i * tr.microbatch : (i + 1) * tr.microbatch] for i in range(n)]
+
+
+def run(ctx: Context, g: Gate) -> None:
+    tr = ctx.trainer
+    if tr.accumulation <= 1:
         g.skipped = True
-        g.check("examples", True, f"only {len(chosen)} examples; need {k}", warn=True)
+        g.check("not applicable", True, "not applicable: accumulation = 1, one microbatch per update, nothing is accumulated")
         return
-    mbs = [chosen[i * tr.microbatch : (i + 1) * tr.microbatch] for i in range(n)]
+    tol = tolerance(ctx)
+    n = tr.accumulation
+    mbs = _pick(ctx, n)
+    if not mbs:
+        g.skipped = True
+        g.check("examples", True, f"fewer than {n * tr.microbatch} training examples to compare with", warn=True)
+        return
     g.inputs.update({"microbatches": n, "microbatch": tr.microbatch, "tolerance": tol})
+    length = tr.task.length
     if length is not None:
         g.inputs["lengths"] = [[length(e) for e in mb] for mb in mbs]
-    modes = {m: m.training for m in tr.model.modules()}
-    bn = [m for m in tr.model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
-    saved_scaler = tr.scaler
+    drops = [m for m in tr.model.modules() if isinstance(m, DROPOUT) and m.training and getattr(m, "p", 0) > 0]
+    norms = [m for m in tr.model.modules() if isinstance(m, BATCHNORM) and m.training]
+    others = [m for m in tr.model.modules() if not isinstance(m, BATCHNORM)]
+    was = tr.model.training
+    saved_scaler, saved_rng = tr.scaler, rng_state()
+    buffers = {k: v.detach().clone() for k, v in tr.model.named_buffers()}  # BatchNorm's running statistics
+    found: dict[str, Any] = {}
     try:
-        for m in tr.model.modules():  # dropout off, batch statistics kept as in training
-            if not isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
-                m.eval()
+        tr.model.train()
+        for m in others:
+            m.training = False  # this module only: BatchNorm children keep their batch statistics
         tr.scaler = None
-        tr.accumulate(mbs)
-        acc = [p.grad.detach().clone() if p.grad is not None else None for p in tr.model.parameters()]
-        tr.optimizer.zero_grad(set_to_none=True)
-        batch = tr.collate([e for mb in mbs for e in mb])
-        value, count = tr.loss_of(batch)
-        (value / count if count is not None else value).backward()
-        single = [p.grad.detach().clone() if p.grad is not None else None for p in tr.model.parameters()]
+        first: dict[str, Any] = {}
+        acc = _grads(tr, lambda: first.update(tr.accumulate(mbs, check_finite=False)))
+        found["count_form"] = first.get("count") is not None
+        single = _grads(tr, lambda: _single(tr, mbs))
+        again = _grads(tr, lambda: _single(tr, mbs))  # the random stream moved on: any randomness left shows
+        rel = _relative(acc, single)
+        found["noise"] = _relative(again, single)
+        if rel > tol and norms:
+            for m in norms:
+                m.training = False
+            acc_frozen = _grads(tr, lambda: tr.accumulate(mbs, check_finite=False))
+            found["frozen"] = _relative(acc_frozen, _grads(tr, lambda: _single(tr, mbs)))
+            for m in norms:
+                m.training = True
+        counts = _counts(ctx, mbs)
+        found["counts"] = counts
+        if rel > tol and counts and sum(counts) > 0 and found.get("frozen", rel) > tol and not found["count_form"]:
+            weights = [c / sum(counts) for c in counts]
+            weighted = _grads(tr, lambda: tr.accumulate(mbs, check_finite=False, weights=weights))
+            found["weighted"] = _relative(weighted, single)
     finally:
         tr.scaler = saved_scaler
         tr.optimizer.zero_grad(set_to_none=True)
-        for m, mode in modes.items():
-            m.train(mode)
-    num = sum(
-        float((a - s).double().pow(2).sum())
-        for a, s in zip(acc, single, strict=False)
-        if a is not None and s is not None
-    )
-    den = sum(float(s.double().pow(2).sum()) for s in single if s is not None)
-    rel = math.sqrt(num) / max(math.sqrt(den), 1e-30)
+        tr.model.train(was)
+        with torch.no_grad():
+            for k, v in tr.model.named_buffers():
+                if k in buffers:
+                    v.copy_(buffers[k])
+        set_rng_state(saved_rng)  # the piloted run's random stream and statistics are left as they were
     g.extra["relative_difference"] = rel
-    how = "(sum, count) normalised over the update" if count is not None else f"mean per microbatch / {n}"
-    ok = rel <= tol
-    if not ok and (bn or tr.task.batch_statistics):
-        g.check(
-            "accumulated == single batch",
-            False,
-            f"differ by {rel:.2e} (relative): legitimate here, the model uses batch statistics "
-            f"({len(bn)} BatchNorm layers) that depend on the microbatch",
-            warn=True,
-        )
+    _verdict(ctx, g, rel, tol, found, drops, norms)
+
+
+def _verdict(ctx: Context, g: Gate, rel: float, tol: float, found: dict[str, Any], drops: list[Any],
+             norms: list[Any]) -> None:
+    tr = ctx.trainer
+    how = "(sum, count) normalised over the update" if found.get("count_form") else f"mean per microbatch / {tr.accumulation}"
+    off = f"; dropout off for the comparison ({len(drops)} dropout modules)" if drops else ""
+    pct = f"{rel:.2e} ({rel:.1%})" if rel >= 1e-3 else f"{rel:.2e}"
+    name = "accumulated == single batch"
+    if rel <= tol:
+        g.check(name, True, f"relative difference {pct} (tolerance {tol:.0e}); loss {how}{off}")
         return
-    detail = f"relative difference {rel:.2e} (tolerance {tol:.0e}); loss {how}"
-    if not ok and count is None:
-        detail += (
-            ": the loss is a mean per microbatch over items of different counts, so each microbatch "
-            "weighs the same whatever its size; return (sum, count) instead"
-        )
-    g.check("accumulated == single batch", ok, detail)
+    noise = found.get("noise", 0.0)
+    if noise > tol:
+        g.check(name, False,
+                f"differ by {pct}, but the same batch twice differs by {noise:.2e} ({noise:.1%}) with dropout "
+                "off: randomness remains (a random collate, functional dropout, sampling in forward), so "
+                "the two cannot be compared exactly; make it deterministic given the seed to get this check", warn=True)
+        return
+    frozen = found.get("frozen")
+    if norms and frozen is not None and frozen <= tol:
+        g.check(name, False,
+                f"differ by {pct}: {len(norms)} BatchNorm layers normalise each microbatch by its own statistics "
+                f"(with them frozen the two agree to {frozen:.1e}); legitimate, but an accumulated update is not the "
+                f"big batch's: a microbatch of {tr.microbatch} sets the statistics", warn=True)
+        return
+    weighted = found.get("weighted")
+    counts = found.get("counts") or []
+    if weighted is not None and weighted <= max(tol, rel / 100):
+        g.check(name, False,
+                f"differ by {pct}: the loss is a mean per microbatch over uneven counts ({', '.join(map(str, counts))} "
+                f"supervised items in the {len(counts)} microbatches), so each microbatch weighs 1/{len(counts)} "
+                f"whatever its size; weighted by its count the accumulated gradient agrees to {weighted:.1e}. "
+                "Return (sum, count) from the loss, or weigh each microbatch's mean by its count")
+        return
+    g.check(name, False,
+            f"differ by {pct} (tolerance {tol:.0e}); loss {how}; not randomness (two identical passes agree to "
+            f"{noise:.1e}), not batch statistics{'' if norms else ' (no BatchNorm)'}, not uneven counts: look for "
+            "state carried between microbatches (a cache, a counter) or a loss that depends on the batch size")
 
 
 def inputs(ctx: Context) -> dict[str, Any]:
@@ -96,7 +207,7 @@ PHASE = Phase(
     run,
     remedy="return (sum, count) from the loss so Cockpit normalises over the whole update, "
     "or divide by the accumulation count",
-    checks=("accumulated == single batch", "examples"),
+    checks=("accumulated == single batch", "not applicable", "examples"),
     independent=True,
     inputs=inputs,
     doc="accumulated gradient == single-batch gradient",

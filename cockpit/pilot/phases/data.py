@@ -36,9 +36,10 @@ from typing import Any
 
 from .. import inspection
 from ..context import Context
-from ..datascan import SCAN_SECONDS, SplitScan, ids_text, scan, share_text
+from ..datascan import SCAN_SECONDS, SplitScan, collate, ids_text, scan, share_text
 from ..gate import Gate, Phase
 from ..trainer import Trainer, user
+from . import semantics
 
 
 def run(ctx: Context, g: Gate) -> None:
@@ -64,6 +65,9 @@ def data_gate(ctx: Context, g: Gate) -> None:
     }
     ctx.scans = scans  # the leakage and overfit gates reuse what was learned here
     _batch_checks(ctx, g, scans, ml)
+    first = [splits["train"][i] for i in range(min(len(splits["train"]), max(ctx.trainer.microbatch, 2)))]
+    semantics.collate_deterministic(ctx, g, first)
+    semantics.targets_aligned(ctx, g, collate(task, ctx.params, first))
     if task.kind == "classification":
         _label_checks(ctx, g, scans)
     if task.kind == "generation":
@@ -80,6 +84,8 @@ def _identifier_checks(ctx: Context, g: Gate) -> None:
     missing: list[str] = []
     where: dict[Any, list[str]] = defaultdict(list)
     no_group: list[Any] = []
+    grouped = 0
+    positional = [n for n, d in ctx.trainer.splits.items() if getattr(d, "named_by_position", False)]
     for split, data in ctx.trainer.splits.items():
         for i, ex in enumerate(data):
             if not isinstance(ex, dict) or ex.get("id") in (None, ""):
@@ -92,13 +98,18 @@ def _identifier_checks(ctx: Context, g: Gate) -> None:
                 continue
             if ex.get("group") in (None, ""):
                 no_group.append(ex["id"])
+            else:
+                grouped += 1
     dup = [(k, v) for k, v in where.items() if len(v) > 1]
+    named = (f"; {', '.join(positional)} examples have no 'id' field and are named by split and position "
+             "(train[17])" if positional else "")
     g.check(
         "identifiers present",
         not missing,
-        f"every example of {len(where)} has an id"
+        f"every example of {len(where)} has an id{named}"
         if not missing
-        else f"{len(missing)} examples without an id: {ids_text(missing)}; give every example a unique 'id'",
+        else f"{len(missing)} examples without an id: {ids_text(missing)}; give every example a unique 'id' "
+        "(or none at all: examples are then named by position)",
     )
     g.check(
         "identifiers unique",
@@ -109,12 +120,17 @@ def _identifier_checks(ctx: Context, g: Gate) -> None:
         + ids_text([f"{k!r} at {' and '.join(v[:3])}" for k, v in dup], 4)
         + "; ids must be unique across train, val and test",
     )
+    if not grouped:  # no example names a group: each is its own, and leakage is judged on identical inputs
+        g.check("leakage group present", True, f"no example has a 'group' field: each example is its own "
+                f"{task.group_unit}, and the leakage gate compares inputs across splits")
+        return
     g.check(
         "leakage group present",
         not no_group,
         f"every example names its {task.group_unit}"
         if not no_group
-        else f"{len(no_group)} examples without a 'group' ({task.group_unit}): {ids_text(no_group)}",
+        else f"{len(no_group)} of {len(where)} examples have no 'group' ({task.group_unit}) while the others have "
+        f"one: {ids_text(no_group)}",
     )
 
 
@@ -138,12 +154,14 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
         f"batch[{task.label_key!r}] one row per example; scanned {scanned}" if not fatal else ids_text(fatal, 3),
     )
     bad = merged("ids")
+    by_cockpit = any(sc.ids_from_cockpit for sc in scans.values())
     g.check(
         "batch carries ids",
         not bad,
-        "collate returns 'ids' in the examples' order"
+        ("the collate returns no 'ids': Cockpit attaches the ids of the examples it collates"
+         if by_cockpit else "collate returns 'ids' in the examples' order")
         if not bad
-        else f"{ids_text(bad, 2)}; collate must return 'ids' in the examples' order",
+        else f"{ids_text(bad, 2)}; collate must return 'ids' in the examples' order (or none at all)",
     )
     if fatal:
         return
@@ -377,9 +395,10 @@ def _ignored_batches(ctx: Context, g: Gate, s: SplitScan) -> None:
     if not s.ids or len(s.ids) < s.total:
         return
     tr = ctx.trainer
-    order = tr.order._perm(0) if getattr(tr, "order", None) is not None else list(range(s.total))
+    order = tr.order.perm(0)
     mb = max(int(tr.microbatch), 1)
-    batches = [order[i : i + mb] for i in range(0, len(order) - (len(order) % mb if tr.order.drop_last else 0), mb)]
+    used = len(order) - (len(order) % tr.order.per_update if tr.order.drop_last else 0)  # whole updates only
+    batches = [order[i : i + mb] for i in range(0, used, mb)]
     empty = [(b, idx) for b, idx in enumerate(batches) if idx and all(s.supervised[i] == 0 for i in idx)]
     g.check(
         "no batch entirely ignored",

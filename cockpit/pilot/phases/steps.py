@@ -17,9 +17,11 @@ from typing import Any
 import torch
 
 from .. import dist as dist_
+from .. import outputs
 from ..context import Context
 from ..gate import Gate, Phase
 from ..trainer import NonFinite, user
+from . import semantics
 
 
 def param_fingerprint(model: torch.nn.Module) -> dict[str, tuple[float, float]]:
@@ -50,13 +52,17 @@ def forward(ctx: Context, g: Gate) -> None:
     mbs = tr.next_microbatches()
     st["mbs"] = mbs
     g.inputs.update(ctx.batch_inputs(mbs[0]))
+    g.inputs.update({"optimizer": tr.optimizer_source, "scheduler": tr.scheduler_source})
     tr.model.train()
     tr.optimizer.zero_grad(set_to_none=True)
     batch = tr.collate(mbs[0])
     if tr.ddp is not None and len(mbs) > 1:
         st["no_sync"] = tr.ddp.no_sync()  # not the last microbatch: no all-reduce yet
         st["no_sync"].__enter__()
-    value, count = tr.loss_of(batch)
+    with outputs.capture(tr.model) as cap, semantics.dtypes_seen() as dtypes:
+        lo = tr.loss_call(batch)
+    value, count = lo.value, lo.count
+    g.inputs["loss"] = lo.form
     st["value"], st["count"] = value, count
     ok_shape = value.dim() == 0
     g.check(
@@ -72,16 +78,16 @@ def forward(ctx: Context, g: Gate) -> None:
     mean = v / float(count) if count is not None else v
     g.check("finite loss", True, f"loss {mean:.4f}")
     task = tr.task
-    if task.predict is not None and task.label_key in batch:
+    if task.predict is not None and torch.is_tensor(batch.get(task.label_key)):
         with torch.no_grad():
             pred = user("predict", task.predict, tr.model, batch)
         lab = batch[task.label_key]
-        g.check(
-            "prediction shape",
-            tuple(pred.shape) == tuple(lab.shape),
-            f"predictions {tuple(pred.shape)} vs targets {tuple(lab.shape)}",
-        )
+        shape = tuple(pred.shape) if torch.is_tensor(pred) else type(pred).__name__
+        g.check("prediction shape", shape == tuple(lab.shape), f"predictions {shape} vs targets {tuple(lab.shape)}")
     initial_loss(ctx, g, mean)
+    semantics.settings_applied(ctx, g, dtypes)
+    semantics.outputs_are_logits(ctx, g, cap.logits)
+    semantics.causal_mask(ctx, g, batch)
 
 
 def initial_loss(ctx: Context, g: Gate, loss: float) -> None:
@@ -133,6 +139,7 @@ def backward(ctx: Context, g: Gate) -> None:
                 nonfinite.append(name)
         elif p.grad is not None:
             frozen_grad.append(name)
+    trainable_as_declared(ctx, g)
     total = len(tr.trainable_names)
     g.check(
         "every trainable parameter has a gradient",
@@ -158,6 +165,39 @@ def backward(ctx: Context, g: Gate) -> None:
     st["loss_sum"] = float(value.detach()) if count is not None else None
     st["means"] = [float(value.detach())] if count is None else []
     del st["value"]
+
+
+def trainable_as_declared(ctx: Context, g: Gate) -> None:
+    """What trains is what requires grad after build_model; Task.trainable, when given, must say the same."""
+    tr = ctx.trainer
+    if tr.declared is None:
+        return
+    extra = sorted(tr.trainable_names - tr.declared)  # require grad, not declared: trained anyway
+    frozen = sorted(tr.declared - tr.trainable_names)  # declared, but requires_grad is False
+    if not extra and not frozen:
+        g.check("trainable as declared", True, f"the {len(tr.declared)} parameters Task.trainable names, and only "
+                "they, require grad")
+        return
+    parts = []
+    if extra:
+        parts.append(f"{len(extra)} parameters require grad after build_model but Task.trainable leaves them out, "
+                     f"so they would be trained anyway: {_names(extra)}")
+    if frozen:
+        parts.append(f"{len(frozen)} parameters named by Task.trainable do not require grad, so they would not "
+                     f"train: {_names(frozen)}")
+    g.check("trainable as declared", False, "; ".join(parts) + ". Cockpit trains what requires grad, as your code "
+            "does: freeze or unfreeze them in build_model (requires_grad_), or correct Task.trainable")
+
+
+def _names(names: list[str], k: int = 4) -> str:
+    """A few parameter names, grouped by their first two components when there are many."""
+    if len(names) <= k:
+        return ", ".join(names)
+    heads: dict[str, int] = {}
+    for n in names:
+        head = ".".join(n.split(".")[:2])
+        heads[head] = heads.get(head, 0) + 1
+    return ", ".join(f"{h}.* ({c})" for h, c in list(heads.items())[:k]) + (" ..." if len(heads) > k else "")
 
 
 # --------------------------------------------------------------------------- the first optimizer step
@@ -235,6 +275,7 @@ def update_first(ctx: Context, g: Gate) -> None:
     if not skipped:
         stateless = tr.params.get("optimizer") == "sgd" and not tr.params.get("momentum")
         g.check("optimizer state allocated", n_state > 0 or stateless, f"state for {n_state} parameter tensors")
+    optimizer_holds_trainable(ctx, g)
     g.check("gradient accumulation", True, f"{n} microbatches of {len(mbs[0])} per update")
     effective_batch(ctx, g, len(mbs[0]), n)
     if ctx.dist:
@@ -251,6 +292,23 @@ def update_first(ctx: Context, g: Gate) -> None:
             if not overlap
             else f"{len(overlap)} examples on several ranks: {sorted(overlap)[:4]}",
         )
+
+
+def optimizer_holds_trainable(ctx: Context, g: Gate) -> None:
+    """The optimizer (the task's own or Cockpit's) holds every parameter that trains, and no frozen one."""
+    tr = ctx.trainer
+    held = {id(p) for group in tr.optimizer.param_groups for p in group["params"]}
+    named = list(tr.model.named_parameters())
+    missing = [n for n, p in named if p.requires_grad and id(p) not in held]
+    frozen = [n for n, p in named if not p.requires_grad and id(p) in held]
+    g.check("optimizer holds every trainable parameter", not missing,
+            f"{len(held)} tensors in {len(tr.optimizer.param_groups)} groups ({tr.optimizer_source})" if not missing
+            else f"{len(missing)} parameters require grad but are in no parameter group of {tr.optimizer_source}: "
+            f"{_names(missing)}; they get gradients and never change: add them, or freeze them in build_model")
+    if frozen:
+        g.check("no frozen parameter in the optimizer", False,
+                f"{len(frozen)} frozen parameters are in the optimizer: {_names(frozen)}; harmless while they get "
+                "no gradient, but say the optimizer was built before freezing or over model.parameters()", warn=True)
 
 
 def effective_batch(ctx: Context, g: Gate, micro: int, accum: int) -> None:

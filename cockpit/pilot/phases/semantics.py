@@ -1,0 +1,198 @@
+"""Semantic checks users would never write themselves, run inside the phases they belong to.
+
+Each is a named check whose detail gives the ids, positions or parameters it
+found. They look at the user's own code as it runs: the collate function
+(deterministic; targets lined up with inputs as the task's label convention
+says), the model's outputs (logits, not probabilities; a decoder that never
+sees the future) and the settings a campaign declares (applied, or said to
+have had no effect).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from .. import outputs
+from ..context import Context
+from ..datascan import ids_text
+from ..gate import Gate
+from ..trainer import user
+
+LOW = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@contextlib.contextmanager
+def dtypes_seen() -> Iterator[set[torch.dtype]]:
+    """The floating dtypes every module's output had while active (a global forward hook)."""
+    seen: set[torch.dtype] = set()
+
+    def hook(module: Any, args: Any, out: Any) -> None:
+        if torch.is_tensor(out) and out.is_floating_point():
+            seen.add(out.dtype)
+
+    handle = torch.nn.modules.module.register_module_forward_hook(hook)
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
+def settings_applied(ctx: Context, g: Gate, dtypes: set[torch.dtype]) -> None:
+    """Nothing the campaign declares is a silent no-op: precision and activation checkpointing."""
+    tr = ctx.trainer
+    low = LOW.get(tr.precision)
+    if low is not None:
+        ok = low in dtypes
+        g.check(f"precision {tr.precision} applied", ok,
+                f"layers computed in {low} under autocast" if ok
+                else f"no layer computed in {low} under autocast (outputs were {sorted(str(d) for d in dtypes)}): "
+                f"precision = {tr.precision} had no effect on memory or time; the model casts to float32 itself "
+                "or runs no autocast-eligible operation", warn=True)
+    if ctx.params.get("activation_checkpointing"):
+        ok = bool(tr.checkpointing)
+        g.check("activation checkpointing applied", ok,
+                f"through {tr.checkpointing}" if ok
+                else "activation_checkpointing = true had no effect: the model has no gradient_checkpointing_enable() "
+                "and the task no checkpointing(model, on); memory and time are those without it. Give Task a "
+                "checkpointing hook (torch.utils.checkpoint in your blocks), or drop the setting", warn=True)
+
+
+def outputs_are_logits(ctx: Context, g: Gate, logits: torch.Tensor | None) -> None:
+    """Outputs handed to a cross-entropy must be logits: probabilities mean softmax was applied twice."""
+    if logits is None or logits.dim() < 2 or not logits.is_floating_point() or logits.shape[-1] < 2:
+        return
+    x = logits.detach().float()
+    sums = x.sum(-1)
+    if bool((x >= 0).all()) and bool((x <= 1).all()) and bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-3)):
+        g.check("outputs are logits", False,
+                f"every row of the model's output {tuple(x.shape)} sums to 1 with values in [0, 1]: these are "
+                "probabilities, and a cross-entropy applies softmax again (a flat, wrong gradient). Return the "
+                "logits, before softmax")
+        return
+    lse = torch.logsumexp(x, -1)
+    if bool((x <= 0).all()) and bool(torch.allclose(lse, torch.zeros_like(lse), atol=1e-3)):
+        g.check("outputs are logits", False,
+                f"the model's output {tuple(x.shape)} is log-probabilities (log_softmax): right for nll_loss, "
+                "harmless for cross_entropy, wrong for anything that expects logits (label smoothing, "
+                "distillation); check that the loss matches", warn=True)
+        return
+    g.check("outputs are logits", True, f"output {tuple(x.shape)}: unnormalised scores, as a cross-entropy expects")
+
+
+def causal_mask(ctx: Context, g: Gate, batch: dict[str, Any]) -> None:
+    """Decoder LMs: tokens after position t never change the outputs at positions up to t."""
+    task, tr = ctx.the_task, ctx.trainer
+    if task.kind != "generation" or not task.causal:
+        return
+    inp = batch.get(task.input_key)
+    if not torch.is_tensor(inp) or inp.dim() != 2 or inp.is_floating_point() or inp.shape[1] < 4:
+        return
+    width = inp.shape[1]
+    t = width // 2
+    vocab = int(user("vocab_size", task.vocab_size, ctx.params)) if task.vocab_size else int(inp.max()) + 1
+    changed = inp.clone()
+    changed[:, t + 1 :] = (inp[:, t + 1 :] + 1) % max(vocab, 2)
+    was = tr.model.training
+    tr.model.eval()  # dropout off: the two passes may differ only through the changed tokens
+    try:
+        with torch.no_grad():
+            with outputs.capture(tr.model) as a:
+                tr.loss_call(batch, net=tr.model)
+            with outputs.capture(tr.model) as b:
+                tr.loss_call({**batch, task.input_key: changed}, net=tr.model)
+    finally:
+        tr.model.train(was)
+    la, lb = a.logits, b.logits
+    if la is None or lb is None or la.shape != lb.shape or la.dim() < 3 or la.shape[1] != width:
+        return
+    before_a, before_b = la[:, : t + 1].float(), lb[:, : t + 1].float()
+    tol = (1e-2 if tr.precision != "fp32" else 1e-4) * max(1.0, float(before_a.abs().max()))
+    diff = (before_a - before_b).abs().amax(dim=-1)  # [B, t + 1]
+    bad = diff > tol
+    if not bool(bad.any()):
+        g.check("causal mask", True, f"changing tokens after position {t} left the outputs at positions 0..{t} "
+                f"unchanged (max difference {float(diff.max()):.1e})")
+        return
+    rows, cols = bad.nonzero(as_tuple=True)
+    ids = batch.get("ids") or []
+    who = [str(ids[int(r)]) if int(r) < len(ids) else f"row {int(r)}" for r in rows.unique()]
+    g.check("causal mask", False,
+            f"changing only the tokens after position {t} changed the outputs at positions as early as {int(cols.min())} "
+            f"(by up to {float(diff.max()):.3g}; examples {ids_text(who, 3)}): the model sees later tokens, so it "
+            "learns to copy the next token instead of predicting it. Check the attention mask (is_causal, the "
+            "triangular mask) and that padding masks are combined with it")
+
+
+def collate_deterministic(ctx: Context, g: Gate, examples: list[dict[str, Any]]) -> None:
+    """The same examples collated twice give identical tensors (validation and replay depend on it)."""
+    if not examples:
+        return
+    from ..datascan import collate
+
+    task = ctx.the_task
+    a = collate(task, ctx.params, examples)
+    b = collate(task, ctx.params, examples)
+    differ = []
+    for k, v in a.items():
+        w = b.get(k)
+        if torch.is_tensor(v) and (not torch.is_tensor(w) or v.shape != w.shape or not torch.equal(v, w)):
+            differ.append(k)
+    ids = [e.get("id") for e in examples]
+    g.check("collate deterministic", not differ,
+            f"the same {len(examples)} examples collated twice give identical tensors" if not differ
+            else f"collating the same examples twice gave different {', '.join(differ)} (ids {ids_text(ids, 3)}): "
+            "random cropping, augmentation or masking inside collate makes validation, replay and resume "
+            "non-reproducible; seed it from the example, or keep randomness to training-only transforms", warn=True)
+
+
+def targets_aligned(ctx: Context, g: Gate, batch: dict[str, Any]) -> None:
+    """Generation: supervised labels are the input tokens the label convention says they are."""
+    task = ctx.the_task
+    if task.kind != "generation":
+        return
+    lab, inp = batch.get(task.label_key), batch.get(task.input_key)
+    if not (torch.is_tensor(lab) and torch.is_tensor(inp)) or lab.dim() != 2 or tuple(lab.shape) != tuple(inp.shape):
+        return
+    sup = (lab != task.ignore_index) & (lab >= 0)  # a label out of range is the range check's to name
+    width = lab.shape[1]
+    mask = batch.get(task.mask_key)
+    real = mask != 0 if torch.is_tensor(mask) and tuple(mask.shape) == tuple(inp.shape) else torch.ones_like(sup)
+
+    # a row's last target is the token after its inputs (the window's end, the end marker): never an input
+    idx = torch.arange(width, device=lab.device).expand_as(sup)
+    last = torch.where(sup, idx, torch.full_like(idx, -1)).amax(1, keepdim=True)
+    inner = sup & (idx != last)
+
+    def agreement(shift: int) -> float | None:
+        """Share of supervised labels equal to the input ``shift`` positions later (where that input is real)."""
+        if shift >= width:
+            return None
+        s = (inner if shift else sup)[:, : width - shift] & real[:, shift:]
+        n = int(s.sum())
+        if n == 0:
+            return None
+        same = (lab[:, : width - shift] == inp[:, shift:]) & s
+        return int(same.sum()) / n
+
+    want = 0 if task.label_convention == "shift_in_loss" else 1
+    shares = {k: agreement(k) for k in (0, 1, 2)}
+    got = shares.get(want)
+    if got is None:
+        return
+    words = {0: "equal the inputs (labels[t] = input[t])", 1: "are the next inputs (labels[t] = input[t + 1])",
+             2: "are two tokens ahead (labels[t] = input[t + 2])"}
+    declared = "'shift_in_loss' (the loss shifts)" if want == 0 else "'aligned' (labels already shifted)"
+    if got >= 0.9:
+        g.check("targets aligned as declared", True,
+                f"{got:.0%} of supervised labels {words[want]}, as label_convention {declared} says")
+        return
+    best = max((k for k in shares if shares[k] is not None), key=lambda k: shares[k] or 0.0)
+    found = f"{shares[best]:.0%} {words[best]}" if best != want and (shares[best] or 0) >= 0.5 else "no shift fits"
+    g.check("targets aligned as declared", False,
+            f"only {got:.0%} of supervised labels {words[want]} as label_convention {declared} says; {found}. "
+            "Labels shifted twice (in the collate and again in the loss) or not at all train the model to predict "
+            "the wrong token: shift once, and declare where")

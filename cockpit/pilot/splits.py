@@ -1,0 +1,64 @@
+"""The task's splits as Cockpit reads them: any indexable sequence of dict examples, taken as it is.
+
+A split may be a list, a Hugging Face ``datasets.Dataset`` (whose slices are
+dicts of columns, not lists of rows), or anything with ``len`` and ``[i]``.
+:class:`Split` reads rows one index at a time, so every form works without a
+conversion. Examples without an ``"id"`` are named by split and position
+(``"train[17]"``): the id is added to a copy of the row, never to the user's data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, overload
+
+from .usercode import UserCodeError
+
+
+class Split(Sequence[dict[str, Any]]):
+    def __init__(self, name: str, data: Any):
+        if not hasattr(data, "__len__") or not hasattr(data, "__getitem__"):
+            raise UserCodeError("datasets", TypeError(
+                f"split {name!r} is a {type(data).__name__}: give a sequence of examples (a list, a Hugging Face "
+                "Dataset, anything with len() and [i])"))
+        self.name, self.data = name, data
+        self.named_by_position = False
+        n = len(data)
+        if n:
+            first = self._raw(0)
+            self.named_by_position = isinstance(first, Mapping) and first.get("id") in (None, "")
+
+    def _raw(self, i: int) -> Any:
+        return self.data[i]
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        row = self._raw(i)
+        if self.named_by_position and isinstance(row, Mapping) and row.get("id") in (None, ""):
+            return {**row, "id": f"{self.name}[{i}]"}
+        return row if isinstance(row, dict) else dict(row) if isinstance(row, Mapping) else row
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for i in range(len(self)):
+            yield self[i]
+
+
+def load(raw: Any) -> dict[str, Split]:
+    """The task's ``datasets(params)`` result, every split wrapped."""
+    if not isinstance(raw, Mapping):
+        raise UserCodeError("datasets", TypeError(
+            f"returned a {type(raw).__name__}: return a dict of splits, {{'train': ..., 'val': ...}} "
+            "(a Hugging Face DatasetDict works too)"))
+    return {str(k): v if isinstance(v, Split) else Split(str(k), v) for k, v in raw.items()}

@@ -1,0 +1,35 @@
+"""Broken twin of the GPT-2 task: the prompt is masked with -1, but the loss ignores -100.
+
+The masked prompt tokens then count in the loss with target -1 (out of the
+vocabulary): the data gate must fail at "targets in range", naming examples.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cockpit.pilot.task import Task
+from tests.shelf import hf_gpt2_task as base
+
+
+def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+    batch = base.collate(examples, params)
+    prompt = batch["labels"].eq(base.IGNORE) & batch["attention_mask"].bool()
+    batch["labels"] = batch["labels"].masked_fill(prompt, -1)  # the wrong mark for "not a target"
+    return batch
+
+
+task = Task(
+    build_model=base.build_model,
+    datasets=base.datasets,
+    collate=collate,
+    loss=base.loss,
+    kind="generation",
+    ignore_index=base.IGNORE,
+    label_convention="shift_in_loss",
+    instruction_is_input=True,
+    vocab_size=lambda params: base.VOCAB,
+    max_length=lambda params: int(params.get("max_length", 32)),
+    length=lambda e: len(e["prompt"]) + len(e["answer"]) + 1,
+    group_unit="word",
+)
