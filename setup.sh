@@ -72,7 +72,11 @@ else
 fi
 
 echo "setup.sh: installing cockpit${mode:+ with its test tools}"
-pip install -q -e "$extra" || fail "could not install cockpit from $(pwd) with pip install -e '$extra'."
+# Packages that depend on torch (torchvision, transformers) must be installed against the torch already here:
+# a constraints file pins it, so pip never replaces a CPU (or the user's own CUDA) build with another one.
+pins="$VENV/torch-constraints.txt"
+"$VENV/bin/python" -c 'import torch; print(f"torch=={torch.__version__}")' >"$pins"
+pip install -q -c "$pins" -e "$extra" || fail "could not install cockpit from $(pwd) with pip install -e '$extra' (torch pinned to $(cat "$pins"))."
 
 "$VENV/bin/cockpit" --version >/dev/null 2>>"$LOG" || fail "cockpit was installed but does not start."
 echo "$want" >>"$stamp"

@@ -44,7 +44,7 @@ CASES: dict[str, Case] = {
                            check="accumulated == single batch", words=("mean per microbatch over uneven counts",)),
     "gpt2_wrong_ignore": Case("hf_gpt2_wrong_ignore.py:task", {"max_length": 32, "n_layer": 2, "n_head": 2,
                                                                "n_embd": 64, "train_examples": 256, "val_examples": 32},
-                              training={"lr": 1e-3}, expect="failed", gate="data", check="targets in range",
+                              training={"lr": 1e-3}, expect="error", gate="data", check="targets in range",
                               words=("label -1", "outside")),
     "bert_unfrozen": Case("hf_bert_unfrozen.py:task", {"max_length": 16, "hidden": 32, "train_examples": 256,
                                                         "val_examples": 48},
