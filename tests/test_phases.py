@@ -122,8 +122,9 @@ def lm(**kw: Any) -> Task:
     return Task(**fields)
 
 
-def through(task: Task, last: str, params: dict[str, Any] | None = None, pilot: dict[str, Any] | None = None,
-            tmp: Any = None) -> dict[str, Gate]:
+def through(
+    task: Task, last: str, params: dict[str, Any] | None = None, pilot: dict[str, Any] | None = None, tmp: Any = None
+) -> dict[str, Gate]:
     """Run the phases in order up to ``last`` in this process; their gates by name."""
     ctx = Context.in_memory(task, {**PARAMS, **(params or {})}, pilot=pilot, rdir=tmp)
     gates: dict[str, Gate] = {}
@@ -220,8 +221,9 @@ def test_activation_checkpointing_without_a_hook_is_a_warning() -> None:
     c = check(g, "activation checkpointing applied")
     assert not c["ok"] and c["warn"] and "had no effect" in c["detail"]
     hooked = classifier(checkpointing=lambda model, on: None)
-    assert check(through(hooked, "forward", {"activation_checkpointing": True})["forward"],
-                 "activation checkpointing applied")["ok"]
+    assert check(
+        through(hooked, "forward", {"activation_checkpointing": True})["forward"], "activation checkpointing applied"
+    )["ok"]
 
 
 # --------------------------------------------------------------------------- trainable set and optimizer
@@ -236,8 +238,9 @@ def test_trainable_set_is_the_users_and_disagreement_fails_backward() -> None:
     gates = through(classifier(build_model=frozen_first), "update_first")
     assert gates["forward"].inputs["trainable"] == 32 * 3 + 3  # what requires grad, not every parameter
     assert check(gates["update_first"], "frozen parameters unchanged")["ok"]
-    ctx = Context.in_memory(classifier(build_model=frozen_first, trainable=lambda m: ["0.weight", "0.bias",
-                                                                                       "2.weight", "2.bias"]), PARAMS)
+    ctx = Context.in_memory(
+        classifier(build_model=frozen_first, trainable=lambda m: ["0.weight", "0.bias", "2.weight", "2.bias"]), PARAMS
+    )
     for phase in PHASES[:5]:
         g, _ = run_phase(ctx, phase)
     c = check(g, "trainable as declared")
@@ -306,8 +309,9 @@ def test_overfit_passes_on_a_learnable_task_and_fails_when_the_output_ignores_th
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.bias.expand(x.shape[0], 3)
 
-    ctx = Context.in_memory(classifier(build_model=lambda p: Blind()), {**PARAMS, "accumulation": 1},
-                            pilot={"overfit_steps": 40})
+    ctx = Context.in_memory(
+        classifier(build_model=lambda p: Blind()), {**PARAMS, "accumulation": 1}, pilot={"overfit_steps": 40}
+    )
     gates = {}
     for phase in PHASES:
         g2, _ = run_phase(ctx, phase)
@@ -315,8 +319,10 @@ def test_overfit_passes_on_a_learnable_task_and_fails_when_the_output_ignores_th
         if phase.name == "overfit":
             break
     o = gates["overfit"]
-    assert o.verdict.value == "fail" and {c["name"] for c in o.failures()} == {"loss falls below threshold",
-                                                                                  "targets recovered"}
+    assert o.verdict.value == "fail" and {c["name"] for c in o.failures()} == {
+        "loss falls below threshold",
+        "targets recovered",
+    }
 
 
 def test_overfit_judges_token_accuracy_not_whole_examples() -> None:
@@ -339,3 +345,49 @@ def test_resume_in_process_restores_step_rate_and_data_position(tmp_path: Any) -
 def test_every_phase_is_one_unit_with_a_remedy(name: str) -> None:
     phase = BY_NAME[name]
     assert phase.remedy and phase.checks and callable(phase.run) and phase.doc
+
+
+# --------------------------------------------------------------------------- splits and validation
+
+
+class ColumnarSplit:
+    """Behaves like a Hugging Face ``datasets.Dataset``: a row for an int, a dict of columns for a slice."""
+
+    def __init__(self, rows: list[dict[str, Any]]):
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            part = self.rows[i]
+            return {k: [r[k] for r in part] for k in part[0]} if part else {}
+        return dict(self.rows[i])
+
+
+def test_a_columnar_split_works_without_conversion() -> None:
+    def columnar(params: dict[str, Any]) -> dict[str, Any]:
+        return {k: ColumnarSplit(v) for k, v in _cls_data(params).items()}
+
+    gates = through(classifier(datasets=columnar), "validation")
+    assert all(g.verdict.value in ("pass", "skipped") for g in gates.values()), {
+        n: g.checks for n, g in gates.items() if g.verdict.value not in ("pass", "skipped")
+    }
+
+
+def test_validation_names_a_module_left_in_training_mode() -> None:
+    class Stubborn(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(6, 3)
+            self.noise = nn.Dropout(0.5)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.noise.train()  # a bug: forced back into training mode on every call
+            return self.lin(self.noise(x))
+
+    g = through(classifier(build_model=lambda p: Stubborn()), "validation", {"accumulation": 1})["validation"]
+    c = check(g, "deterministic")
+    assert not c["ok"] and "noise" in c["detail"]
+    assert g.extra["predictions"]["rows"] == 16 and "accuracy" in g.extra["predictions"]["metrics"]

@@ -204,7 +204,9 @@ def _input_hashes(task: Task, inp: torch.Tensor, mask: torch.Tensor | None, lab:
     if lab is not None and task.instruction_is_input:
         tgt = target_positions(task, lab, inp)
         if tgt is not None:
-            prompt = [[k and not t for k, t in zip(kr, tr, strict=True)] for kr, tr in zip(keep, tgt.tolist(), strict=True)]
+            prompt = [
+                [k and not t for k, t in zip(kr, tr, strict=True)] for kr, tr in zip(keep, tgt.tolist(), strict=True)
+            ]
             # a row whose every token is a target has no prompt to compare (the data gate says why): whole input
             keep = [p if any(p) else k for p, k in zip(prompt, keep, strict=True)]
     return [hash(tuple(x for x, k in zip(r, kr, strict=True) if k)) for r, kr in zip(tokens, keep, strict=True)]

@@ -45,23 +45,32 @@ def read_loss(out: Any, device: torch.device) -> LossOut:
     loss = _attr_loss(out)
     if loss is not _MISSING:
         if not torch.is_tensor(loss):
-            raise UserCodeError("loss", ValueError(
-                "the model's output has no loss (.loss is None): give the model its labels, or compute the loss "
-                "in Task.loss"))
+            raise UserCodeError(
+                "loss",
+                ValueError(
+                    "the model's output has no loss (.loss is None): give the model its labels, or compute the loss "
+                    "in Task.loss"
+                ),
+            )
         return LossOut(loss, None, "model output .loss")
     if isinstance(out, (tuple, list)) and len(out) == 2:
         a, b = out
         if torch.is_tensor(a) and a.dim() >= 1 and (b is None or (torch.is_tensor(b) and b.dim() == 0)):
             if b is None:
-                raise UserCodeError("loss", ValueError(
-                    "returned (logits, None): the model computes its loss only when given targets"))
+                raise UserCodeError(
+                    "loss", ValueError("returned (logits, None): the model computes its loss only when given targets")
+                )
             return LossOut(b, None, "(logits, loss)")
         if torch.is_tensor(a) and a.dim() == 0:
             c = torch.as_tensor(b, dtype=torch.float32, device=device).detach()
             return LossOut(a, c, "sum/count")
-    raise UserCodeError("loss", TypeError(
-        f"returned {type(out).__name__}: return the mean loss (a tensor), (sum, count), a model output with "
-        ".loss, or (logits, loss)"))
+    raise UserCodeError(
+        "loss",
+        TypeError(
+            f"returned {type(out).__name__}: return the mean loss (a tensor), (sum, count), a model output with "
+            ".loss, or (logits, loss)"
+        ),
+    )
 
 
 _MISSING = object()

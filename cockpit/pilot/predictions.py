@@ -37,12 +37,16 @@ def predict_pass(tr: Trainer) -> tuple[dict[str, float], list[dict[str, Any]]]:
             pred = tr.predictions(batch)  # the task's predict(), else the argmax of its logits
             lab = batch.get(task.label_key)
             if pred is None:
-                rows.extend({"id": x, "prediction": None, "why": "no predict() and no logits in the model's output"}
-                            for x in ids)
+                rows.extend(
+                    {"id": x, "prediction": None, "why": "no predict() and no logits in the model's output"}
+                    for x in ids
+                )
                 continue
             if not torch.is_tensor(lab) or tuple(pred.shape) != tuple(lab.shape):
                 for r, x in enumerate(ids):
-                    rows.append({"id": x, "prediction": pred[r].tolist(), "why": "predictions not comparable with the targets"})
+                    rows.append(
+                        {"id": x, "prediction": pred[r].tolist(), "why": "predictions not comparable with the targets"}
+                    )
                 continue
             pred, lab = pred.detach().cpu(), lab.detach().cpu()
             flat = lab.dim() == 1
@@ -73,8 +77,11 @@ def _rows(
 ) -> list[dict[str, Any]]:
     out = []
     names = task.label_names
-    swapped = (_predicted_batch(task, batch, pred, lab, counts)
-               if task.decode is not None and lab.dim() == 2 and task.label_convention == "aligned" else None)
+    swapped = (
+        _predicted_batch(task, batch, pred, lab, counts)
+        if task.decode is not None and lab.dim() == 2 and task.label_convention == "aligned"
+        else None
+    )
     cpu = {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in batch.items()}
     for r, x in enumerate(ids):
         m = counts[r]

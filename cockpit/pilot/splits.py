@@ -18,9 +18,13 @@ from .usercode import UserCodeError
 class Split(Sequence[dict[str, Any]]):
     def __init__(self, name: str, data: Any):
         if not hasattr(data, "__len__") or not hasattr(data, "__getitem__"):
-            raise UserCodeError("datasets", TypeError(
-                f"split {name!r} is a {type(data).__name__}: give a sequence of examples (a list, a Hugging Face "
-                "Dataset, anything with len() and [i])"))
+            raise UserCodeError(
+                "datasets",
+                TypeError(
+                    f"split {name!r} is a {type(data).__name__}: give a sequence of examples (a list, a Hugging Face "
+                    "Dataset, anything with len() and [i])"
+                ),
+            )
         self.name, self.data = name, data
         self.named_by_position = False
         n = len(data)
@@ -58,7 +62,11 @@ class Split(Sequence[dict[str, Any]]):
 def load(raw: Any) -> dict[str, Split]:
     """The task's ``datasets(params)`` result, every split wrapped."""
     if not isinstance(raw, Mapping):
-        raise UserCodeError("datasets", TypeError(
-            f"returned a {type(raw).__name__}: return a dict of splits, {{'train': ..., 'val': ...}} "
-            "(a Hugging Face DatasetDict works too)"))
+        raise UserCodeError(
+            "datasets",
+            TypeError(
+                f"returned a {type(raw).__name__}: return a dict of splits, {{'train': ..., 'val': ...}} "
+                "(a Hugging Face DatasetDict works too)"
+            ),
+        )
     return {str(k): v if isinstance(v, Split) else Split(str(k), v) for k, v in raw.items()}

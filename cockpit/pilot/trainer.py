@@ -26,8 +26,17 @@ from .task import Task
 from .usercode import NonFinite, UserCodeError, is_collective_failure, is_oom, resolve_device, user
 
 __all__ = [
-    "DataOrder", "NonFinite", "Trainer", "UserCodeError", "is_collective_failure", "is_oom", "resolve_device",
-    "rng_state", "seed_everything", "set_rng_state", "user",
+    "DataOrder",
+    "NonFinite",
+    "Trainer",
+    "UserCodeError",
+    "is_collective_failure",
+    "is_oom",
+    "resolve_device",
+    "rng_state",
+    "seed_everything",
+    "set_rng_state",
+    "user",
 ]
 
 
@@ -91,9 +100,15 @@ class Trainer:
             self._splits = dict(splits.load(user("datasets", self.task.datasets, self.params)))
         if "train" not in self.splits:
             raise UserCodeError("datasets", KeyError(f"no 'train' split (splits: {', '.join(self.splits) or 'none'})"))
-        self.order = DataOrder(len(self.splits["train"]), self.microbatch, self.seed,
-                               bool(self.params.get("drop_last", True)), self.rank, self.world,
-                               accumulation=self.accumulation)
+        self.order = DataOrder(
+            len(self.splits["train"]),
+            self.microbatch,
+            self.seed,
+            bool(self.params.get("drop_last", True)),
+            self.rank,
+            self.world,
+            accumulation=self.accumulation,
+        )
         return self.splits
 
     def build(self) -> None:
@@ -140,8 +155,9 @@ class Trainer:
             lr = float(self.params["lr"])
             wd = float(self.params.get("weight_decay") or 0.0)
             if kind == "sgd":
-                self.optimizer = torch.optim.SGD(params, lr=lr, momentum=float(self.params.get("momentum") or 0),
-                                                 weight_decay=wd)
+                self.optimizer = torch.optim.SGD(
+                    params, lr=lr, momentum=float(self.params.get("momentum") or 0), weight_decay=wd
+                )
             elif kind == "adam":
                 self.optimizer = torch.optim.Adam(params, lr=lr, weight_decay=wd)
             else:
@@ -150,12 +166,16 @@ class Trainer:
         if task.scheduler is not None:
             self.scheduler = user("scheduler", task.scheduler, self.optimizer, self.params)
             if not callable(getattr(self.scheduler, "step", None)):
-                raise UserCodeError("scheduler", TypeError(f"returned a {type(self.scheduler).__name__}, not a scheduler"))
+                raise UserCodeError(
+                    "scheduler", TypeError(f"returned a {type(self.scheduler).__name__}, not a scheduler")
+                )
             self.scheduler_source = f"the task's scheduler ({type(self.scheduler).__name__})"
         else:
             kind = self.params.get("schedule") or "constant"
             warmup = int(self.params.get("warmup_updates") or 0)
-            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _schedule(kind, warmup, self.total_updates))
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+                self.optimizer, _schedule(kind, warmup, self.total_updates)
+            )
             self.scheduler_source = f"Cockpit's {kind} schedule" + (f", {warmup} warm-up updates" if warmup else "")
 
     def _apply_checkpointing(self) -> None:
@@ -227,8 +247,9 @@ class Trainer:
 
     # ---- one update
 
-    def accumulate(self, microbatches: list[list[dict[str, Any]]], check_finite: bool = True,
-                   weights: list[float] | None = None) -> dict[str, Any]:
+    def accumulate(
+        self, microbatches: list[list[dict[str, Any]]], check_finite: bool = True, weights: list[float] | None = None
+    ) -> dict[str, Any]:
         """Forward and backward over the microbatches of one update; gradients left in .grad.
 
         A mean loss is divided by the number of microbatches (what a user's loop
@@ -357,8 +378,10 @@ class Trainer:
             pred = self.predictions(batch)
         finally:
             self.model.train(was)
-        return {"loss": torch.tensor(loss, dtype=torch.float64),
-                "predictions": pred.detach().cpu() if pred is not None else torch.tensor([])}
+        return {
+            "loss": torch.tensor(loss, dtype=torch.float64),
+            "predictions": pred.detach().cpu() if pred is not None else torch.tensor([]),
+        }
 
     # ---- state
 

@@ -43,7 +43,9 @@ def datasets(params: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
         for i in range(n):
             words = [rng.choice(WORDS) for _ in range(rng.randint(3, 12))]
             y = _label(words)
-            out[split].append({"id": f"{split}-{i:04d}", "group": f"{split}-{i:04d}", "words": words, "label": LABELS[y]})
+            out[split].append(
+                {"id": f"{split}-{i:04d}", "group": f"{split}-{i:04d}", "words": words, "label": LABELS[y]}
+            )
     return out
 
 
@@ -61,9 +63,17 @@ def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str,
 
 
 def build_model(params: dict[str, Any]) -> BertForSequenceClassification:
-    config = BertConfig(vocab_size=VOCAB, hidden_size=int(params.get("hidden", 32)), num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
-                        num_labels=len(LABELS), id2label=dict(enumerate(LABELS)), initializer_range=0.2)
+    config = BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=int(params.get("hidden", 32)),
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        num_labels=len(LABELS),
+        id2label=dict(enumerate(LABELS)),
+        initializer_range=0.2,
+    )
     model = BertForSequenceClassification(config)
     if params.get("freeze_encoder", True):  # the encoder is frozen; the pooler and the classifier train
         for p in [*model.bert.embeddings.parameters(), *model.bert.encoder.parameters()]:

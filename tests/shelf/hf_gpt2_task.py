@@ -56,9 +56,18 @@ def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str,
 
 
 def build_model(params: dict[str, Any]) -> GPT2LMHeadModel:
-    config = GPT2Config(vocab_size=VOCAB, n_positions=int(params.get("max_length", 32)), n_embd=int(params.get("n_embd", 64)),
-                        n_layer=int(params.get("n_layer", 2)), n_head=int(params.get("n_head", 2)),
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=EOS, eos_token_id=EOS)
+    config = GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=int(params.get("max_length", 32)),
+        n_embd=int(params.get("n_embd", 64)),
+        n_layer=int(params.get("n_layer", 2)),
+        n_head=int(params.get("n_head", 2)),
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=EOS,
+        eos_token_id=EOS,
+    )
     return GPT2LMHeadModel(config)
 
 
@@ -66,7 +75,9 @@ def loss(model: GPT2LMHeadModel, batch: dict[str, Any]) -> tuple[torch.Tensor, t
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     logits = out.logits[:, :-1].float()
     target = batch["labels"][:, 1:]
-    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=IGNORE, reduction="sum")
+    total = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=IGNORE, reduction="sum"
+    )
     return total, (target != IGNORE).sum()
 
 

@@ -42,9 +42,16 @@ def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str,
 
 
 def build_model(params: dict[str, Any]) -> GPT:
-    return GPT(GPTConfig(block_size=int(params.get("block_size", 64)), vocab_size=VOCAB,
-                         n_layer=int(params.get("n_layer", 2)), n_head=int(params.get("n_head", 2)),
-                         n_embd=int(params.get("n_embd", 64)), dropout=float(params.get("dropout", 0.0))))
+    return GPT(
+        GPTConfig(
+            block_size=int(params.get("block_size", 64)),
+            vocab_size=VOCAB,
+            n_layer=int(params.get("n_layer", 2)),
+            n_head=int(params.get("n_head", 2)),
+            n_embd=int(params.get("n_embd", 64)),
+            dropout=float(params.get("dropout", 0.0)),
+        )
+    )
 
 
 def loss(model: GPT, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -29,5 +29,7 @@ def pairs(n_train: int, n_val: int, seed: int = 0) -> dict[str, list[dict[str, A
     out: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
     for i, (op, w) in enumerate(combos[: n_train + n_val]):
         split = "train" if i < n_train else "val"
-        out[split].append({"id": f"{split}-{i:05d}", "group": f"{op}-{w}", "prompt": f"{op} {w}:", "answer": f" {_answer(op, w)}"})
+        out[split].append(
+            {"id": f"{split}-{i:05d}", "group": f"{op}-{w}", "prompt": f"{op} {w}:", "answer": f" {_answer(op, w)}"}
+        )
     return out

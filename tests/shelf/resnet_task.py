@@ -30,7 +30,10 @@ def image(seed: int, size: int) -> tuple[torch.Tensor, int]:
 
 def datasets(params: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
-    for split, n, base in (("train", int(params.get("train_examples", 128)), 0), ("val", int(params.get("val_examples", 32)), 10**6)):
+    for split, n, base in (
+        ("train", int(params.get("train_examples", 128)), 0),
+        ("val", int(params.get("val_examples", 32)), 10**6),
+    ):
         out[split] = [{"id": f"{split}-{i:04d}", "group": f"{split}-{i:04d}", "seed": base + i} for i in range(n)]
     return out
 
@@ -38,8 +41,11 @@ def datasets(params: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
     size = int(params.get("image_size", 32))
     pairs = [image(e["seed"], size) for e in examples]
-    return {"pixel_values": torch.stack([x for x, _ in pairs]), "labels": torch.tensor([y for _, y in pairs]),
-            "ids": [e["id"] for e in examples]}
+    return {
+        "pixel_values": torch.stack([x for x, _ in pairs]),
+        "labels": torch.tensor([y for _, y in pairs]),
+        "ids": [e["id"] for e in examples],
+    }
 
 
 def build_model(params: dict[str, Any]) -> torch.nn.Module:

@@ -56,7 +56,9 @@ def _grads(tr: Trainer, fn: Callable[[], Any]) -> Grads:
 
 
 def _relative(a: Grads, b: Grads) -> float:
-    num = sum(float((x - y).double().pow(2).sum()) for x, y in zip(a, b, strict=True) if x is not None and y is not None)
+    num = sum(
+        float((x - y).double().pow(2).sum()) for x, y in zip(a, b, strict=True) if x is not None and y is not None
+    )
     den = sum(float(y.double().pow(2).sum()) for y in b if y is not None)
     return math.sqrt(num) / max(math.sqrt(den), 1e-30)
 
@@ -101,7 +103,11 @@ def run(ctx: Context, g: Gate) -> None:
     tr = ctx.trainer
     if tr.accumulation <= 1:
         g.skipped = True
-        g.check("not applicable", True, "not applicable: accumulation = 1, one microbatch per update, nothing is accumulated")
+        g.check(
+            "not applicable",
+            True,
+            "not applicable: accumulation = 1, one microbatch per update, nothing is accumulated",
+        )
         return
     tol = tolerance(ctx)
     n = tr.accumulation
@@ -159,10 +165,15 @@ def run(ctx: Context, g: Gate) -> None:
     _verdict(ctx, g, rel, tol, found, drops, norms)
 
 
-def _verdict(ctx: Context, g: Gate, rel: float, tol: float, found: dict[str, Any], drops: list[Any],
-             norms: list[Any]) -> None:
+def _verdict(
+    ctx: Context, g: Gate, rel: float, tol: float, found: dict[str, Any], drops: list[Any], norms: list[Any]
+) -> None:
     tr = ctx.trainer
-    how = "(sum, count) normalised over the update" if found.get("count_form") else f"mean per microbatch / {tr.accumulation}"
+    how = (
+        "(sum, count) normalised over the update"
+        if found.get("count_form")
+        else f"mean per microbatch / {tr.accumulation}"
+    )
     off = f"; dropout off for the comparison ({len(drops)} dropout modules)" if drops else ""
     pct = f"{rel:.2e} ({rel:.1%})" if rel >= 1e-3 else f"{rel:.2e}"
     name = "accumulated == single batch"
@@ -171,31 +182,45 @@ def _verdict(ctx: Context, g: Gate, rel: float, tol: float, found: dict[str, Any
         return
     noise = found.get("noise", 0.0)
     if noise > tol:
-        g.check(name, False,
-                f"differ by {pct}, but the same batch twice differs by {noise:.2e} ({noise:.1%}) with dropout "
-                "off: randomness remains (a random collate, functional dropout, sampling in forward), so "
-                "the two cannot be compared exactly; make it deterministic given the seed to get this check", warn=True)
+        g.check(
+            name,
+            False,
+            f"differ by {pct}, but the same batch twice differs by {noise:.2e} ({noise:.1%}) with dropout "
+            "off: randomness remains (a random collate, functional dropout, sampling in forward), so "
+            "the two cannot be compared exactly; make it deterministic given the seed to get this check",
+            warn=True,
+        )
         return
     frozen = found.get("frozen")
     if norms and frozen is not None and frozen <= tol:
-        g.check(name, False,
-                f"differ by {pct}: {len(norms)} BatchNorm layers normalise each microbatch by its own statistics "
-                f"(with them frozen the two agree to {frozen:.1e}); legitimate, but an accumulated update is not the "
-                f"big batch's: a microbatch of {tr.microbatch} sets the statistics", warn=True)
+        g.check(
+            name,
+            False,
+            f"differ by {pct}: {len(norms)} BatchNorm layers normalise each microbatch by its own statistics "
+            f"(with them frozen the two agree to {frozen:.1e}); legitimate, but an accumulated update is not the "
+            f"big batch's: a microbatch of {tr.microbatch} sets the statistics",
+            warn=True,
+        )
         return
     weighted = found.get("weighted")
     counts = found.get("counts") or []
     if weighted is not None and weighted <= max(tol, rel / 100):
-        g.check(name, False,
-                f"differ by {pct}: the loss is a mean per microbatch over uneven counts ({', '.join(map(str, counts))} "
-                f"supervised items in the {len(counts)} microbatches), so each microbatch weighs 1/{len(counts)} "
-                f"whatever its size; weighted by its count the accumulated gradient agrees to {weighted:.1e}. "
-                "Return (sum, count) from the loss, or weigh each microbatch's mean by its count")
+        g.check(
+            name,
+            False,
+            f"differ by {pct}: the loss is a mean per microbatch over uneven counts ({', '.join(map(str, counts))} "
+            f"supervised items in the {len(counts)} microbatches), so each microbatch weighs 1/{len(counts)} "
+            f"whatever its size; weighted by its count the accumulated gradient agrees to {weighted:.1e}. "
+            "Return (sum, count) from the loss, or weigh each microbatch's mean by its count",
+        )
         return
-    g.check(name, False,
-            f"differ by {pct} (tolerance {tol:.0e}); loss {how}; not randomness (two identical passes agree to "
-            f"{noise:.1e}), not batch statistics{'' if norms else ' (no BatchNorm)'}, not uneven counts: look for "
-            "state carried between microbatches (a cache, a counter) or a loss that depends on the batch size")
+    g.check(
+        name,
+        False,
+        f"differ by {pct} (tolerance {tol:.0e}); loss {how}; not randomness (two identical passes agree to "
+        f"{noise:.1e}), not batch statistics{'' if norms else ' (no BatchNorm)'}, not uneven counts: look for "
+        "state carried between microbatches (a cache, a counter) or a loss that depends on the batch size",
+    )
 
 
 def inputs(ctx: Context) -> dict[str, Any]:

@@ -101,8 +101,11 @@ def _identifier_checks(ctx: Context, g: Gate) -> None:
             else:
                 grouped += 1
     dup = [(k, v) for k, v in where.items() if len(v) > 1]
-    named = (f"; {', '.join(positional)} examples have no 'id' field and are named by split and position "
-             "(train[17])" if positional else "")
+    named = (
+        f"; {', '.join(positional)} examples have no 'id' field and are named by split and position (train[17])"
+        if positional
+        else ""
+    )
     g.check(
         "identifiers present",
         not missing,
@@ -121,8 +124,12 @@ def _identifier_checks(ctx: Context, g: Gate) -> None:
         + "; ids must be unique across train, val and test",
     )
     if not grouped:  # no example names a group: each is its own, and leakage is judged on identical inputs
-        g.check("leakage group present", True, f"no example has a 'group' field: each example is its own "
-                f"{task.group_unit}, and the leakage gate compares inputs across splits")
+        g.check(
+            "leakage group present",
+            True,
+            f"no example has a 'group' field: each example is its own "
+            f"{task.group_unit}, and the leakage gate compares inputs across splits",
+        )
         return
     g.check(
         "leakage group present",
@@ -158,8 +165,11 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
     g.check(
         "batch carries ids",
         not bad,
-        ("the collate returns no 'ids': Cockpit attaches the ids of the examples it collates"
-         if by_cockpit else "collate returns 'ids' in the examples' order")
+        (
+            "the collate returns no 'ids': Cockpit attaches the ids of the examples it collates"
+            if by_cockpit
+            else "collate returns 'ids' in the examples' order"
+        )
         if not bad
         else f"{ids_text(bad, 2)}; collate must return 'ids' in the examples' order (or none at all)",
     )

@@ -54,16 +54,23 @@ def run(ctx: Context, g: Gate) -> None:
     n = len(examples)
     campaign_lr = float(base.params["lr"])
     lr = float(task.extras.get("overfit_lr") or cfg.get("overfit_lr") or max(campaign_lr, 3e-3))
-    chunk = base.microbatch if base.device.type == "cuda" else n  # on a GPU, batches no larger than the proven microbatch
+    chunk = (
+        base.microbatch if base.device.type == "cuda" else n
+    )  # on a GPU, batches no larger than the proven microbatch
     mbs = [examples[i : i + chunk] for i in range(0, n, chunk)]
-    g.inputs.update({"examples": n, "steps": steps, "lr": lr, "microbatches": len(mbs),
-                     "ids": [e.get("id") for e in examples][:8]})
+    g.inputs.update(
+        {"examples": n, "steps": steps, "lr": lr, "microbatches": len(mbs), "ids": [e.get("id") for e in examples][:8]}
+    )
     saved_rng = rng_state()
     try:
         attempt = _attempt(ctx, examples, mbs, lr, steps, ratio, need)
         diverged = attempt["bad_step"] is not None or attempt["losses"][-1] > attempt["losses"][0]
         if diverged and lr > campaign_lr and not task.extras.get("overfit_lr") and not cfg.get("overfit_lr"):
-            g.extra["overfit_retry"] = {"lr": lr, "steps": len(attempt["losses"]), "last": _round(attempt["losses"][-1])}
+            g.extra["overfit_retry"] = {
+                "lr": lr,
+                "steps": len(attempt["losses"]),
+                "last": _round(attempt["losses"][-1]),
+            }
             lr = lr / 10
             g.inputs["lr"] = lr
             attempt = _attempt(ctx, examples, mbs, lr, steps, ratio, need)
@@ -78,29 +85,48 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, ratio: float, 
     every = max(1, len(losses) // 20)
     g.extra["overfit"] = {
         "losses": [_round(x) for x in losses[::every]] + ([_round(losses[-1])] if (len(losses) - 1) % every else []),
-        "steps": len(losses), "examples": n, "lr": lr,
-        "accuracy": None if acc is None else round(acc[0], 4), "targets": None if acc is None else acc[1],
+        "steps": len(losses),
+        "examples": n,
+        "lr": lr,
+        "accuracy": None if acc is None else round(acc[0], 4),
+        "targets": None if acc is None else acc[1],
     }
-    g.check("finite throughout", finite,
-            f"{len(losses)} steps, every loss and gradient finite" if finite
-            else f"non-finite {'loss' if not math.isfinite(losses[-1]) else 'gradient'} at overfit step {bad_step} "
-            f"(loss {losses[-1]:.4g}, lr {lr:g}); lower the learning rate or look for a division by zero")
+    g.check(
+        "finite throughout",
+        finite,
+        f"{len(losses)} steps, every loss and gradient finite"
+        if finite
+        else f"non-finite {'loss' if not math.isfinite(losses[-1]) else 'gradient'} at overfit step {bad_step} "
+        f"(loss {losses[-1]:.4g}, lr {lr:g}); lower the learning rate or look for a division by zero",
+    )
     first, last = losses[0], losses[-1]
     threshold = ratio * first
     fell = finite and last <= threshold
-    g.check("loss falls below threshold", fell,
-            f"{first:.3f} -> {last:.3f} in {len(losses)} steps on {n} fixed examples (threshold {threshold:.3f} = "
-            f"{ratio:g}x the start, lr {lr:g})"
-            + ("; this proves the mechanics, not generalisation" if fell
-               else f"; the model cannot fit {n} examples it sees at every step"))
+    g.check(
+        "loss falls below threshold",
+        fell,
+        f"{first:.3f} -> {last:.3f} in {len(losses)} steps on {n} fixed examples (threshold {threshold:.3f} = "
+        f"{ratio:g}x the start, lr {lr:g})"
+        + (
+            "; this proves the mechanics, not generalisation"
+            if fell
+            else f"; the model cannot fit {n} examples it sees at every step"
+        ),
+    )
     if acc is None:
-        g.check("targets recovered", True, "no predictions to compare (no predict() and no logits in the model's "
-                "output): judged on the loss alone")
+        g.check(
+            "targets recovered",
+            True,
+            "no predictions to compare (no predict() and no logits in the model's output): judged on the loss alone",
+        )
     else:
         share, total, wrong = acc
-        g.check("targets recovered", share >= need,
-                f"{share:.1%} of {total} supervised targets predicted right (threshold {need:.0%})"
-                + (f"; examples with a wrong target: {ids_text(wrong)}" if wrong and share < need else ""))
+        g.check(
+            "targets recovered",
+            share >= need,
+            f"{share:.1%} of {total} supervised targets predicted right (threshold {need:.0%})"
+            + (f"; examples with a wrong target: {ids_text(wrong)}" if wrong and share < need else ""),
+        )
     failed = g.failures()
     if failed:
         g.message = (
@@ -111,8 +137,15 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, ratio: float, 
         )
 
 
-def _attempt(ctx: Context, examples: list[dict[str, Any]], mbs: list[list[dict[str, Any]]], lr: float, steps: int,
-             ratio: float, need: float) -> dict[str, Any]:
+def _attempt(
+    ctx: Context,
+    examples: list[dict[str, Any]],
+    mbs: list[list[dict[str, Any]]],
+    lr: float,
+    steps: int,
+    ratio: float,
+    need: float,
+) -> dict[str, Any]:
     base = ctx.trainer
     params = dict(base.params)
     params.update(lr=lr, schedule="constant", warmup_updates=0, weight_decay=0.0, dropout=0.0, accumulation=len(mbs))
@@ -184,7 +217,10 @@ def accuracy(tr: Trainer, examples: list[dict[str, Any]]) -> tuple[float, int, l
 
 
 def inputs(ctx: Context) -> dict[str, Any]:
-    return {"examples": int(ctx.pilot_cfg.get("overfit_examples", 16)), "steps": int(ctx.pilot_cfg.get("overfit_steps", 60))}
+    return {
+        "examples": int(ctx.pilot_cfg.get("overfit_examples", 16)),
+        "steps": int(ctx.pilot_cfg.get("overfit_steps", 60)),
+    }
 
 
 PHASE = Phase(

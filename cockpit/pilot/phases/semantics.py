@@ -47,18 +47,28 @@ def settings_applied(ctx: Context, g: Gate, dtypes: set[torch.dtype]) -> None:
     low = LOW.get(tr.precision)
     if low is not None:
         ok = low in dtypes
-        g.check(f"precision {tr.precision} applied", ok,
-                f"layers computed in {low} under autocast" if ok
-                else f"no layer computed in {low} under autocast (outputs were {sorted(str(d) for d in dtypes)}): "
-                f"precision = {tr.precision} had no effect on memory or time; the model casts to float32 itself "
-                "or runs no autocast-eligible operation", warn=True)
+        g.check(
+            f"precision {tr.precision} applied",
+            ok,
+            f"layers computed in {low} under autocast"
+            if ok
+            else f"no layer computed in {low} under autocast (outputs were {sorted(str(d) for d in dtypes)}): "
+            f"precision = {tr.precision} had no effect on memory or time; the model casts to float32 itself "
+            "or runs no autocast-eligible operation",
+            warn=True,
+        )
     if ctx.params.get("activation_checkpointing"):
         ok = bool(tr.checkpointing)
-        g.check("activation checkpointing applied", ok,
-                f"through {tr.checkpointing}" if ok
-                else "activation_checkpointing = true had no effect: the model has no gradient_checkpointing_enable() "
-                "and the task no checkpointing(model, on); memory and time are those without it. Give Task a "
-                "checkpointing hook (torch.utils.checkpoint in your blocks), or drop the setting", warn=True)
+        g.check(
+            "activation checkpointing applied",
+            ok,
+            f"through {tr.checkpointing}"
+            if ok
+            else "activation_checkpointing = true had no effect: the model has no gradient_checkpointing_enable() "
+            "and the task no checkpointing(model, on); memory and time are those without it. Give Task a "
+            "checkpointing hook (torch.utils.checkpoint in your blocks), or drop the setting",
+            warn=True,
+        )
 
 
 def outputs_are_logits(ctx: Context, g: Gate, logits: torch.Tensor | None) -> None:
@@ -68,17 +78,24 @@ def outputs_are_logits(ctx: Context, g: Gate, logits: torch.Tensor | None) -> No
     x = logits.detach().float()
     sums = x.sum(-1)
     if bool((x >= 0).all()) and bool((x <= 1).all()) and bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-3)):
-        g.check("outputs are logits", False,
-                f"every row of the model's output {tuple(x.shape)} sums to 1 with values in [0, 1]: these are "
-                "probabilities, and a cross-entropy applies softmax again (a flat, wrong gradient). Return the "
-                "logits, before softmax")
+        g.check(
+            "outputs are logits",
+            False,
+            f"every row of the model's output {tuple(x.shape)} sums to 1 with values in [0, 1]: these are "
+            "probabilities, and a cross-entropy applies softmax again (a flat, wrong gradient). Return the "
+            "logits, before softmax",
+        )
         return
     lse = torch.logsumexp(x, -1)
     if bool((x <= 0).all()) and bool(torch.allclose(lse, torch.zeros_like(lse), atol=1e-3)):
-        g.check("outputs are logits", False,
-                f"the model's output {tuple(x.shape)} is log-probabilities (log_softmax): right for nll_loss, "
-                "harmless for cross_entropy, wrong for anything that expects logits (label smoothing, "
-                "distillation); check that the loss matches", warn=True)
+        g.check(
+            "outputs are logits",
+            False,
+            f"the model's output {tuple(x.shape)} is log-probabilities (log_softmax): right for nll_loss, "
+            "harmless for cross_entropy, wrong for anything that expects logits (label smoothing, "
+            "distillation); check that the loss matches",
+            warn=True,
+        )
         return
     g.check("outputs are logits", True, f"output {tuple(x.shape)}: unnormalised scores, as a cross-entropy expects")
 
@@ -114,17 +131,24 @@ def causal_mask(ctx: Context, g: Gate, batch: dict[str, Any]) -> None:
     diff = (before_a - before_b).abs().amax(dim=-1)  # [B, t + 1]
     bad = diff > tol
     if not bool(bad.any()):
-        g.check("causal mask", True, f"changing tokens after position {t} left the outputs at positions 0..{t} "
-                f"unchanged (max difference {float(diff.max()):.1e})")
+        g.check(
+            "causal mask",
+            True,
+            f"changing tokens after position {t} left the outputs at positions 0..{t} "
+            f"unchanged (max difference {float(diff.max()):.1e})",
+        )
         return
     rows, cols = bad.nonzero(as_tuple=True)
     ids = batch.get("ids") or []
     who = [str(ids[int(r)]) if int(r) < len(ids) else f"row {int(r)}" for r in rows.unique()]
-    g.check("causal mask", False,
-            f"changing only the tokens after position {t} changed the outputs at positions as early as {int(cols.min())} "
-            f"(by up to {float(diff.max()):.3g}; examples {ids_text(who, 3)}): the model sees later tokens, so it "
-            "learns to copy the next token instead of predicting it. Check the attention mask (is_causal, the "
-            "triangular mask) and that padding masks are combined with it")
+    g.check(
+        "causal mask",
+        False,
+        f"changing only the tokens after position {t} changed the outputs at positions as early as {int(cols.min())} "
+        f"(by up to {float(diff.max()):.3g}; examples {ids_text(who, 3)}): the model sees later tokens, so it "
+        "learns to copy the next token instead of predicting it. Check the attention mask (is_causal, the "
+        "triangular mask) and that padding masks are combined with it",
+    )
 
 
 def collate_deterministic(ctx: Context, g: Gate, examples: list[dict[str, Any]]) -> None:
@@ -142,11 +166,16 @@ def collate_deterministic(ctx: Context, g: Gate, examples: list[dict[str, Any]])
         if torch.is_tensor(v) and (not torch.is_tensor(w) or v.shape != w.shape or not torch.equal(v, w)):
             differ.append(k)
     ids = [e.get("id") for e in examples]
-    g.check("collate deterministic", not differ,
-            f"the same {len(examples)} examples collated twice give identical tensors" if not differ
-            else f"collating the same examples twice gave different {', '.join(differ)} (ids {ids_text(ids, 3)}): "
-            "random cropping, augmentation or masking inside collate makes validation, replay and resume "
-            "non-reproducible; seed it from the example, or keep randomness to training-only transforms", warn=True)
+    g.check(
+        "collate deterministic",
+        not differ,
+        f"the same {len(examples)} examples collated twice give identical tensors"
+        if not differ
+        else f"collating the same examples twice gave different {', '.join(differ)} (ids {ids_text(ids, 3)}): "
+        "random cropping, augmentation or masking inside collate makes validation, replay and resume "
+        "non-reproducible; seed it from the example, or keep randomness to training-only transforms",
+        warn=True,
+    )
 
 
 def targets_aligned(ctx: Context, g: Gate, batch: dict[str, Any]) -> None:
@@ -183,16 +212,25 @@ def targets_aligned(ctx: Context, g: Gate, batch: dict[str, Any]) -> None:
     got = shares.get(want)
     if got is None:
         return
-    words = {0: "equal the inputs (labels[t] = input[t])", 1: "are the next inputs (labels[t] = input[t + 1])",
-             2: "are two tokens ahead (labels[t] = input[t + 2])"}
+    words = {
+        0: "equal the inputs (labels[t] = input[t])",
+        1: "are the next inputs (labels[t] = input[t + 1])",
+        2: "are two tokens ahead (labels[t] = input[t + 2])",
+    }
     declared = "'shift_in_loss' (the loss shifts)" if want == 0 else "'aligned' (labels already shifted)"
     if got >= 0.9:
-        g.check("targets aligned as declared", True,
-                f"{got:.0%} of supervised labels {words[want]}, as label_convention {declared} says")
+        g.check(
+            "targets aligned as declared",
+            True,
+            f"{got:.0%} of supervised labels {words[want]}, as label_convention {declared} says",
+        )
         return
     best = max((k for k in shares if shares[k] is not None), key=lambda k: shares[k] or 0.0)
     found = f"{shares[best]:.0%} {words[best]}" if best != want and (shares[best] or 0) >= 0.5 else "no shift fits"
-    g.check("targets aligned as declared", False,
-            f"only {got:.0%} of supervised labels {words[want]} as label_convention {declared} says; {found}. "
-            "Labels shifted twice (in the collate and again in the loss) or not at all train the model to predict "
-            "the wrong token: shift once, and declare where")
+    g.check(
+        "targets aligned as declared",
+        False,
+        f"only {got:.0%} of supervised labels {words[want]} as label_convention {declared} says; {found}. "
+        "Labels shifted twice (in the collate and again in the loss) or not at all train the model to predict "
+        "the wrong token: shift once, and declare where",
+    )

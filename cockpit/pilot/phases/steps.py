@@ -175,18 +175,29 @@ def trainable_as_declared(ctx: Context, g: Gate) -> None:
     extra = sorted(tr.trainable_names - tr.declared)  # require grad, not declared: trained anyway
     frozen = sorted(tr.declared - tr.trainable_names)  # declared, but requires_grad is False
     if not extra and not frozen:
-        g.check("trainable as declared", True, f"the {len(tr.declared)} parameters Task.trainable names, and only "
-                "they, require grad")
+        g.check(
+            "trainable as declared",
+            True,
+            f"the {len(tr.declared)} parameters Task.trainable names, and only they, require grad",
+        )
         return
     parts = []
     if extra:
-        parts.append(f"{len(extra)} parameters require grad after build_model but Task.trainable leaves them out, "
-                     f"so they would be trained anyway: {_names(extra)}")
+        parts.append(
+            f"{len(extra)} parameters require grad after build_model but Task.trainable leaves them out, "
+            f"so they would be trained anyway: {_names(extra)}"
+        )
     if frozen:
-        parts.append(f"{len(frozen)} parameters named by Task.trainable do not require grad, so they would not "
-                     f"train: {_names(frozen)}")
-    g.check("trainable as declared", False, "; ".join(parts) + ". Cockpit trains what requires grad, as your code "
-            "does: freeze or unfreeze them in build_model (requires_grad_), or correct Task.trainable")
+        parts.append(
+            f"{len(frozen)} parameters named by Task.trainable do not require grad, so they would not "
+            f"train: {_names(frozen)}"
+        )
+    g.check(
+        "trainable as declared",
+        False,
+        "; ".join(parts) + ". Cockpit trains what requires grad, as your code "
+        "does: freeze or unfreeze them in build_model (requires_grad_), or correct Task.trainable",
+    )
 
 
 def _names(names: list[str], k: int = 4) -> str:
@@ -301,14 +312,22 @@ def optimizer_holds_trainable(ctx: Context, g: Gate) -> None:
     named = list(tr.model.named_parameters())
     missing = [n for n, p in named if p.requires_grad and id(p) not in held]
     frozen = [n for n, p in named if not p.requires_grad and id(p) in held]
-    g.check("optimizer holds every trainable parameter", not missing,
-            f"{len(held)} tensors in {len(tr.optimizer.param_groups)} groups ({tr.optimizer_source})" if not missing
-            else f"{len(missing)} parameters require grad but are in no parameter group of {tr.optimizer_source}: "
-            f"{_names(missing)}; they get gradients and never change: add them, or freeze them in build_model")
+    g.check(
+        "optimizer holds every trainable parameter",
+        not missing,
+        f"{len(held)} tensors in {len(tr.optimizer.param_groups)} groups ({tr.optimizer_source})"
+        if not missing
+        else f"{len(missing)} parameters require grad but are in no parameter group of {tr.optimizer_source}: "
+        f"{_names(missing)}; they get gradients and never change: add them, or freeze them in build_model",
+    )
     if frozen:
-        g.check("no frozen parameter in the optimizer", False,
-                f"{len(frozen)} frozen parameters are in the optimizer: {_names(frozen)}; harmless while they get "
-                "no gradient, but say the optimizer was built before freezing or over model.parameters()", warn=True)
+        g.check(
+            "no frozen parameter in the optimizer",
+            False,
+            f"{len(frozen)} frozen parameters are in the optimizer: {_names(frozen)}; harmless while they get "
+            "no gradient, but say the optimizer was built before freezing or over model.parameters()",
+            warn=True,
+        )
 
 
 def effective_batch(ctx: Context, g: Gate, micro: int, accum: int) -> None:

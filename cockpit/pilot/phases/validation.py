@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import torch
@@ -10,6 +11,7 @@ import torch
 from ... import events as ev
 from ..context import Context
 from ..gate import Gate, Phase
+from ..predictions import predict_pass
 
 
 def run(ctx: Context, g: Gate) -> None:
@@ -27,13 +29,22 @@ def run(ctx: Context, g: Gate) -> None:
         modes.append(module.training)
         grad.append(torch.is_grad_enabled())
 
+    training_in_eval: set[str] = set()
+    names = {id(m): n or type(m).__name__ for n, m in tr.model.named_modules()}
+
+    def still_training(module: Any, args: Any) -> None:
+        if module.training and id(module) in names:
+            training_in_eval.add(names[id(module)])
+
     hook = tr.model.register_forward_pre_hook(spy)
+    every = torch.nn.modules.module.register_module_forward_pre_hook(still_training)
     try:
         out = tr.evaluate("val", val)
         again = tr.evaluate("val", val[: tr.eval_microbatch])
         first = tr.evaluate("val", val[: tr.eval_microbatch])
     finally:
         hook.remove()
+        every.remove()
     g.check(
         "eval mode",
         bool(modes) and not any(modes),
@@ -53,14 +64,33 @@ def run(ctx: Context, g: Gate) -> None:
     )
     g.check("finite loss", math.isfinite(out["loss"]), f"val loss {out['loss']:.4f}")
     same = again["loss"] == first["loss"]
-    g.check(
-        "deterministic",
-        same,
-        "same loss twice (dropout off)" if same else "two evaluations differ: dropout or sampling active in eval",
-    )
+    if same:
+        g.check("deterministic", True, "same loss twice (dropout off)")
+    else:
+        who = (
+            f"modules left in training mode inside eval(): {', '.join(sorted(training_in_eval)[:4])}"
+            if training_in_eval
+            else "no module is in training mode, so the randomness is in the code itself "
+            "(functional dropout with training=True, noise or sampling in forward, a random collate)"
+        )
+        g.check(
+            "deterministic",
+            False,
+            f"two evaluations of the same batch differ ({first['loss']:.6g} vs "
+            f"{again['loss']:.6g}): {who}; validation figures then move between runs for no reason",
+        )
     g.check("training mode restored", tr.model.training, "back in train mode")
+    # the prediction pass every validation of a training run makes, timed here so the first one holds no surprise
+    t0 = time.perf_counter()
+    metrics, rows = predict_pass(tr)
+    g.extra["predictions"] = {"rows": len(rows), "seconds": round(time.perf_counter() - t0, 4), "metrics": metrics}
     g.extra["val_loss"] = out["loss"]
-    ctx.emit(ev.EVAL, step=tr.step, loss=ev.finite_or_none(out["loss"]), metrics={})
+    ctx.emit(
+        ev.EVAL,
+        step=tr.step,
+        loss=ev.finite_or_none(out["loss"]),
+        metrics={k: ev.finite_or_none(v) for k, v in metrics.items()},
+    )
 
 
 PHASE = Phase(
