@@ -166,15 +166,25 @@ def test_examples_without_ids_or_groups_are_named_by_position() -> None:
     assert "Cockpit attaches the ids" in check(g, "batch carries ids")["detail"]
 
 
-def test_random_collate_is_named() -> None:
-    def noisy(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+def test_seeded_random_collate_passes_and_an_unseeded_one_is_named() -> None:
+    def masked(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
         b = _cls_collate(examples, params)
-        b["x"] = b["x"] + 0.01 * torch.randn_like(b["x"])
+        b["x"] = b["x"] * (torch.rand_like(b["x"]) > 0.15)  # random masking from torch's global generator
         return b
 
-    g = through(classifier(collate=noisy), "data")["data"]
+    g = through(classifier(collate=masked), "data")["data"]
     c = check(g, "collate deterministic")
-    assert not c["ok"] and c.get("warn") and "gave different x" in c["detail"]
+    assert c["ok"] and "reproducibly from the seed" in c["detail"]
+    own = torch.Generator()  # a generator of its own, never seeded by the run
+
+    def unseeded(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+        b = _cls_collate(examples, params)
+        b["x"] = b["x"] + torch.randn(b["x"].shape, generator=own)
+        return b
+
+    g = through(classifier(collate=unseeded), "data")["data"]
+    c = check(g, "collate deterministic")
+    assert not c["ok"] and c.get("warn") and "generator of its own" in c["detail"]
 
 
 def test_labels_shifted_twice_are_caught() -> None:
@@ -280,6 +290,19 @@ def test_accumulation_batchnorm_is_a_warning_measured_in_train_mode() -> None:
     g = through(classifier(build_model=bn), "accumulation")["accumulation"]
     c = check(g, "accumulated == single batch")
     assert c.get("warn") and "BatchNorm" in c["detail"] and g.extra["relative_difference"] > 1e-3
+
+
+def test_accumulation_with_seeded_random_masking_is_not_comparable_not_a_warning() -> None:
+    def masked(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+        b = _cls_collate(examples, params)
+        b["x"] = b["x"] * (torch.rand_like(b["x"]) > 0.3)
+        return b
+
+    def sum_count(m: nn.Module, b: dict[str, Any]) -> tuple[torch.Tensor, int]:
+        return F.cross_entropy(m(b["x"]), b["labels"], reduction="sum"), len(b["labels"])
+
+    g = through(classifier(collate=masked, loss=sum_count), "accumulation")["accumulation"]
+    assert g.verdict.value == "skipped" and "not comparable" in g.checks[0]["detail"], g.checks
 
 
 def test_accumulation_with_dropout_is_compared_without_it() -> None:
@@ -391,3 +414,18 @@ def test_validation_names_a_module_left_in_training_mode() -> None:
     c = check(g, "deterministic")
     assert not c["ok"] and "noise" in c["detail"]
     assert g.extra["predictions"]["rows"] == 16 and "accuracy" in g.extra["predictions"]["metrics"]
+
+
+def test_a_pretrained_start_below_uniform_is_no_warning() -> None:
+    class Knows(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(6, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # a confident, right start (learned weights)
+            y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()
+            return 5 * F.one_hot(y, 3).float() + 0 * self.lin(x)
+
+    g = through(classifier(build_model=lambda p: Knows()), "forward")["forward"]
+    c = check(g, "initial loss near uniform")
+    assert c["ok"] and "learned weights" in c["detail"], c

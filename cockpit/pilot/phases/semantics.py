@@ -73,6 +73,8 @@ def settings_applied(ctx: Context, g: Gate, dtypes: set[torch.dtype]) -> None:
 
 def outputs_are_logits(ctx: Context, g: Gate, logits: torch.Tensor | None) -> None:
     """Outputs handed to a cross-entropy must be logits: probabilities mean softmax was applied twice."""
+    if ctx.the_task.kind not in ("classification", "generation"):
+        return  # a regression or a custom objective may output anything
     if logits is None or logits.dim() < 2 or not logits.is_floating_point() or logits.shape[-1] < 2:
         return
     x = logits.detach().float()
@@ -103,7 +105,7 @@ def outputs_are_logits(ctx: Context, g: Gate, logits: torch.Tensor | None) -> No
 def causal_mask(ctx: Context, g: Gate, batch: dict[str, Any]) -> None:
     """Decoder LMs: tokens after position t never change the outputs at positions up to t."""
     task, tr = ctx.the_task, ctx.trainer
-    if task.kind != "generation" or not task.causal:
+    if task.kind != "generation" or not task.causal or encoder_decoder(tr.model, batch):
         return
     inp = batch.get(task.input_key)
     if not torch.is_tensor(inp) or inp.dim() != 2 or inp.is_floating_point() or inp.shape[1] < 4:
@@ -151,37 +153,69 @@ def causal_mask(ctx: Context, g: Gate, batch: dict[str, Any]) -> None:
     )
 
 
-def collate_deterministic(ctx: Context, g: Gate, examples: list[dict[str, Any]]) -> None:
-    """The same examples collated twice give identical tensors (validation and replay depend on it)."""
-    if not examples:
-        return
-    from ..datascan import collate
+def encoder_decoder(model: Any, batch: dict[str, Any]) -> bool:
+    """An encoder-decoder (T5, BART): its outputs depend on the whole input by design."""
+    config = getattr(model, "config", None)
+    return bool(getattr(config, "is_encoder_decoder", False)) or "decoder_input_ids" in batch
 
-    task = ctx.the_task
-    a = collate(task, ctx.params, examples)
-    b = collate(task, ctx.params, examples)
-    differ = []
+
+def _differ(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    out = []
     for k, v in a.items():
         w = b.get(k)
         if torch.is_tensor(v) and (not torch.is_tensor(w) or v.shape != w.shape or not torch.equal(v, w)):
-            differ.append(k)
+            out.append(k)
+    return out
+
+
+def collate_deterministic(ctx: Context, g: Gate, examples: list[dict[str, Any]]) -> None:
+    """The same examples collated twice give identical tensors, or random ones reproducible from the seed.
+
+    Random masking (a masked-LM collator) or augmentation is legitimate in training as long as the
+    seed reproduces it: resume and replay depend on that. Randomness the seed does not reproduce
+    (an unseeded generator of its own) is a warning.
+    """
+    if not examples:
+        return
+    from ..datascan import collate
+    from ..rng import rng_state, set_rng_state
+
+    task = ctx.the_task
+    start = rng_state()
+    a = collate(task, ctx.params, examples)
+    b = collate(task, ctx.params, examples)
+    set_rng_state(start)
+    c = collate(task, ctx.params, examples)
+    set_rng_state(start)
     ids = [e.get("id") for e in examples]
-    g.check(
-        "collate deterministic",
-        not differ,
-        f"the same {len(examples)} examples collated twice give identical tensors"
-        if not differ
-        else f"collating the same examples twice gave different {', '.join(differ)} (ids {ids_text(ids, 3)}): "
-        "random cropping, augmentation or masking inside collate makes validation, replay and resume "
-        "non-reproducible; seed it from the example, or keep randomness to training-only transforms",
-        warn=True,
-    )
+    random, unseeded = _differ(a, b), _differ(a, c)
+    if not random:
+        g.check(
+            "collate deterministic", True, f"the same {len(examples)} examples collated twice give identical tensors"
+        )
+    elif not unseeded:
+        g.check(
+            "collate deterministic",
+            True,
+            f"collating the same examples twice draws different {', '.join(random)} "
+            "(random masking or augmentation), reproducibly from the seed: resume and replay see the same batches",
+        )
+    else:
+        g.check(
+            "collate deterministic",
+            False,
+            f"collating the same examples twice gave different {', '.join(unseeded)} (ids {ids_text(ids, 3)}) even "
+            "from the same random state: the collate draws from a generator of its own that the seed does not "
+            "control, so validation, replay and resume are not reproducible; draw from torch's or Python's global "
+            "generator, or seed yours from the example",
+            warn=True,
+        )
 
 
 def targets_aligned(ctx: Context, g: Gate, batch: dict[str, Any]) -> None:
     """Generation: supervised labels are the input tokens the label convention says they are."""
     task = ctx.the_task
-    if task.kind != "generation":
+    if task.kind != "generation" or "decoder_input_ids" in batch:
         return
     lab, inp = batch.get(task.label_key), batch.get(task.input_key)
     if not (torch.is_tensor(lab) and torch.is_tensor(inp)) or lab.dim() != 2 or tuple(lab.shape) != tuple(inp.shape):
@@ -226,7 +260,16 @@ def targets_aligned(ctx: Context, g: Gate, batch: dict[str, Any]) -> None:
         )
         return
     best = max((k for k in shares if shares[k] is not None), key=lambda k: shares[k] or 0.0)
-    found = f"{shares[best]:.0%} {words[best]}" if best != want and (shares[best] or 0) >= 0.5 else "no shift fits"
+    if best == want or (shares[best] or 0.0) < 0.5:
+        seen = ", ".join(f"{v:.0%} at shift {k}" for k, v in shares.items() if v is not None)
+        g.check(
+            "targets aligned as declared",
+            True,
+            f"the labels are not the inputs shifted ({seen}): another target stream (an encoder-decoder, "
+            "a tagging task), so there is no shift to check",
+        )
+        return
+    found = f"{shares[best]:.0%} {words[best]}"
     g.check(
         "targets aligned as declared",
         False,

@@ -101,17 +101,22 @@ def initial_loss(ctx: Context, g: Gate, loss: float) -> None:
         return
     uniform = math.log(classes)
     ratio = loss / uniform
-    ok = 0.5 <= ratio <= 2.0
+    # Far above uniform: an over-confident start (logits too large, a wrong reduction). Far below: the model
+    # already knows the task (fine-tuning learned weights), which is no defect.
+    ok = ratio <= 2.0
+    learned = ratio < 0.5
     g.extra["initial_loss"] = {"loss": loss, "uniform": uniform, "classes": classes, "ratio": ratio}
     g.check(
         "initial loss near uniform",
         ok,
         f"{loss:.3f} vs ln {classes} = {uniform:.3f} for uniform predictions over the {what} ({ratio:.2f}x)"
         + (
-            ""
+            ": below uniform, the model starts from learned weights"
+            if learned
+            else ""
             if ok
-            else ": far from uniform; check the output layer's size and initialisation (logits too large), "
-            "the loss's reduction and what it is averaged over"
+            else ": far above uniform: an over-confident start; check the output layer's size and initialisation "
+            "(logits too large), the loss's reduction and what it is averaged over"
         ),
         warn=True,
     )
