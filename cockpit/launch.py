@@ -28,19 +28,25 @@ def nproc_for(nb: nbm.Notebook) -> int:
     return nb.batch.data_replicas if nb.selection.strategy in ("DDP", "FSDP") else 1
 
 
-def command(rdir: Path, nproc: int = 1, nnodes: int = 1, rdzv: str | None = None) -> list[str]:
+def command(rdir: Path, nproc: int = 1, nnodes: int = 1, rdzv: str | None = None, resume: bool = False) -> list[str]:
+    tail = [str(rdir), *(["--resume"] if resume else [])]
     if nproc <= 1 and nnodes <= 1:
-        return [sys.executable, "-m", "cockpit.pilot", str(rdir)]
+        return [sys.executable, "-m", "cockpit.pilot", *tail]
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}"]
     if rdzv:
         cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv}"]
     else:
         cmd += ["--standalone"]
-    return [*cmd, "-m", "cockpit.pilot", str(rdir)]
+    return [*cmd, "-m", "cockpit.pilot", *tail]
 
 
 def start(
-    rdir: Path, nproc: int = 1, nnodes: int = 1, rdzv: str | None = None, env: dict[str, str] | None = None
+    rdir: Path,
+    nproc: int = 1,
+    nnodes: int = 1,
+    rdzv: str | None = None,
+    env: dict[str, str] | None = None,
+    resume: bool = False,
 ) -> int:
     """Start the process of an existing run folder; returns its pid."""
     rdir = Path(rdir).resolve()
@@ -55,7 +61,7 @@ def start(
         child_env.update(env)
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
     fd = os.open(rdir / runs.LOG_FILE, flags, 0o644)
-    argv = command(rdir, nproc, nnodes, rdzv)
+    argv = command(rdir, nproc, nnodes, rdzv, resume)
     try:
         proc = subprocess.Popen(
             argv,
@@ -110,6 +116,64 @@ def new_run(
     else:
         starter(rdir, nproc=nproc, env=env)
     return rid, rdir
+
+
+RESUMABLE = ("stopped", "crashed")  # ended from outside: the same run goes on from its last checkpoint
+
+
+def resume_run(
+    campaign: Path | str, rid: str, *, env: dict[str, str] | None = None, starter: Starter | None = None
+) -> Path:
+    """Start a stopped or crashed training run again, as the same run, from its newest checkpoint.
+
+    The row records the resume ("from update N at <time>"); the run's files go on
+    from that checkpoint (rows after it are cut) and its events gain a new process.
+    """
+    from .errors import UsageError
+
+    path = nbm.find(campaign)
+    nb = runs.settle(path)
+    try:
+        rdir = runs.run_dir(path.parent, rid)
+    except runs.BadRunId as exc:
+        raise UsageError(str(exc)) from None
+    if not (rdir / runs.RUN_FILE).is_file():
+        raise UsageError(f"{rdir}: no such run; `cockpit runs {path.parent}` lists them")
+    meta = runs.run_meta(rdir)
+    st = runs.state(rdir)
+    if meta.get("kind") != "train":
+        raise UsageError(
+            f"{rid} is a pilot: pilots are not resumed, start a new one with `cockpit pilot {path.parent}`"
+        )
+    if st.status not in RESUMABLE:
+        raise UsageError(
+            f"{rid} is {st.status}: only a stopped or crashed training run is resumed "
+            f"({st.stop_reason or 'no reason recorded'})"
+        )
+    points = (
+        sorted(p.name for p in (rdir / runs.CHECKPOINTS_DIR).glob("update-*.pt"))
+        if (rdir / runs.CHECKPOINTS_DIR).is_dir()
+        else []
+    )
+    if not points:
+        raise UsageError(
+            f"{rid} wrote no periodic checkpoint before it ended ({st.stop_reason}); nothing to resume "
+            f"from: run it again with `cockpit series {path.parent} --rerun {rid}`"
+        )
+    step = int(points[-1][len("update-") : -len(".pt")])
+    nproc = int(((runs.read_run_toml(rdir).get("extra") or {}).get("launch") or {}).get("nproc") or nproc_for(nb))
+
+    def note(fresh: nbm.Notebook) -> None:
+        row = fresh.run(rid)
+        row.resumed = "; ".join(x for x in (row.resumed, f"from update {step} at {runs.now()}") if x)
+        row.status = "running"
+
+    nbm.mutate(path, note)
+    if starter is None:
+        start(rdir, nproc=nproc, env=env, resume=True)
+    else:
+        starter(rdir, nproc=nproc, env=env, resume=True)
+    return rdir
 
 
 _children: dict[int, subprocess.Popen[bytes]] = {}

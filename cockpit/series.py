@@ -37,9 +37,31 @@ class Item:
     seed: int
     follows: str = ""
     overrides: dict[str, Any] = field(default_factory=dict)
+    resume: str = ""  # an existing run to go on with from its newest checkpoint, instead of a new run
 
     def label(self) -> str:
+        if self.resume:
+            return f"{self.variant} seed {self.seed}: resume {self.resume}"
         return f"{self.variant} seed {self.seed}" + (f" (follows {self.follows})" if self.follows else "")
+
+
+def resumable(nb: nbm.Notebook, ids: list[str] | None = None) -> list[Item]:
+    """Training runs that ended from outside (stopped, crashed) with a periodic checkpoint to go on from."""
+    out = []
+    for row in runs.view(nb):
+        if row.kind != "train" or (ids and row.id not in ids):
+            continue
+        rdir = runs.run_dir(nb.directory, row.id)
+        has = (rdir / runs.CHECKPOINTS_DIR).is_dir() and any((rdir / runs.CHECKPOINTS_DIR).glob("update-*.pt"))
+        if row.status in launch.RESUMABLE and has:
+            out.append(Item(row.variant, row.seed, resume=row.id))
+        elif ids:
+            why = f"it is {row.status}" if row.status not in launch.RESUMABLE else "it wrote no periodic checkpoint"
+            raise UsageError(f"{row.id} cannot be resumed: {why} ({row.stop_reason or 'no reason recorded'})")
+    missing = set(ids or []) - {i.resume for i in out}
+    if missing:
+        raise UsageError(f"no training run {', '.join(sorted(missing))} in {nb.path}; `cockpit runs` lists them")
+    return out
 
 
 @dataclass
@@ -204,6 +226,7 @@ class Series:
         parallel: int = 1,
         env: dict[str, str] | None = None,
         starter: Callable[..., tuple[str, Path]] | None = None,
+        resumer: Callable[..., Path] | None = None,
     ):
         if parallel < 1:
             raise UsageError(f"--parallel {parallel}: give a whole number >= 1")
@@ -215,6 +238,7 @@ class Series:
             # CPU runs side by side: share the cores instead of oversubscribing them.
             self.env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // parallel))
         self._start = starter or launch.new_run
+        self._resume = resumer or launch.resume_run
         self.started: list[Started] = []
         self.t0 = time.monotonic()
 
@@ -240,6 +264,14 @@ class Series:
                 changes.append(("finished", s))
         while self.pending and len(self.active) < self.parallel:
             item = self.pending.popleft()
+            if item.resume:
+                events = runs.run_dir(self.campaign.parent, item.resume) / ev.EVENTS_FILE
+                seen = events.stat().st_size if events.is_file() else 0  # its earlier processes' events are old news
+                rdir = self._resume(self.campaign, item.resume, env=self.env or None)
+                s = Started(item, item.resume, Path(rdir), ev.Tail(events, offset=seen))
+                self.started.append(s)
+                changes.append(("started", s))
+                continue
             rid, rdir = self._start(
                 self.campaign,
                 item.variant,

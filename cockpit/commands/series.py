@@ -62,6 +62,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="leave out a variant x seed whose latest run completed with the same settings",
     )
+    p.add_argument(
+        "--resume",
+        nargs="*",
+        metavar="RUN_ID",
+        default=None,
+        help="go on with stopped or crashed training runs from their newest checkpoint, as the same runs "
+        "(default: every such run of the campaign)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the plan and start nothing")
     p.add_argument(
         "--detach",
@@ -86,15 +94,31 @@ def run(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set)
     overrides.update(sr.budget_overrides(args.updates))
     seeds = sr.parse_seeds(args.seeds) if args.seeds is not None else None
+    if args.resume is not None:
+        items = sr.resumable(nb, args.resume or None)
+        if not items:
+            print(
+                f"nothing to resume: no stopped or crashed training run of {path.parent} has a checkpoint",
+                file=sys.stderr,
+            )
+            return 0
+        return _go(path, args, items, [])
     items, notes = sr.plan(
         nb, _variants(args.variants), seeds, overrides=overrides, skip_done=args.skip_done, rerun=args.rerun
     )
+    for n in notes:
+        print(n, file=sys.stderr)
+    if not items:
+        print("nothing to run", file=sys.stderr)
+        return 0
+    return _go(path, args, items, [])
+
+
+def _go(path: Path, args: argparse.Namespace, items: list[sr.Item], notes: list[str]) -> int:
+    """Show the plan, then run it (or only show it, or hand it to a detached sequencer)."""
     out = sys.stderr
     for n in notes:
         print(n, file=out)
-    if not items:
-        print("nothing to run", file=out)
-        return 0
     notes = sr.parallel_check(path, [i.variant for i in items], args.parallel)
     for n in notes:
         print(n, file=out)
@@ -108,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {i.label()}", file=out)
     if args.dry_run:
         if args.json:
-            print(json.dumps([i.__dict__ for i in items], indent=2))
+            print(json.dumps([i.__dict__ for i in items], indent=2, default=str))
         return 0
     if args.detach:
         return _detach(path, args)
@@ -248,6 +272,8 @@ def _rebuild(args: argparse.Namespace) -> list[str]:
         out += ["--set", s]
     for r in args.rerun:
         out += ["--rerun", r]
+    if args.resume is not None:
+        out += ["--resume", *args.resume]
     if args.skip_done:
         out.append("--skip-done")
     return out

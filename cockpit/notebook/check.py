@@ -126,6 +126,13 @@ def check_values(nb: Notebook, problems: list[str]) -> None:
         bad("stop.wall_clock_minutes", f"is {s.wall_clock_minutes}; it must be > 0")
     if isinstance(nb.validation.every_updates, int) and nb.validation.every_updates < 1:
         bad("validation.every_updates", f"is {nb.validation.every_updates}; it must be >= 1")
+    ck = nb.checkpoints
+    if isinstance(ck.every_updates, int) and ck.every_updates < 0:
+        bad("checkpoints.every_updates", f"is {ck.every_updates}; it must be >= 0 (0: not by count)")
+    if num(ck.every_minutes) and not (0 <= ck.every_minutes < math.inf):
+        bad("checkpoints.every_minutes", f"is {ck.every_minutes}; it must be a number >= 0 (0: not by time)")
+    if isinstance(ck.keep, int) and ck.keep < 1:
+        bad("checkpoints.keep", f"is {ck.keep}; keep at least the newest checkpoint (>= 1)")
     p = nb.pilot
     if isinstance(p.overfit_examples, int) and p.overfit_examples < 1:
         bad("pilot.overfit_examples", "must be >= 1")

@@ -99,6 +99,16 @@ class ValidationSpec:
 
 
 @dataclass
+class CheckpointSpec:
+    """Periodic checkpoints of a training run, so a crash loses at most the updates since the last one."""
+
+    every_updates: int = 50  # 0: not by count
+    every_minutes: float = 30.0  # 0: not by time
+    keep: int = 2  # the newest K are kept
+    notes: str = ""
+
+
+@dataclass
 class PilotSpec:
     updates_after_resume: int = 2
     overfit_examples: int = 16
@@ -124,6 +134,7 @@ class RunRow:
     peak_mib: float | None = None
     duration_s: float | None = None
     follows: str = ""  # the run this one restarts or continues
+    resumed: str = ""  # each resume of this same run: "from update N at <time>"
     verdict: str = ""  # the user's verdict, free text
     notes: str = ""
 
@@ -173,6 +184,7 @@ class Notebook:
     variants: list[Variant] = field(default_factory=list)
     stop: StopRules = field(default_factory=StopRules)
     validation: ValidationSpec = field(default_factory=ValidationSpec)
+    checkpoints: CheckpointSpec = field(default_factory=CheckpointSpec)
     pilot: PilotSpec = field(default_factory=PilotSpec)
     runs: list[RunRow] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
@@ -234,6 +246,7 @@ SECTIONS: dict[str, Any] = {
     "variants": list[Variant],
     "stop": StopRules,
     "validation": ValidationSpec,
+    "checkpoints": CheckpointSpec,
     "pilot": PilotSpec,
     "runs": list[RunRow],
     "decisions": list[Decision],

@@ -1,4 +1,4 @@
-"""``python -m cockpit.pilot RUN_DIR``: the process of a run, a pilot or a training run (by its run.toml).
+"""``python -m cockpit.pilot RUN_DIR [--resume]``: the process of a run, a pilot or a training run (by its run.toml).
 
 Never imports textual. Writes events to RUN_DIR/events.jsonl, records the
 outcome in the notebook's run row, and exits with a code per outcome
@@ -17,8 +17,10 @@ from . import signals
 
 
 def main(argv: list[str]) -> int:
+    resume = "--resume" in argv
+    argv = [a for a in argv if a != "--resume"]
     if len(argv) != 1:
-        print("usage: python -m cockpit.pilot RUN_DIR", file=sys.stderr)
+        print("usage: python -m cockpit.pilot RUN_DIR [--resume]", file=sys.stderr)
         return int(ev.ExitCode.USAGE)
     rdir = Path(argv[0]).resolve()
     if not (rdir / runs.RUN_FILE).is_file():
@@ -27,7 +29,7 @@ def main(argv: list[str]) -> int:
     signals.install()  # before torch is imported: a stop from now on is a stop
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     try:
-        return run(rdir, rank, world)
+        return run(rdir, rank, world, resume)
     except signals.Stopped as exc:  # arrived while the run's modules were still being imported
         with ev.EventWriter(rdir / ev.EVENTS_FILE, rank=rank if world > 1 else None) as writer:
             writer.emit(
@@ -43,7 +45,7 @@ def main(argv: list[str]) -> int:
         return int(ev.ExitCode.STOPPED)
 
 
-def run(rdir: Path, rank: int, world: int) -> int:
+def run(rdir: Path, rank: int, world: int, resume: bool = False) -> int:
     """Run the process of a run folder (pilot or training, by its run.toml); record its row at the end."""
     from .pilot import PilotRun
     from .process import RunProcess, outcome_of
@@ -62,7 +64,7 @@ def run(rdir: Path, rank: int, world: int) -> int:
         if kind == "pilot":
             proc = PilotRun(rdir, writer, rank, world)
         else:
-            proc = TrainingRun(rdir, writer, rank, world)
+            proc = TrainingRun(rdir, writer, rank, world, resume=resume)
         code = proc.run()
     except BaseException as exc:  # noqa: BLE001 - record the outcome before dying, whatever it is
         outcome = outcome_of(exc, "before the run started" if not path.exists() else "outside any phase")

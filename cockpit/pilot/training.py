@@ -22,7 +22,6 @@ written so far stay, so a diverged run keeps its curve.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import time
@@ -34,6 +33,7 @@ import torch
 from .. import arithmetic, fsutil, runs
 from .. import events as ev
 from . import checkpoint as ck
+from . import resumable
 from .predictions import predict_pass
 from .process import RunProcess, outcome_of
 from .signals import Stopped
@@ -45,39 +45,17 @@ class Diverged(Exception):
     """The training loss rose above the divergence factor times its starting value."""
 
 
-def _num(x: Any) -> str:
-    """A CSV cell: empty for absent, 'nan'/'inf' spelled as pandas reads them."""
-    if x is None:
-        return ""
-    if isinstance(x, float):
-        return repr(x)
-    return str(x)
-
-
-class _Csv:
-    """Append rows and flush each one, so a crash keeps every row written so far."""
-
-    def __init__(self, path: Path, columns: list[str]):
-        self.columns = list(columns)
-        self.fh = open(path, "w", newline="", encoding="utf-8", buffering=1)  # noqa: SIM115 - kept open for the run
-        self.w = csv.writer(self.fh)
-        self.w.writerow(self.columns)
-        self.fh.flush()
-
-    def row(self, values: dict[str, Any]) -> None:
-        self.w.writerow([_num(values.get(c)) for c in self.columns])
-        self.fh.flush()
-
-    def close(self) -> None:
-        if not self.fh.closed:
-            self.fh.close()
-
-
 class TrainingRun(RunProcess):
     kind = "train"
 
-    def __init__(self, rdir: Path, writer: ev.EventWriter, rank: int = 0, world: int = 1):
+    def __init__(self, rdir: Path, writer: ev.EventWriter, rank: int = 0, world: int = 1, resume: bool = False):
         super().__init__(rdir, writer, rank, world, sample_hz=1.0)
+        self.resume = resume
+        points = resumable.listed(self.rdir) if resume else []
+        self.resume_point: int | None = points[-1][0] if points else None
+        self.checkpoints: dict[str, Any] = dict(self.frozen.get("checkpoints", {}))
+        self.last_checkpoint = time.monotonic()
+        self.trained_s = 0.0  # training time before this process (a resumed run counts it toward its clock)
         self.stop: dict[str, Any] = dict(self.frozen.get("stop", {}))
         self.validation: dict[str, Any] = dict(self.frozen.get("validation", {}))
         self.lead = rank == 0  # only rank 0 writes the run's files
@@ -94,15 +72,24 @@ class TrainingRun(RunProcess):
         self.since_best = 0
         self.last_rows: list[dict[str, Any]] | None = None
         self.last_rows_step: int | None = None
-        self.curve: _Csv | None = None
-        self.evals_csv: _Csv | None = None
+        self.curve: resumable.Csv | None = None
+        self.evals_csv: resumable.Csv | None = None
+        self.save_times: list[float] = []
         self.train_t0 = time.monotonic()
         self.mem: dict[str, Any] = {}
 
     # ---- the skeleton's hooks
 
     def start_fields(self) -> dict[str, Any]:
-        return {"phases": ["train"], "stop": self.stop, "validation": self.validation}
+        out: dict[str, Any] = {
+            "phases": ["train"],
+            "stop": self.stop,
+            "validation": self.validation,
+            "checkpoints": self.checkpoints,
+        }
+        if self.resume:
+            out["resumed_from"] = self.resume_point
+        return out
 
     def body(self) -> ev.Outcome:
         measure = None
@@ -161,8 +148,11 @@ class TrainingRun(RunProcess):
         )
         self.trainer.load_data()
         self.trainer.build()
+        resume_step = self.restore() if self.resume else None
         if self.lead:
-            self.curve = _Csv(self.rdir / runs.CURVE_FILE, list(runs.CURVE_COLUMNS))
+            self.curve = resumable.Csv(self.rdir / runs.CURVE_FILE, list(runs.CURVE_COLUMNS), resume_step)
+            if resume_step is not None and (self.rdir / runs.EVALS_FILE).is_file():
+                self.evals_csv = resumable.Csv(self.rdir / runs.EVALS_FILE, ["step", "val_loss"], resume_step)
         self.log(
             f"training {self.variant} seed {self.seed} for {self.total} updates "
             f"({budget.basis} budget, {arithmetic.plan_from(plan_params).examples_per_update} examples per update) "
@@ -199,7 +189,8 @@ class TrainingRun(RunProcess):
                 "every_updates": every,
             },
         )
-        self.train_t0 = time.monotonic()
+        self.train_t0 = time.monotonic() - self.trained_s
+        self.last_checkpoint = time.monotonic()
         while tr.step < self.total:
             if wall and (time.monotonic() - self.train_t0) > float(wall) * 60:
                 return f"wall-clock limit: {float(wall):g} min reached after {tr.step} of {self.total} updates"
@@ -251,8 +242,71 @@ class TrainingRun(RunProcess):
                         f"patience: validation loss did not improve for {self.since_best} evaluations "
                         f"(best {best:.4g} at update {at}); stopped after {tr.step} of {self.total} updates"
                     )
+            if self.checkpoint_due(tr.step):
+                self.checkpoint()
             self.phase = "train"
         return f"budget reached: {self.total} updates"
+
+    # ---- periodic checkpoints and resuming
+
+    def checkpoint_due(self, step: int) -> bool:
+        every = int(self.checkpoints.get("every_updates") or 0)
+        minutes = float(self.checkpoints.get("every_minutes") or 0.0)
+        if step >= self.total:
+            return False  # the end writes its own
+        if every and step % every == 0:
+            return True
+        return bool(minutes) and time.monotonic() - self.last_checkpoint >= minutes * 60
+
+    def checkpoint(self) -> None:
+        """Everything a new process needs to go on exactly from here (every rank's RNG in a distributed run)."""
+        tr = self.trainer
+        assert tr is not None
+        self.phase = "checkpoint"
+        t0 = time.perf_counter()
+        state = tr.state_dict()
+        if self.world > 1:
+            from . import dist
+
+            state["rng_ranks"] = dist.gather(state["rng"])
+        state["run"] = {
+            "start_loss": self.start_loss,
+            "best": list(self.best) if self.best else None,
+            "since_best": self.since_best,
+            "evals": self.evals,
+            "examples_seen": self.examples_seen,
+            "trained_s": time.monotonic() - self.train_t0,
+            "eval_times": self.eval_times,
+            "step_times": self.step_times[-1000:],
+        }
+        if self.lead:
+            path, size = resumable.write(self.rdir, tr.step, state, int(self.checkpoints.get("keep") or 2))
+            dt = time.perf_counter() - t0
+            self.save_times.append(dt)
+            self.log(f"checkpoint at update {tr.step}: {path.name}, {size / 2**20:.1f} MiB in {dt:.2f} s")
+        self.last_checkpoint = time.monotonic()
+
+    def restore(self) -> int:
+        """Load the newest checkpoint into the trainer and the run's bookkeeping; the update it was taken at."""
+        tr = self.trainer
+        assert tr is not None
+        found = resumable.latest(self.rdir)
+        if found is None:
+            raise RuntimeError(f"no checkpoint in {resumable.folder(self.rdir)} to resume from")
+        step, state = found
+        tr.load_state_dict(state)
+        run = state.get("run") or {}
+        self.start_loss = run.get("start_loss")
+        self.best = tuple(run["best"]) if run.get("best") else None
+        self.since_best = int(run.get("since_best") or 0)
+        self.evals = list(run.get("evals") or [])
+        self.examples_seen = int(run.get("examples_seen") or 0)
+        self.trained_s = float(run.get("trained_s") or 0.0)
+        self.eval_times = list(run.get("eval_times") or [])
+        self.step_times = list(run.get("step_times") or [])
+        self.resume_point = step
+        self.log(f"resumed from the checkpoint of update {step} of {self.total}: the updates after it are done again")
+        return step
 
     # ---- validation
 
@@ -282,7 +336,7 @@ class TrainingRun(RunProcess):
         self.evals.append(point)
         if self.lead:
             if self.evals_csv is None:
-                self.evals_csv = _Csv(self.rdir / runs.EVALS_FILE, ["step", "val_loss", *metrics])
+                self.evals_csv = resumable.Csv(self.rdir / runs.EVALS_FILE, ["step", "val_loss", *metrics])
             self.evals_csv.row(point)
         if math.isfinite(loss) and (self.best is None or loss < self.best[0]):
             self.best, self.since_best = (loss, tr.step), 0
@@ -300,6 +354,8 @@ class TrainingRun(RunProcess):
             if status == ev.Status.COMPLETED:
                 if not self.evals or self.evals[-1]["step"] != tr.step:
                     self.evaluate()
+                elif self.last_rows is None:  # validated at this step before a resume: its predictions again
+                    self.last_rows, self.last_rows_step = predict_pass(tr)[1], tr.step
                 if self.lead and self.last_rows is not None:
                     self.phase = "predictions"
                     lines = "".join(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from .files import (
     ARTIFACT_DIR,
     CHECKPOINT,
+    CHECKPOINTS_DIR,
     CURVE_COLUMNS,
     CURVE_FILE,
     EVALS_FILE,
@@ -62,6 +63,7 @@ from .state import (
 
 __all__ = [
     "ARTIFACT_DIR",
+    "CHECKPOINTS_DIR",
     "CHECKPOINT",
     "CURVE_COLUMNS",
     "CURVE_FILE",

@@ -27,6 +27,7 @@ PREDICTIONS_FILE = "predictions.jsonl"  # training run: the last validation's pr
 METRICS_FILE = "metrics.json"  # training run: final and best values, times, peak
 INSPECT_FILE = "inspect.json"  # pilot: examples as the loss receives them (data gate)
 CHECKPOINT = "checkpoint.pt"  # resume checkpoint (pilot: after two updates; training: the last one)
+CHECKPOINTS_DIR = "checkpoints"  # training run: the periodic checkpoints it resumes from
 ARTIFACT_DIR = "artifact"  # exported evaluation artifact: weights, control outputs, manifest
 RESUME_FILE = "resume.json"  # pilot: what the resumed process found
 REPLAY_FILE = "replay.json"  # pilot: what the replaying process found

@@ -114,6 +114,7 @@ def create_run(
             "pilot": {k: v for k, v in nb.pilot.__dict__.items() if v is not None},
             "stop": {k: v for k, v in nb.stop.__dict__.items() if v is not None},
             "validation": {k: v for k, v in nb.validation.__dict__.items() if v is not None},
+            "checkpoints": {k: v for k, v in nb.checkpoints.__dict__.items() if v is not None},
             "stack": {
                 "python": platform.python_version(),
                 "platform": platform.platform(),

@@ -120,14 +120,28 @@ def _rank_end(evs: list[dict[str, Any]], world: int, alive: bool) -> tuple[str, 
     return str(worst.get("status", "error")), reason, worst.get("phase"), worst
 
 
+def last_generation(evs: list[dict[str, Any]]) -> int:
+    """Where the latest process of the run begins in its events (a resumed run has one per process)."""
+    begin, ended = 0, False
+    for i, e in enumerate(evs):
+        kind = e.get("kind")
+        if kind == ev.RUN_END:
+            ended = True
+        elif kind == ev.RUN_START and ended:
+            begin, ended = i, False
+    return begin
+
+
 def state(rdir: Path | str, evs: list[dict[str, Any]] | None = None) -> RunState:
     rdir = Path(rdir)
     if evs is None:
         evs = ev.read_events(rdir / ev.EVENTS_FILE)
-    start = next(ev.iter_kind(evs, ev.RUN_START), None)
-    end = next(ev.iter_kind(evs, ev.RUN_END), None)
+    first = next(ev.iter_kind(evs, ev.RUN_START), None)
     gates = ev.gates(evs)
     peak, counter = peak_of([g.get("mem") for g in gates] + [e.get("mem") for e in ev.iter_kind(evs, ev.RUN_END)])
+    evs = evs[last_generation(evs) :]  # how the run stands is its latest process's word
+    start = next(ev.iter_kind(evs, ev.RUN_START), None)
+    end = next(ev.iter_kind(evs, ev.RUN_END), None)
     phase = ev.last_phase(evs)
     world = int((start or {}).get("world") or 1)
     if world > 1 and start is not None:
@@ -136,7 +150,7 @@ def state(rdir: Path | str, evs: list[dict[str, Any]] | None = None) -> RunState
         ended = (
             max((e["t"] for e in ev.iter_kind(evs, ev.RUN_END)), default=evs[-1]["t"]) if status != "running" else None
         )
-        return RunState(rdir.name, rdir, status, phase, reason, start["t"], ended, peak, counter, gates, end)
+        return RunState(rdir.name, rdir, status, phase, reason, (first or start)["t"], ended, peak, counter, gates, end)
     if end is not None:
         status = str(end.get("status", ev.Status.ERROR.value))
         reason = str(end.get("stop_reason", ""))
@@ -148,7 +162,7 @@ def state(rdir: Path | str, evs: list[dict[str, Any]] | None = None) -> RunState
     else:
         status = ev.Status.CRASHED.value
         reason = f"process ended without a final event during phase {phase or 'start-up'}"
-    started = start["t"] if start else None
+    started = first["t"] if first else None
     ended = end["t"] if end else (evs[-1]["t"] if evs and status == ev.Status.CRASHED.value else None)
     return RunState(rdir.name, rdir, status, phase, reason, started, ended, peak, counter, gates, end)
 
