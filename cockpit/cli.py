@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "stop": "stop a running pilot or series run (SIGTERM, then SIGKILL)",
     "inspect": "show what reaches the loss: the examples a run's data gate recorded",
     "series": "run variants x seeds at the campaign's fixed budget, with its stop rules",
+    "protocol": "declare a new protocol revision after the fixed rules changed (dated, with why)",
     "compare": "compare variants across seeds and memory variants side by side",
     "stack": "check this machine's software stack (torch, CUDA, driver, GPUs, extensions)",
     "sheet": "selection sheet from measured peaks: which GPU memory sizes fit",

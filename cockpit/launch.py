@@ -98,6 +98,7 @@ def new_run(
     env: dict[str, str] | None = None,
     starter: Starter | None = None,
     extra: dict[str, Any] | None = None,
+    notes: str = "",
 ) -> tuple[str, Path]:
     """Create a run (its id, run.toml and notebook row) and start its process detached.
 
@@ -110,7 +111,8 @@ def new_run(
     if nproc is None:
         nproc = nproc_for(nb)
     info = {"launch": {"nproc": nproc, "nnodes": nnodes, "rdzv": rdzv or ""}, **(extra or {})}
-    rid, rdir = runs.create_run(path, variant, seed, kind=kind, follows=follows, overrides=overrides, extra=info)
+    rid, rdir = runs.create_run(path, variant, seed, kind=kind, follows=follows, overrides=overrides, extra=info,
+                                notes=notes)
     if starter is None:
         start(rdir, nproc=nproc, nnodes=nnodes, rdzv=rdzv, env=env)
     else:

@@ -244,9 +244,10 @@ def _held(nb: nbm.Notebook) -> list[str]:
     if s.wall_clock_minutes:
         rules.append(f"{s.wall_clock_minutes:g} min wall clock")
     out.append(
-        f"- stop rules fixed before the series: {', '.join(rules) or 'none'}; validation every "
-        f"{nb.validation.every_updates} updates"
+        f"- protocol revision {c.protocol_revision} (the rules as the notebook states them now): stop on "
+        f"{', '.join(rules) or 'nothing'}; validation every {nb.validation.every_updates} updates"
     )
+    out += _protocols_used(nb)
     if c.notes:
         out.append(f"- notes: {c.notes}")
     if s.notes:
@@ -266,6 +267,29 @@ def _held(nb: nbm.Notebook) -> list[str]:
             for v in nb.variants
         ],
     )
+    return out
+
+
+def _protocols_used(nb: nbm.Notebook) -> list[str]:
+    """The rules each training run actually used, from its run.toml, grouped by revision."""
+    from . import protocol
+
+    used: dict[tuple[int, str], list[str]] = {}
+    now = protocol.rules(nb)
+    for r in runs.training_runs(runs.campaign_runs(nb.directory)):
+        rec = r.frozen.get("protocol")
+        if not isinstance(rec, dict):
+            continue
+        diff = protocol.differences(rec, now)
+        key = (int(rec.get("revision", 1)), "; ".join(diff) if diff else "the rules stated above")
+        used.setdefault(key, []).append(r.id)
+    out = []
+    for (rev, rules_text), ids in sorted(used.items()):
+        drift = rev == nb.campaign.protocol_revision and rules_text != "the rules stated above"
+        out.append(f"- runs {', '.join(ids)} used protocol revision {rev}: "
+                   + (f"rules that differ from the notebook's now ({rules_text}): a change after the runs that "
+                      "`cockpit check` reports" if drift else rules_text if rev == nb.campaign.protocol_revision
+                      else f"{rules_text} (compared only among themselves)"))
     return out
 
 

@@ -38,6 +38,7 @@ class Item:
     follows: str = ""
     overrides: dict[str, Any] = field(default_factory=dict)
     resume: str = ""  # an existing run to go on with from its newest checkpoint, instead of a new run
+    notes: str = ""  # written into the new run's row (an override, a deliberate repeat)
 
     def label(self) -> str:
         if self.resume:
@@ -125,6 +126,112 @@ def intended_params(nb: nbm.Notebook, variant: str, overrides: dict[str, Any]) -
     return {k: v for k, v in params.items() if v is not None}
 
 
+BUDGET_KEYS = ("updates", "epochs", "examples")
+BAD_ENDS = (ev.Status.DIVERGED.value, ev.Status.FAILED.value, ev.Status.OOM.value, ev.Status.ERROR.value)
+
+
+def _settings(params: dict[str, Any]) -> dict[str, Any]:
+    """What a pilot must have run with to vouch for a training run: everything but the budget."""
+    return {k: v for k, v in params.items() if k not in BUDGET_KEYS and v is not None}
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {a.get(k, 'unset')} -> {b.get(k, 'unset')}" for k in sorted(set(a) | set(b))
+                     if a.get(k) != b.get(k))
+
+
+def pilot_for(nb: nbm.Notebook, all_runs: list[runs.RunFiles], variant: str,
+              params: dict[str, Any]) -> tuple[runs.RunFiles | None, str]:
+    """The passed pilot that vouches for a training run of these settings and this task code, or why none does."""
+    code = runs.task_revision(nb.task.entry, nb.directory).get("task_code")
+    want = _settings(params)
+    pilots = [r for r in all_runs if r.kind == "pilot" and r.variant == variant]
+    for r in reversed(pilots):
+        if r.status == ev.Status.PASSED.value and _settings(r.frozen.get("params", {})) == want \
+                and (r.frozen.get("revisions") or {}).get("task_code") == code:
+            return r, ""
+    if not pilots:
+        return None, f"no pilot of {variant} yet"
+    last = pilots[-1]
+    if last.status != ev.Status.PASSED.value:
+        return None, f"its latest pilot {last.id} ended {last.status} ({last.stop_reason})"
+    diff = _diff(_settings(last.frozen.get("params", {})), want)
+    if diff:
+        return None, f"its latest passed pilot {last.id} ran with other settings ({diff})"
+    return None, f"the task code changed since its latest passed pilot {last.id}"
+
+
+def repeated_failure(all_runs: list[runs.RunFiles], variant: str, seed: int,
+                     params: dict[str, Any]) -> runs.RunFiles | None:
+    """The newest training run of this variant and seed that ended badly with exactly these settings."""
+    same = [r for r in runs.training_runs(all_runs, variant) if r.seed == seed and r.status in BAD_ENDS
+            and {k: v for k, v in r.frozen.get("params", {}).items() if v is not None} == params]
+    return same[-1] if same else None
+
+
+def guard(nb: nbm.Notebook, items: list[Item], *, without_pilot: str | None = None,
+          again: str | None = None) -> list[str]:
+    """Refuse a series the campaign's own record says not to pay for; return the decisions an override makes.
+
+    Refused (one message listing every reason): a protocol that changed after runs used it;
+    a variant without a passed pilot of the same settings and task code (``without_pilot``
+    overrides); a configuration that already diverged, failed or ran out of memory
+    (``again`` overrides). Overrides are recorded as decisions and in each run's row.
+    """
+    from . import protocol
+
+    all_runs = runs.campaign_runs(nb.directory)
+    changed, who = protocol.drift(nb, all_runs)
+    if changed:
+        raise UsageError(protocol.drift_message(nb, changed, who))
+    problems: list[str] = []
+    decisions: list[str] = []
+    missing: dict[str, str] = {}
+    for item in items:
+        if item.resume:
+            continue
+        params = intended_params(nb, item.variant, item.overrides)
+        if item.variant not in missing:
+            pilot, why = pilot_for(nb, all_runs, item.variant, params)
+            if pilot is None:
+                missing[item.variant] = why
+        failed = repeated_failure(all_runs, item.variant, item.seed, params)
+        if failed is not None:
+            item.follows = failed.id
+            if again is None:
+                problems.append(f"{item.variant} seed {item.seed}: {failed.id} already ran exactly these settings and "
+                                f"ended {failed.status} ({failed.stop_reason}); change a setting, or give --again "
+                                "\"REASON\" to run it once more")
+            else:
+                item.notes = f"run again although {failed.id} ended {failed.status} with these settings: {again}"
+                decisions.append(f"{item.variant} seed {item.seed} run again (as {failed.id} ended {failed.status}): {again}")
+    for vid, why in missing.items():
+        if without_pilot is None:
+            problems.append(f"{vid}: no passed pilot with these settings and this task code ({why}); run "
+                            f"`cockpit pilot {nb.directory} --variant {vid}` first, or give --without-pilot \"REASON\"")
+        else:
+            decisions.append(f"training {vid} without a passed pilot ({why}): {without_pilot}")
+            for item in items:
+                if item.variant == vid and not item.resume:
+                    item.notes = "; ".join(x for x in (item.notes, f"started without a passed pilot: {without_pilot}") if x)
+    if problems:
+        raise UsageError(f"{nb.path}: the series does not start:\n" + "\n".join(f"  - {p}" for p in problems))
+    return decisions
+
+
+def record_decisions(campaign: Path | str, decisions: list[str]) -> None:
+    """Write the overrides a series was started with as dated decisions."""
+    if not decisions:
+        return
+    import datetime as _dt
+
+    def add(nb: nbm.Notebook) -> None:
+        for text in decisions:
+            nb.decisions.append(nbm.Decision(date=_dt.date.today().isoformat(), text=text, kind="decision"))
+
+    nbm.mutate(nbm.find(campaign), add)
+
+
 def plan(
     nb: nbm.Notebook,
     variants: list[str] | None = None,
@@ -133,8 +240,32 @@ def plan(
     overrides: dict[str, Any] | None = None,
     skip_done: bool = False,
     rerun: list[str] | None = None,
+    without_pilot: str | None = None,
+    again: str | None = None,
+    decisions: list[str] | None = None,
 ) -> tuple[list[Item], list[str]]:
-    """The items to run, in order, and notes on what was skipped or followed."""
+    """The items to run, in order, and notes on what was skipped or followed.
+
+    The plan is vetted by :func:`guard` (the CLI and the TUI alike): it raises a UsageError
+    that lists every refusal; the decisions an override makes go into ``decisions``.
+    """
+    items, notes = _items(nb, variants, seeds, overrides=overrides, skip_done=skip_done, rerun=rerun)
+    if items:
+        made = guard(nb, items, without_pilot=without_pilot, again=again)
+        if decisions is not None:
+            decisions.extend(made)
+    return items, notes
+
+
+def _items(
+    nb: nbm.Notebook,
+    variants: list[str] | None,
+    seeds: list[int] | None,
+    *,
+    overrides: dict[str, Any] | None,
+    skip_done: bool,
+    rerun: list[str] | None,
+) -> tuple[list[Item], list[str]]:
     overrides = dict(overrides or {})
     notes: list[str] = []
     items: list[Item] = []
@@ -237,7 +368,7 @@ class Series:
         if parallel > 1 and "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in self.env:
             # CPU runs side by side: share the cores instead of oversubscribing them.
             self.env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // parallel))
-        self._start = starter or launch.new_run
+        self._start: Callable[..., tuple[str, Path]] = starter or launch.new_run
         self._resume = resumer or launch.resume_run
         self.started: list[Started] = []
         self.t0 = time.monotonic()
@@ -280,6 +411,7 @@ class Series:
                 follows=item.follows,
                 overrides=item.overrides or None,
                 env=self.env or None,
+                **({"notes": item.notes} if item.notes else {}),
             )
             s = Started(item, rid, Path(rdir), ev.Tail(Path(rdir) / ev.EVENTS_FILE))
             self.started.append(s)

@@ -144,3 +144,22 @@ def test_plan_and_budget_from_campaign_parameters() -> None:
 
 def test_the_caveat_says_counts_predict_neither_duration_nor_quality() -> None:
     assert "predict neither duration nor quality" in CAVEAT
+
+
+def test_training_drops_the_incomplete_last_update_as_the_arithmetic_counts_it() -> None:
+    """40 examples, 16 per update: 2 updates per epoch, and the 8 left over are not trained in update 3."""
+    from cockpit.pilot.order import DataOrder
+
+    plan = BatchPlan(microbatch=2, accumulation=8, dataset_size=40)
+    order = DataOrder(40, microbatch=2, seed=0, accumulation=8)
+    first_epoch = order.perm(0)
+    updates = [order.next_update() for _ in range(plan.updates_per_epoch() + 1)]
+    seen = [i for u in updates[:2] for mb in u for i in mb]
+    assert plan.updates_per_epoch() == 2 and len(seen) == 32 == plan.examples_per_epoch()
+    assert seen == first_epoch[:32]
+    third = [i for mb in updates[2] for i in mb]
+    assert order.epoch == 1 and third == order.perm(1)[:16]  # a new epoch, not the 8 left out
+    assert set(first_epoch[32:]).isdisjoint(seen)
+    kept = DataOrder(40, microbatch=2, seed=0, drop_last=False, accumulation=8)
+    last = [kept.next_update() for _ in range(3)][2]
+    assert sum(len(mb) for mb in last) == 8  # without drop_last the last update is the smaller one

@@ -70,7 +70,7 @@ def series_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     nbm.mutate(patient, lambda nb: setattr(nb.validation, "every_updates", 2))
     env = {"OMP_NUM_THREADS": "1"}
     nb = nbm.load(main)
-    items, _ = sr.plan(nb, ["lr1e-4"], [0, 1])
+    items, _ = sr.plan(nb, ["lr1e-4"], [0, 1], without_pilot="tests of the series machinery: no pilot needed")
     series = sr.Series(main, items, parallel=2, env=env)
     series.poll()
     out: dict[str, object] = {"main": main, "patient": patient, "clock": clock}
@@ -203,7 +203,7 @@ def test_rerun_follows_the_diverged_run(series_runs: dict) -> None:
     main = series_runs["main"]
     old, _ = series_runs["diverged"]
     before = nbm.load(main).run(old)
-    code = cli(["series", str(main), "--rerun", old, "--updates", "3", "--json"])
+    code = cli(["series", str(main), "--rerun", old, "--updates", "3", "--json", "--without-pilot", "test"])
     assert code == 0
     nb = nbm.load(main)
     new = [r for r in nb.runs if r.follows == old]
@@ -217,19 +217,21 @@ def test_rerun_follows_the_diverged_run(series_runs: dict) -> None:
 def test_plan_follows_latest_and_skips_done(campaign: Path) -> None:
     nb = nbm.load(campaign)
     nb.runs = []
-    items, _ = sr.plan(nb, None, [0, 1])
+    items, _ = sr.plan(nb, None, [0, 1], without_pilot="tests of the series machinery: no pilot needed")
     assert [(i.variant, i.seed, i.follows) for i in items] == [
         (v, s, "") for v in ("lr1e-4", "lr5e-5", "lr2e-4") for s in (0, 1)
     ]
     rid, _ = runs.create_run(campaign, "lr5e-5", 1, kind="train")
     rid2, _ = runs.create_run(campaign, "lr5e-5", 1, kind="train", follows=rid)
     nb = nbm.load(campaign)
-    items, _ = sr.plan(nb, ["lr5e-5"], [0, 1])
+    items, _ = sr.plan(nb, ["lr5e-5"], [0, 1], without_pilot="tests of the series machinery: no pilot needed")
     assert [(i.seed, i.follows) for i in items] == [(0, ""), (1, rid2)]
     nbm.mutate(campaign, lambda n: setattr(n.run(rid2), "status", "completed"))
-    items, notes = sr.plan(nbm.load(campaign), ["lr5e-5"], [0, 1], skip_done=True)
+    items, notes = sr.plan(nbm.load(campaign), ["lr5e-5"], [0, 1], skip_done=True, without_pilot="tests of the series machinery: no pilot needed")
     assert [i.seed for i in items] == [0] and rid2 in notes[0]
-    items, _ = sr.plan(nbm.load(campaign), ["lr5e-5"], [1], skip_done=True, overrides=sr.budget_overrides(5))
+    items, _ = sr.plan(
+        nbm.load(campaign), ["lr5e-5"], [1], skip_done=True, overrides=sr.budget_overrides(5), without_pilot="tests of the series machinery: no pilot needed"
+    )
     assert [i.seed for i in items] == [1]  # a different budget is not the same run
 
 
@@ -245,7 +247,7 @@ def test_parse_seeds_and_overrides() -> None:
 
 
 def test_dry_run_and_unknown_variant(campaign: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli(["series", str(campaign), "--seeds", "0,1", "--dry-run"]) == 0
+    assert cli(["series", str(campaign), "--seeds", "0,1", "--dry-run", "--without-pilot", "a dry run"]) == 0
     err = capsys.readouterr().err
     assert "series of 6 runs" in err and "lr2e-4 seed 1" in err
     assert not (campaign / "runs").exists() or not any((campaign / "runs").iterdir())

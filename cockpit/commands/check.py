@@ -20,8 +20,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from .. import protocol
+
     nb = notebook.load(args.campaign)
     print("\n".join(summary(nb)))
+    changed, who = protocol.drift(nb)
+    if changed:
+        print(f"\ncockpit check: {protocol.drift_message(nb, changed, who)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -74,7 +82,7 @@ def summary(nb: notebook.Notebook) -> list[str]:
         if v is not ref and ref_budget is not None:
             out.append(f"  {'':<{width}}    batch: {_batch_change(nb, v, ref_plan, ref_budget)}")
 
-    out += ["", "Stop rules (fixed before any run):"]
+    out += ["", f"Stop rules (protocol revision {nb.campaign.protocol_revision}: fixed once a training run exists):"]
     out += [f"  {line}" for line in _stop_lines(nb.stop)]
     every = nb.validation.every_updates
     val = f"every {every} updates"

@@ -70,6 +70,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="go on with stopped or crashed training runs from their newest checkpoint, as the same runs "
         "(default: every such run of the campaign)",
     )
+    p.add_argument(
+        "--without-pilot",
+        metavar="REASON",
+        default=None,
+        help="start variants that have no passed pilot of these settings and task code anyway; the reason is "
+        "recorded as a decision and in each run's row",
+    )
+    p.add_argument(
+        "--again",
+        metavar="REASON",
+        default=None,
+        help="run a configuration that already diverged, failed or ran out of memory once more (recorded)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the plan and start nothing")
     p.add_argument(
         "--detach",
@@ -103,18 +116,28 @@ def run(args: argparse.Namespace) -> int:
             )
             return 0
         return _go(path, args, items, [])
+    decisions: list[str] = []
     items, notes = sr.plan(
-        nb, _variants(args.variants), seeds, overrides=overrides, skip_done=args.skip_done, rerun=args.rerun
+        nb,
+        _variants(args.variants),
+        seeds,
+        overrides=overrides,
+        skip_done=args.skip_done,
+        rerun=args.rerun,
+        without_pilot=args.without_pilot,
+        again=args.again,
+        decisions=decisions,
     )
     for n in notes:
         print(n, file=sys.stderr)
     if not items:
         print("nothing to run", file=sys.stderr)
         return 0
-    return _go(path, args, items, [])
+    return _go(path, args, items, [], decisions)
 
 
-def _go(path: Path, args: argparse.Namespace, items: list[sr.Item], notes: list[str]) -> int:
+def _go(path: Path, args: argparse.Namespace, items: list[sr.Item], notes: list[str],
+        decisions: list[str] | None = None) -> int:
     """Show the plan, then run it (or only show it, or hand it to a detached sequencer)."""
     out = sys.stderr
     for n in notes:
@@ -136,6 +159,7 @@ def _go(path: Path, args: argparse.Namespace, items: list[sr.Item], notes: list[
         return 0
     if args.detach:
         return _detach(path, args)
+    sr.record_decisions(path, decisions or [])
 
     series = sr.Series(path, items, parallel=args.parallel)
     t0 = time.monotonic()
@@ -276,4 +300,8 @@ def _rebuild(args: argparse.Namespace) -> list[str]:
         out += ["--resume", *args.resume]
     if args.skip_done:
         out.append("--skip-done")
+    if args.without_pilot is not None:
+        out += ["--without-pilot", args.without_pilot]
+    if args.again is not None:
+        out += ["--again", args.again]
     return out

@@ -131,6 +131,9 @@ def train_runs(nb: nbm.Notebook, all_runs: list[runs.RunFiles] | None = None) ->
             except nbm.NotebookError:
                 wanted[vid] = {}
         tag = _differences(params, wanted[vid]) if wanted[vid] else "variant no longer in the notebook"
+        rev = int((st.frozen.get("protocol") or {}).get("revision", 1))
+        if rev != nb.campaign.protocol_revision:  # other rules: never pooled with the current revision's runs
+            tag = "; ".join(x for x in (f"protocol revision {rev} (now {nb.campaign.protocol_revision})", tag) if x)
         metrics = st.metrics or {}
         evs = st.events if not metrics else []
         updates = metrics.get("updates")

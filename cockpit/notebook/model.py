@@ -15,7 +15,7 @@ HELD = ("updates", "epochs", "examples")
 PRECISIONS = ("fp32", "bf16", "fp16")
 STRATEGIES = ("one GPU", "DDP", "FSDP")
 RUN_KINDS = ("pilot", "train")
-DECISION_KINDS = ("decision", "observation")
+DECISION_KINDS = ("decision", "observation", "protocol")
 
 
 class NotebookError(CockpitError):
@@ -34,6 +34,7 @@ class CampaignInfo:
     quality_metric: str = "val_loss"
     quality_target: float | None = None
     higher_is_better: bool = False
+    protocol_revision: int = 1  # raised by `cockpit protocol` when the fixed rules change after runs exist
     notes: str = ""
 
 

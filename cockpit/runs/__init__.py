@@ -45,7 +45,7 @@ from .files import (
     runs_dir,
 )
 from .process import is_alive, owned, process_info, write_process
-from .rows import apply_state, create_run, git_revision, package_versions, settle, settle_run, view
+from .rows import apply_state, create_run, git_revision, package_versions, settle, settle_run, task_revision, view
 from .state import (
     GPU_PEAK,
     HOST_PEAK,
@@ -114,6 +114,7 @@ __all__ = [
     "runs_dir",
     "settle",
     "settle_run",
+    "task_revision",
     "state",
     "training_runs",
     "view",

@@ -72,6 +72,47 @@ def git_revision(where: Path) -> dict[str, Any]:
     return {"git": commit, "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
+def protocol_record(nb: nbm.Notebook) -> dict[str, Any]:
+    from ..protocol import record
+
+    return record(nb)
+
+
+def task_source(entry: str, campaign_dir: Path) -> Path | None:
+    """The file the task entry lives in, found without importing anything (the TUI never imports torch)."""
+    import sys
+
+    where = entry.rpartition(":")[0]
+    if where.endswith(".py"):
+        p = Path(where)
+        for c in ([p] if p.is_absolute() else [campaign_dir / p, Path(os.getcwd()) / p]):
+            if c.is_file():
+                return c.resolve()
+        return None
+    parts = where.split(".")
+    for base in [str(campaign_dir), os.getcwd(), *sys.path]:
+        root = Path(base or ".").joinpath(*parts)
+        for c in (root.with_suffix(".py"), root / "__init__.py"):
+            if c.is_file():
+                return c.resolve()
+    return None
+
+
+def task_revision(entry: str, campaign_dir: Path) -> dict[str, Any]:
+    """A hash of the task's code: its file and the Python files beside it (the helpers it imports)."""
+    import hashlib
+
+    src = task_source(entry, campaign_dir)
+    if src is None:
+        return {"task_code": "not found"}
+    h = hashlib.sha256()
+    files = sorted(p for p in src.parent.glob("*.py") if p.is_file())[:200]
+    for p in files:
+        h.update(p.name.encode())
+        h.update(p.read_bytes()[:5_000_000])
+    return {"task_code": h.hexdigest(), "task_file": str(src)}
+
+
 def create_run(
     campaign: Path | str,
     variant: str | None = None,
@@ -80,6 +121,7 @@ def create_run(
     follows: str = "",
     overrides: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
+    notes: str = "",
 ) -> tuple[str, Path]:
     """Allocate a new run id (never reused), write its frozen run.toml and its notebook row.
 
@@ -122,14 +164,16 @@ def create_run(
                 "packages": package_versions(),
             },
             "command": {"argv": list(sys.argv), "cwd": os.getcwd()},
-            "revisions": git_revision(campaign_dir),
+            "revisions": {**git_revision(campaign_dir), **task_revision(nb.task.entry, campaign_dir)},
+            "protocol": protocol_record(nb),
         }
         if extra:
             frozen["extra"] = extra
         with open(rdir / RUN_FILE, "xb") as fh:  # written once, never rewritten
             tomli_w.dump(frozen, fh)
         nb.runs.append(
-            nbm.RunRow(id=rid, variant=vid, seed=seed, kind=kind, status=ev.Status.CREATED.value, follows=follows)
+            nbm.RunRow(id=rid, variant=vid, seed=seed, kind=kind, status=ev.Status.CREATED.value, follows=follows,
+                       notes=notes)
         )
         box["id"], box["dir"] = rid, rdir
 
