@@ -429,3 +429,33 @@ def test_a_pretrained_start_below_uniform_is_no_warning() -> None:
     g = through(classifier(build_model=lambda p: Knows()), "forward")["forward"]
     c = check(g, "initial loss near uniform")
     assert c["ok"] and "learned weights" in c["detail"], c
+
+
+# --------------------------------------------------------------------------- out of memory, phase by phase
+
+
+@pytest.mark.parametrize(
+    "phase,words",
+    [
+        ("forward", "lower the microbatch"),
+        ("backward", "gradients"),
+        ("update_first", "accumulation does not help"),
+        ("update_second", "optimizer state resident"),
+        ("worst_case", "longest batch"),
+        ("validation", "eval_microbatch"),
+        ("save", "host memory"),
+        ("export", "host memory"),
+    ],
+)
+def test_an_out_of_memory_gets_the_remedy_of_its_phase(phase: str, words: str, monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Any) -> None:
+    monkeypatch.setenv("COCKPIT_INJECT", f"oom:{phase}")
+    ctx = Context.in_memory(classifier(), PARAMS, rdir=tmp_path)
+    for p in PHASES:
+        g, ended = run_phase(ctx, p)
+        if p.name == phase:
+            break
+        assert ended is None
+    assert ended is not None and ended.outcome.status.value == "oom"
+    assert g.verdict.value == "fail" and words in g.remedy, g.remedy
+    assert ended.outcome.reason == f"out of memory in {phase}"

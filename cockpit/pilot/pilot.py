@@ -107,7 +107,7 @@ def _failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> PhaseEnd
         outcome_of(exc, at)  # frees the allocator's cache
         g.fail("memory", f"out of memory: {str(exc).splitlines()[0][:300]}")
         g.message = f"out of memory in {name} with inputs {_fmt_inputs(g.inputs)}"
-        g.remedy = PHASES_REMEDY_OOM
+        g.remedy = oom_remedy(name, g.inputs)
         return PhaseEnded(ev.Outcome.of(ev.Status.OOM, f"out of memory {at}"))
     outcome = outcome_of(exc, at)  # prints the traceback: a bug in Cockpit
     g.fail("cockpit", f"{type(exc).__name__}: {exc}")
@@ -115,10 +115,38 @@ def _failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> PhaseEnd
     return PhaseEnded(ev.Outcome.of(ev.Status.ERROR, f"internal error {at}", outcome.code))
 
 
-PHASES_REMEDY_OOM = (
-    "the longest batch does not fit: lower the microbatch and raise accumulation, "
-    "enable activation checkpointing or bf16, or shorten max_length (and check what that truncates)"
-)
+def oom_remedy(phase: str, inputs: dict[str, Any]) -> str:
+    """What frees memory depends on what was running: each phase its own remedy, naming its inputs."""
+    running = _fmt_inputs(inputs)
+    activations = ("lower the microbatch and raise accumulation to keep the update (activations shrink with the "
+                   "microbatch), enable activation checkpointing or bf16, or shorten max_length (and check what that "
+                   "truncates)")
+    by_phase = {
+        "forward": f"the forward pass of one microbatch ({running}) does not fit: {activations}",
+        "backward": f"the backward pass ({running}) holds activations and gradients: {activations}; "
+        "or train fewer parameters (freeze some, or an adapter) to drop their gradients",
+        "update_first": f"the first optimizer step ({running}) allocates the optimizer state (Adam keeps two "
+        "copies the size of the trainable parameters), and accumulation does not help: weights and optimizer state "
+        "stay whatever the microbatch. Use a lighter optimizer (SGD with momentum, Adafactor, 8-bit Adam), shard "
+        "the state across GPUs (FSDP, ZeRO), train fewer parameters (an adapter), or rent a bigger GPU",
+        "update_second": f"a later update ({running}) with the optimizer state resident does not fit: {activations}; "
+        "the state itself shrinks only with a lighter optimizer, sharding or fewer trainable parameters",
+        "worst_case": f"the longest batch the campaign can produce ({running}) does not fit: {activations}",
+        "accumulation": f"the accumulation check runs all microbatches of one update as one batch ({running}): "
+        "the pilot's own comparison, not training, needing accumulation x the activations at once; pilot this "
+        "variant with a smaller accumulation (--set accumulation=2), or on a larger GPU",
+        "overfit": f"the overfit check builds a second copy of the model ({running}): it needs room for two models; "
+        "lower [pilot] overfit_examples, or pilot on a larger GPU than training needs",
+        "validation": f"validation ({running}) does not fit at the eval microbatch and the longest validation "
+        "example: lower [batch] eval_microbatch, shorten max_length for evaluation, and check that validation runs "
+        "under torch.no_grad() (the gate checks it)",
+        "save": f"saving ({running}) copies the state to host memory: free host memory, or save the model and the "
+        "optimizer state in shards instead of one dict",
+        "resume": f"the resumed process ({running}) does not fit beside the pilot: the same remedies as the update",
+        "export": f"the export ({running}) copies the weights to host memory and reloads them in a new process: free "
+        "host memory, or export in shards",
+    }
+    return by_phase.get(phase, f"{phase} ({running}) does not fit: {activations}")
 
 
 def run_phase(ctx: Context, phase: Phase) -> tuple[Gate, PhaseEnded | None]:
