@@ -51,6 +51,7 @@ class Timing:
     export_source: str = ""
     device: str = ""
     worst_step_s: float | None = None
+    step_spread: tuple[float, float] | None = None  # min and max of the pilot's timed updates
     borrowed_from: str = ""
     why_not: str = ""
 
@@ -141,12 +142,15 @@ def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
             t.save_s, t.save_source = v, f"series run {r.id}: time per save"
     if pilot is not None:
         if t.step_s is None:
-            d = _step_duration(pilot, "update_second")
-            if d is not None:
-                t.step_s = d
+            timing = pilot.step_time()
+            if timing is not None:
+                t.step_s = float(timing["median"])
+                n = int(timing.get("n") or 1)
                 t.step_source = (
-                    f"pilot {pilot.id}: the second update (optimizer state resident), extrapolated from 1 measured step"
+                    f"pilot {pilot.id}: median of {n} timed update{'s' if n != 1 else ''} with the optimizer state "
+                    f"resident (spread {_s(timing['min'])} to {_s(timing['max'])}); a series run's own time replaces it"
                 )
+                t.step_spread = (float(timing["min"]), float(timing["max"]))
                 t.device = str(pilot.stack.get("device") or "cpu")
         t.worst_step_s = _step_duration(pilot, "worst_case")
         if t.eval_s is None and (v := _gate_s(pilot, "validation")) is not None:
@@ -195,7 +199,9 @@ def cost(nb: nbm.Notebook, variant: str, timing: Timing, updates: int | None, wh
     if updates is None:
         return RunCost(variant, None, 0, 0, None, timing, why)
     n_val = math.ceil(updates / every)  # every `every` updates, and once at the end
-    n_save = 1  # the series saves its checkpoint once, at the end
+    ck_every = int(nb.checkpoints.every_updates or 0)
+    # the periodic checkpoints ([checkpoints] every_updates; time-based ones are not counted) and the final save
+    n_save = 1 + ((updates - 1) // ck_every if ck_every else 0)
     if not timing.measured:
         return RunCost(variant, updates, n_val, n_save, None, timing, timing.why_not)
     assert timing.step_s is not None  # measured

@@ -49,7 +49,10 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    a, b = _flat({k: v for k, v in old.items() if k != "revision"}), _flat({k: v for k, v in new.items() if k != "revision"})
+    a, b = (
+        _flat({k: v for k, v in old.items() if k != "revision"}),
+        _flat({k: v for k, v in new.items() if k != "revision"}),
+    )
     return [f"{k} {a.get(k, 'unset')} -> {b.get(k, 'unset')}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
@@ -75,8 +78,9 @@ def drift_message(nb: nbm.Notebook, changed: list[str], who: list[str]) -> str:
         f"{nb.path}: the protocol changed after {len(who)} training run{'s' if len(who) != 1 else ''} of revision "
         f"{nb.campaign.protocol_revision} used it ({', '.join(who[:5])}{' ...' if len(who) > 5 else ''}): "
         f"{'; '.join(changed)}. Runs under different rules cannot be compared. Put the old values back, or declare "
-        f"a new revision with `cockpit protocol {nb.directory} --why \"what changed and why\"` (the runs so far stay "
-        "in revision " f"{nb.campaign.protocol_revision}, compared only among themselves)."
+        f'a new revision with `cockpit protocol {nb.directory} --why "what changed and why"` (the runs so far stay '
+        "in revision "
+        f"{nb.campaign.protocol_revision}, compared only among themselves)."
     )
 
 

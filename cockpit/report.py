@@ -286,10 +286,17 @@ def _protocols_used(nb: nbm.Notebook) -> list[str]:
     out = []
     for (rev, rules_text), ids in sorted(used.items()):
         drift = rev == nb.campaign.protocol_revision and rules_text != "the rules stated above"
-        out.append(f"- runs {', '.join(ids)} used protocol revision {rev}: "
-                   + (f"rules that differ from the notebook's now ({rules_text}): a change after the runs that "
-                      "`cockpit check` reports" if drift else rules_text if rev == nb.campaign.protocol_revision
-                      else f"{rules_text} (compared only among themselves)"))
+        out.append(
+            f"- runs {', '.join(ids)} used protocol revision {rev}: "
+            + (
+                f"rules that differ from the notebook's now ({rules_text}): a change after the runs that "
+                "`cockpit check` reports"
+                if drift
+                else rules_text
+                if rev == nb.campaign.protocol_revision
+                else f"{rules_text} (compared only among themselves)"
+            )
+        )
     return out
 
 

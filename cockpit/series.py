@@ -136,19 +136,24 @@ def _settings(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _diff(a: dict[str, Any], b: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {a.get(k, 'unset')} -> {b.get(k, 'unset')}" for k in sorted(set(a) | set(b))
-                     if a.get(k) != b.get(k))
+    return ", ".join(
+        f"{k} {a.get(k, 'unset')} -> {b.get(k, 'unset')}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
+    )
 
 
-def pilot_for(nb: nbm.Notebook, all_runs: list[runs.RunFiles], variant: str,
-              params: dict[str, Any]) -> tuple[runs.RunFiles | None, str]:
+def pilot_for(
+    nb: nbm.Notebook, all_runs: list[runs.RunFiles], variant: str, params: dict[str, Any]
+) -> tuple[runs.RunFiles | None, str]:
     """The passed pilot that vouches for a training run of these settings and this task code, or why none does."""
     code = runs.task_revision(nb.task.entry, nb.directory).get("task_code")
     want = _settings(params)
     pilots = [r for r in all_runs if r.kind == "pilot" and r.variant == variant]
     for r in reversed(pilots):
-        if r.status == ev.Status.PASSED.value and _settings(r.frozen.get("params", {})) == want \
-                and (r.frozen.get("revisions") or {}).get("task_code") == code:
+        if (
+            r.status == ev.Status.PASSED.value
+            and _settings(r.frozen.get("params", {})) == want
+            and (r.frozen.get("revisions") or {}).get("task_code") == code
+        ):
             return r, ""
     if not pilots:
         return None, f"no pilot of {variant} yet"
@@ -161,16 +166,23 @@ def pilot_for(nb: nbm.Notebook, all_runs: list[runs.RunFiles], variant: str,
     return None, f"the task code changed since its latest passed pilot {last.id}"
 
 
-def repeated_failure(all_runs: list[runs.RunFiles], variant: str, seed: int,
-                     params: dict[str, Any]) -> runs.RunFiles | None:
+def repeated_failure(
+    all_runs: list[runs.RunFiles], variant: str, seed: int, params: dict[str, Any]
+) -> runs.RunFiles | None:
     """The newest training run of this variant and seed that ended badly with exactly these settings."""
-    same = [r for r in runs.training_runs(all_runs, variant) if r.seed == seed and r.status in BAD_ENDS
-            and {k: v for k, v in r.frozen.get("params", {}).items() if v is not None} == params]
+    same = [
+        r
+        for r in runs.training_runs(all_runs, variant)
+        if r.seed == seed
+        and r.status in BAD_ENDS
+        and {k: v for k, v in r.frozen.get("params", {}).items() if v is not None} == params
+    ]
     return same[-1] if same else None
 
 
-def guard(nb: nbm.Notebook, items: list[Item], *, without_pilot: str | None = None,
-          again: str | None = None) -> list[str]:
+def guard(
+    nb: nbm.Notebook, items: list[Item], *, without_pilot: str | None = None, again: str | None = None
+) -> list[str]:
     """Refuse a series the campaign's own record says not to pay for; return the decisions an override makes.
 
     Refused (one message listing every reason): a protocol that changed after runs used it;
@@ -199,21 +211,29 @@ def guard(nb: nbm.Notebook, items: list[Item], *, without_pilot: str | None = No
         if failed is not None:
             item.follows = failed.id
             if again is None:
-                problems.append(f"{item.variant} seed {item.seed}: {failed.id} already ran exactly these settings and "
-                                f"ended {failed.status} ({failed.stop_reason}); change a setting, or give --again "
-                                "\"REASON\" to run it once more")
+                problems.append(
+                    f"{item.variant} seed {item.seed}: {failed.id} already ran exactly these settings and "
+                    f"ended {failed.status} ({failed.stop_reason}); change a setting, or give --again "
+                    '"REASON" to run it once more'
+                )
             else:
                 item.notes = f"run again although {failed.id} ended {failed.status} with these settings: {again}"
-                decisions.append(f"{item.variant} seed {item.seed} run again (as {failed.id} ended {failed.status}): {again}")
+                decisions.append(
+                    f"{item.variant} seed {item.seed} run again (as {failed.id} ended {failed.status}): {again}"
+                )
     for vid, why in missing.items():
         if without_pilot is None:
-            problems.append(f"{vid}: no passed pilot with these settings and this task code ({why}); run "
-                            f"`cockpit pilot {nb.directory} --variant {vid}` first, or give --without-pilot \"REASON\"")
+            problems.append(
+                f"{vid}: no passed pilot with these settings and this task code ({why}); run "
+                f'`cockpit pilot {nb.directory} --variant {vid}` first, or give --without-pilot "REASON"'
+            )
         else:
             decisions.append(f"training {vid} without a passed pilot ({why}): {without_pilot}")
             for item in items:
                 if item.variant == vid and not item.resume:
-                    item.notes = "; ".join(x for x in (item.notes, f"started without a passed pilot: {without_pilot}") if x)
+                    item.notes = "; ".join(
+                        x for x in (item.notes, f"started without a passed pilot: {without_pilot}") if x
+                    )
     if problems:
         raise UsageError(f"{nb.path}: the series does not start:\n" + "\n".join(f"  - {p}" for p in problems))
     return decisions

@@ -253,3 +253,16 @@ def test_curves_reads_curve_csv(campaign: Path) -> None:
         {"step": 1.0, "loss": 4.5, "lr": 0.0001, "grad_norm": None, "examples_seen": 16.0, "elapsed_s": 0.1}
     ]
     assert got["r9999"] == []
+
+
+def test_a_step_time_within_the_spread_is_no_difference() -> None:
+    from cockpit.compare.render import _step_cell
+
+    mem = {
+        "ref": {"step_time_s": 0.050, "step_min_s": 0.045, "step_max_s": 0.090, "step_n": 5},
+        "noisy": {"step_time_s": 0.070, "step_min_s": 0.060, "step_max_s": 2.7, "step_n": 5},
+        "slow": {"step_time_s": 0.200, "step_min_s": 0.190, "step_max_s": 0.210, "step_n": 5},
+    }
+    assert _step_cell(mem, "noisy", "ref").endswith("(within spread)")
+    assert _step_cell(mem, "slow", "ref").endswith("(4.00x)")
+    assert _step_cell(mem, "ref", "ref") == "0.05 [0.045-0.09]"

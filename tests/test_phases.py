@@ -447,8 +447,9 @@ def test_a_pretrained_start_below_uniform_is_no_warning() -> None:
         ("export", "host memory"),
     ],
 )
-def test_an_out_of_memory_gets_the_remedy_of_its_phase(phase: str, words: str, monkeypatch: pytest.MonkeyPatch,
-                                                       tmp_path: Any) -> None:
+def test_an_out_of_memory_gets_the_remedy_of_its_phase(
+    phase: str, words: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
     monkeypatch.setenv("COCKPIT_INJECT", f"oom:{phase}")
     ctx = Context.in_memory(classifier(), PARAMS, rdir=tmp_path)
     for p in PHASES:

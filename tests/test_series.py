@@ -227,10 +227,21 @@ def test_plan_follows_latest_and_skips_done(campaign: Path) -> None:
     items, _ = sr.plan(nb, ["lr5e-5"], [0, 1], without_pilot="tests of the series machinery: no pilot needed")
     assert [(i.seed, i.follows) for i in items] == [(0, ""), (1, rid2)]
     nbm.mutate(campaign, lambda n: setattr(n.run(rid2), "status", "completed"))
-    items, notes = sr.plan(nbm.load(campaign), ["lr5e-5"], [0, 1], skip_done=True, without_pilot="tests of the series machinery: no pilot needed")
+    items, notes = sr.plan(
+        nbm.load(campaign),
+        ["lr5e-5"],
+        [0, 1],
+        skip_done=True,
+        without_pilot="tests of the series machinery: no pilot needed",
+    )
     assert [i.seed for i in items] == [0] and rid2 in notes[0]
     items, _ = sr.plan(
-        nbm.load(campaign), ["lr5e-5"], [1], skip_done=True, overrides=sr.budget_overrides(5), without_pilot="tests of the series machinery: no pilot needed"
+        nbm.load(campaign),
+        ["lr5e-5"],
+        [1],
+        skip_done=True,
+        overrides=sr.budget_overrides(5),
+        without_pilot="tests of the series machinery: no pilot needed",
     )
     assert [i.seed for i in items] == [1]  # a different budget is not the same run
 

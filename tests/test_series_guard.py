@@ -32,14 +32,16 @@ def test_no_pilot_refuses_and_names_the_command(tmp_path: Path) -> None:
 
 def test_a_failed_pilot_is_named(tmp_path: Path) -> None:
     camp = make_campaign(tmp_path)
-    rid, _ = write_run(camp, stack=cpu_stack(), gates=standard_gates(None, None), status="failed",
-                       reason="gate failed: data")
+    rid, _ = write_run(
+        camp, stack=cpu_stack(), gates=standard_gates(None, None), status="failed", reason="gate failed: data"
+    )
     with pytest.raises(UsageError, match=f"latest pilot {rid} ended failed \\(gate failed: data\\)"):
         sr.plan(nbm.load(camp), ["lr1e-4"], [0])
 
 
-def test_a_passed_pilot_of_the_same_settings_and_code_lets_it_start(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_passed_pilot_of_the_same_settings_and_code_lets_it_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     camp = make_campaign(tmp_path)
     pid = passed_pilot(camp)
     items, _ = sr.plan(nbm.load(camp), ["lr1e-4"], [0, 1])
@@ -56,8 +58,9 @@ def test_a_passed_pilot_of_the_same_settings_and_code_lets_it_start(tmp_path: Pa
 def test_an_override_is_recorded_as_a_decision_and_in_each_row(tmp_path: Path) -> None:
     camp = make_campaign(tmp_path)
     decisions: list[str] = []
-    items, _ = sr.plan(nbm.load(camp), ["lr2e-4"], [0, 1], without_pilot="the box is rented for one hour only",
-                       decisions=decisions)
+    items, _ = sr.plan(
+        nbm.load(camp), ["lr2e-4"], [0, 1], without_pilot="the box is rented for one hour only", decisions=decisions
+    )
     assert decisions and "without a passed pilot" in decisions[0]
     sr.record_decisions(camp, decisions)
     start = functools.partial(launch.new_run, starter=lambda rdir, **kw: 0)  # the rows, not the processes
@@ -66,16 +69,16 @@ def test_an_override_is_recorded_as_a_decision_and_in_each_row(tmp_path: Path) -
     nb = nbm.load(camp)
     assert any("rented for one hour" in d.text for d in nb.decisions)
     rows = [r for r in nb.runs if r.kind == "train"]
-    assert rows and all("started without a passed pilot: the box is rented for one hour only" in r.notes
-                        for r in rows)
+    assert rows and all("started without a passed pilot: the box is rented for one hour only" in r.notes for r in rows)
 
 
 def test_a_configuration_that_diverged_is_not_repeated_silently(tmp_path: Path) -> None:
     camp = make_campaign(tmp_path)
     passed_pilot(camp)
     bad, _ = write_run(camp, kind="train", seed=0, status="diverged", reason="loss 40 above 4x its start")
-    later, _ = write_run(camp, kind="train", seed=0, status="completed", reason="budget reached",
-                         overrides={"lr": 5e-5})  # a later run with another setting: not what is repeated
+    later, _ = write_run(
+        camp, kind="train", seed=0, status="completed", reason="budget reached", overrides={"lr": 5e-5}
+    )  # a later run with another setting: not what is repeated
     with pytest.raises(UsageError) as exc:
         sr.plan(nbm.load(camp), ["lr1e-4"], [0])
     assert f"{bad} already ran exactly these settings and ended diverged (loss 40 above 4x its start)" in str(exc.value)
@@ -88,8 +91,14 @@ def test_a_protocol_change_after_runs_is_caught_by_check_series_and_compare(
 ) -> None:
     camp = make_campaign(tmp_path)
     passed_pilot(camp)
-    old, _ = write_run(camp, kind="train", seed=0, status="completed", reason="budget reached",
-                       metrics={"final_val_loss": 2.5, "updates": 200})
+    old, _ = write_run(
+        camp,
+        kind="train",
+        seed=0,
+        status="completed",
+        reason="budget reached",
+        metrics={"final_val_loss": 2.5, "updates": 200},
+    )
 
     def edit(nb: nbm.Notebook) -> None:
         nb.stop.divergence_factor = 3.0

@@ -27,6 +27,8 @@ def run(args: argparse.Namespace) -> int:
     nbm.load(args.campaign)  # a notebook that does not load gets its one-paragraph error first
     rev, changed = protocol.declare(args.campaign, args.why.strip())
     what = "; ".join(changed) if changed else "no rule differs from the runs of the previous revision yet"
-    print(f"protocol revision {rev} declared ({what}); runs before it stay in revision {rev - 1}, compared only among "
-          "themselves")
+    print(
+        f"protocol revision {rev} declared ({what}); runs before it stay in revision {rev - 1}, compared only among "
+        "themselves"
+    )
     return 0

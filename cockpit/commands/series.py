@@ -136,8 +136,9 @@ def run(args: argparse.Namespace) -> int:
     return _go(path, args, items, [], decisions)
 
 
-def _go(path: Path, args: argparse.Namespace, items: list[sr.Item], notes: list[str],
-        decisions: list[str] | None = None) -> int:
+def _go(
+    path: Path, args: argparse.Namespace, items: list[sr.Item], notes: list[str], decisions: list[str] | None = None
+) -> int:
     """Show the plan, then run it (or only show it, or hand it to a detached sequencer)."""
     out = sys.stderr
     for n in notes:

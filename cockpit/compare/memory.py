@@ -8,7 +8,7 @@ from typing import Any
 from .. import arithmetic, runs
 from .. import events as ev
 from .. import notebook as nbm
-from .quality import MEMORY_KNOBS, STEP_PHASE, Group, _differences
+from .quality import MEMORY_KNOBS, Group, _differences
 
 
 @dataclass
@@ -31,6 +31,9 @@ class PilotMem:
     max_length: int | None
     truncation: dict[str, Any] | None
     params_note: str = ""
+    step_min_s: float | None = None  # the spread of the timed updates: a ratio inside it is no difference
+    step_max_s: float | None = None
+    step_n: int = 0
 
 
 def _data_gate(all_runs: list[runs.RunFiles], vid: str) -> tuple[str, dict[str, Any]] | None:
@@ -76,10 +79,8 @@ def pilot_memory(nb: nbm.Notebook, vid: str, all_runs: list[runs.RunFiles] | Non
         if g["phase"] == "data":
             max_length = (g.get("inputs") or {}).get("max_length")
             truncation = g.get("truncation")
-    steps = [
-        e.get("duration_s") for e in ev.iter_kind(evs, ev.STEP) if e.get("phase") == STEP_PHASE and e.get("duration_s")
-    ]
-    step_time = steps[-1] if steps else (phases[STEP_PHASE].duration_s if STEP_PHASE in phases else None)
+    timing = pilot.step_time() or {}
+    step_time = timing.get("median")
     peaks = [p.peak for p in phases.values() if p.peak is not None]
     counter = next((p.counter for p in phases.values()), "")
     if max_length is None and isinstance(params.get("max_length"), int):
@@ -96,6 +97,9 @@ def pilot_memory(nb: nbm.Notebook, vid: str, all_runs: list[runs.RunFiles] | Non
         max_length,
         truncation if isinstance(truncation, dict) else None,
         f"pilot {pilot.id} ran with {note}, not the notebook's current settings" if note else "",
+        timing.get("min"),
+        timing.get("max"),
+        int(timing.get("n") or 0),
     )
 
 

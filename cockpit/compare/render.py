@@ -16,6 +16,22 @@ def _mib(b: float | None) -> str:
     return "absent" if b is None else f"{b / 2**20:,.0f}"
 
 
+def _step_cell(mem: dict[str, Any], v: str, ref: str) -> str:
+    """The median time per update with its spread; a ratio only when the spreads do not overlap."""
+    m, r = mem[v], mem[ref]
+    if m["step_time_s"] is None:
+        return ""
+    cell = _f(m["step_time_s"], 3)
+    if m.get("step_min_s") is not None and m.get("step_n", 0) > 1:
+        cell += f" [{_f(m['step_min_s'], 2)}-{_f(m['step_max_s'], 2)}]"
+    if v == ref or not r["step_time_s"]:
+        return cell
+    lo, hi, rlo, rhi = m.get("step_min_s"), m.get("step_max_s"), r.get("step_min_s"), r.get("step_max_s")
+    if None not in (lo, hi, rlo, rhi) and lo <= rhi and rlo <= hi:
+        return cell + " (within spread)"
+    return cell + f" ({m['step_time_s'] / r['step_time_s']:.2f}x)"
+
+
 def render(data: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
@@ -126,7 +142,7 @@ def _render_memory(data: dict[str, Any], console: Any) -> None:
             pm = mem[v]["phases"].get(p)
             cells.append("" if pm is None else f"{_mib(pm['peak'])} · {_f(pm['duration_s'], 3)}")
         t.add_row(p, *cells)
-    rpeak, rstep = mem[ref]["peak"], mem[ref]["step_time_s"]
+    rpeak = mem[ref]["peak"]
     t.add_row(
         "[bold]peak[/]",
         *[
@@ -135,14 +151,7 @@ def _render_memory(data: dict[str, Any], console: Any) -> None:
             for v in vids
         ],
     )
-    t.add_row(
-        "[bold]s per step[/]",
-        *[
-            _f(mem[v]["step_time_s"], 3)
-            + (f" ({mem[v]['step_time_s'] / rstep:.2f}x)" if mem[v]["step_time_s"] and rstep and v != ref else "")
-            for v in vids
-        ],
-    )
+    t.add_row("[bold]s per step[/]", *[_step_cell(mem, v, ref) for v in vids])
     if measured:
         console.print(
             f"[italic]memory (MiB, {counter}) · time (s) per phase, from the latest passed pilot of each variant[/]",

@@ -138,6 +138,8 @@ def check_values(nb: Notebook, problems: list[str]) -> None:
         bad("pilot.overfit_examples", "must be >= 1")
     if isinstance(p.updates_after_resume, int) and p.updates_after_resume < 1:
         bad("pilot.updates_after_resume", "must be >= 1")
+    if isinstance(p.timed_updates, int) and not 1 <= p.timed_updates <= 1000:
+        bad("pilot.timed_updates", f"is {p.timed_updates}; time between 1 and 1000 later updates")
 
     run_ids: set[str] = set()
     for i, r in enumerate(nb.runs):

@@ -118,9 +118,11 @@ def _failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> PhaseEnd
 def oom_remedy(phase: str, inputs: dict[str, Any]) -> str:
     """What frees memory depends on what was running: each phase its own remedy, naming its inputs."""
     running = _fmt_inputs(inputs)
-    activations = ("lower the microbatch and raise accumulation to keep the update (activations shrink with the "
-                   "microbatch), enable activation checkpointing or bf16, or shorten max_length (and check what that "
-                   "truncates)")
+    activations = (
+        "lower the microbatch and raise accumulation to keep the update (activations shrink with the "
+        "microbatch), enable activation checkpointing or bf16, or shorten max_length (and check what that "
+        "truncates)"
+    )
     by_phase = {
         "forward": f"the forward pass of one microbatch ({running}) does not fit: {activations}",
         "backward": f"the backward pass ({running}) holds activations and gradients: {activations}; "

@@ -85,7 +85,7 @@ def task_source(entry: str, campaign_dir: Path) -> Path | None:
     where = entry.rpartition(":")[0]
     if where.endswith(".py"):
         p = Path(where)
-        for c in ([p] if p.is_absolute() else [campaign_dir / p, Path(os.getcwd()) / p]):
+        for c in [p] if p.is_absolute() else [campaign_dir / p, Path(os.getcwd()) / p]:
             if c.is_file():
                 return c.resolve()
         return None
@@ -172,8 +172,9 @@ def create_run(
         with open(rdir / RUN_FILE, "xb") as fh:  # written once, never rewritten
             tomli_w.dump(frozen, fh)
         nb.runs.append(
-            nbm.RunRow(id=rid, variant=vid, seed=seed, kind=kind, status=ev.Status.CREATED.value, follows=follows,
-                       notes=notes)
+            nbm.RunRow(
+                id=rid, variant=vid, seed=seed, kind=kind, status=ev.Status.CREATED.value, follows=follows, notes=notes
+            )
         )
         box["id"], box["dir"] = rid, rdir
 

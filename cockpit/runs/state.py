@@ -211,6 +211,22 @@ class RunFiles:
         """The parameters the run actually used (its run_start, else its frozen run.toml)."""
         return dict(self.run_start.get("params") or self.frozen.get("params") or {})
 
+    def step_time(self) -> dict[str, Any] | None:
+        """A pilot's time per update: the median of its timed later updates and their spread (min, max, n)."""
+        g = self.gate("update_second")
+        st = (g or {}).get("step_time")
+        if isinstance(st, dict) and isinstance(st.get("median"), (int, float)):
+            return dict(st)
+        times = sorted(
+            float(e["duration_s"])
+            for e in ev.iter_kind(self.events, ev.STEP)
+            if e.get("phase") == "update_second" and isinstance(e.get("duration_s"), (int, float))
+        )
+        if not times:
+            return None
+        mid = times[len(times) // 2] if len(times) % 2 else (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2
+        return {"median": mid, "min": times[0], "max": times[-1], "n": len(times)}
+
     @property
     def peak(self) -> tuple[float | None, str]:
         """The run's peak in MiB and its counter, by the one rule."""

@@ -369,17 +369,45 @@ def ranks_agree(ctx: Context, g: Gate) -> None:
 
 
 def update_second(ctx: Context, g: Gate) -> None:
+    """Later updates with the optimizer state resident: the steady peak, and the time per update.
+
+    ``[pilot] timed_updates`` of them (5 by default) are timed one by one: the
+    median is the time per update, and the spread (min to max) says how far one
+    measurement can be trusted (a busy machine widens it).
+    """
     tr = ctx.trainer
-    t0 = time.perf_counter()
-    mbs = tr.next_microbatches()
-    g.inputs.update(ctx.batch_inputs(mbs[0]))
-    out = tr.update(mbs)
-    out["duration_s"] = time.perf_counter() - t0
-    ctx.step_event(out, "update_second")
-    g.check("step counted", tr.step == 2, f"step {tr.step}")
-    g.check("finite loss", math.isfinite(out["loss"]), f"loss {out['loss']:.4f}")
+    k = max(1, int(ctx.pilot_cfg.get("timed_updates", 5)))
+    times: list[float] = []
+    losses: list[float] = []
+    for i in range(k):
+        t0 = time.perf_counter()
+        mbs = tr.next_microbatches()
+        if i == 0:
+            g.inputs.update(ctx.batch_inputs(mbs[0]))
+        out = tr.update(mbs)
+        out["duration_s"] = time.perf_counter() - t0
+        ctx.step_event(out, "update_second")
+        times.append(out["duration_s"])
+        losses.append(out["loss"])
+    g.inputs["timed_updates"] = k
+    g.check("step counted", tr.step == 1 + k, f"step {tr.step}")
+    bad = [i + 2 for i, v in enumerate(losses) if not math.isfinite(v)]
+    g.check("finite loss", not bad, f"loss {losses[-1]:.4f}" if not bad else f"non-finite at update {bad[0]}")
     if ctx.dist:
         ranks_agree(ctx, g)
+    ordered = sorted(times)
+    median = (
+        ordered[len(ordered) // 2]
+        if len(ordered) % 2
+        else (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
+    )
+    g.extra["step_time"] = {
+        "median": median,
+        "min": ordered[0],
+        "max": ordered[-1],
+        "n": k,
+        "samples": [round(t, 6) for t in times],
+    }
     g.extra["first_step_peak"] = ctx.peak("update_first")
 
 
