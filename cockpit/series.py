@@ -260,21 +260,13 @@ def plan(
     overrides: dict[str, Any] | None = None,
     skip_done: bool = False,
     rerun: list[str] | None = None,
-    without_pilot: str | None = None,
-    again: str | None = None,
-    decisions: list[str] | None = None,
 ) -> tuple[list[Item], list[str]]:
     """The items to run, in order, and notes on what was skipped or followed.
 
-    The plan is vetted by :func:`guard` (the CLI and the TUI alike): it raises a UsageError
-    that lists every refusal; the decisions an override makes go into ``decisions``.
+    Nothing here refuses: :func:`guard` vets the plan before anything starts (the CLI and the
+    TUI call it), so a preview can always be shown.
     """
-    items, notes = _items(nb, variants, seeds, overrides=overrides, skip_done=skip_done, rerun=rerun)
-    if items:
-        made = guard(nb, items, without_pilot=without_pilot, again=again)
-        if decisions is not None:
-            decisions.extend(made)
-    return items, notes
+    return _items(nb, variants, seeds, overrides=overrides, skip_done=skip_done, rerun=rerun)
 
 
 def _items(

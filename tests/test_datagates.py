@@ -280,7 +280,7 @@ def test_initial_loss_far_from_uniform_is_a_warning_with_figures(results: dict[s
     assert g["verdict"] == "warn"
     c = r.check("forward", "initial loss near uniform")
     assert c.get("warn") and not c["ok"]
-    assert "ln 4 = 1.386" in c["detail"] and "far from uniform" in c["detail"]
+    assert "ln 4 = 1.386" in c["detail"] and "far above uniform" in c["detail"]
     assert g["initial_loss"]["ratio"] > 2
 
 

@@ -70,7 +70,7 @@ def series_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     nbm.mutate(patient, lambda nb: setattr(nb.validation, "every_updates", 2))
     env = {"OMP_NUM_THREADS": "1"}
     nb = nbm.load(main)
-    items, _ = sr.plan(nb, ["lr1e-4"], [0, 1], without_pilot="tests of the series machinery: no pilot needed")
+    items, _ = sr.plan(nb, ["lr1e-4"], [0, 1])
     series = sr.Series(main, items, parallel=2, env=env)
     series.poll()
     out: dict[str, object] = {"main": main, "patient": patient, "clock": clock}
@@ -134,6 +134,11 @@ def test_completed_run_keeps_every_file(series_runs: dict) -> None:
     assert m["final_val_loss"] == pytest.approx(float(evals[-1]["val_loss"]))
     assert m["seed"] == 0 and m["variant"] == "lr1e-4" and m["examples_seen"] == 160
     assert (d / "checkpoint.pt").stat().st_size > 0
+    # the trained model, not only the pilot's: exported, reloaded in a new process, control inputs replayed
+    assert m["replay"]["equal"] is True and "bit-identical" in m["replay"]["detail"], m["replay"]
+    assert (d / "artifact" / "model.pt").is_file() and (d / "artifact" / "manifest.json").is_file()
+    manifest = json.loads((d / "artifact" / "manifest.json").read_text())
+    assert manifest["data_revision"]["sha256"] == m["data_revision"]["sha256"] and manifest["task_code"]
     evs = ev.read_events(d / ev.EVENTS_FILE)
     start = evs[0]
     assert start["kind"] == ev.RUN_START and start["run_kind"] == "train"
@@ -217,14 +222,14 @@ def test_rerun_follows_the_diverged_run(series_runs: dict) -> None:
 def test_plan_follows_latest_and_skips_done(campaign: Path) -> None:
     nb = nbm.load(campaign)
     nb.runs = []
-    items, _ = sr.plan(nb, None, [0, 1], without_pilot="tests of the series machinery: no pilot needed")
+    items, _ = sr.plan(nb, None, [0, 1])
     assert [(i.variant, i.seed, i.follows) for i in items] == [
         (v, s, "") for v in ("lr1e-4", "lr5e-5", "lr2e-4") for s in (0, 1)
     ]
     rid, _ = runs.create_run(campaign, "lr5e-5", 1, kind="train")
     rid2, _ = runs.create_run(campaign, "lr5e-5", 1, kind="train", follows=rid)
     nb = nbm.load(campaign)
-    items, _ = sr.plan(nb, ["lr5e-5"], [0, 1], without_pilot="tests of the series machinery: no pilot needed")
+    items, _ = sr.plan(nb, ["lr5e-5"], [0, 1])
     assert [(i.seed, i.follows) for i in items] == [(0, ""), (1, rid2)]
     nbm.mutate(campaign, lambda n: setattr(n.run(rid2), "status", "completed"))
     items, notes = sr.plan(

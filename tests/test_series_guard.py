@@ -16,6 +16,12 @@ from cockpit.errors import UsageError
 from tests.fake_runs import cpu_stack, make_campaign, standard_gates, write_run
 
 
+def vet(nb: nbm.Notebook, variants: list[str], seeds: list[int], **kw: str) -> tuple[list[sr.Item], list[str]]:
+    """Plan, then vet the plan as `cockpit series` and the TUI do; the items and the decisions made."""
+    items, _ = sr.plan(nb, variants, seeds)
+    return items, sr.guard(nb, items, **kw)
+
+
 def passed_pilot(camp: Path, variant: str | None = None) -> str:
     rid, _ = write_run(camp, variant=variant, stack=cpu_stack(), gates=standard_gates(None, None))
     return rid
@@ -24,7 +30,7 @@ def passed_pilot(camp: Path, variant: str | None = None) -> str:
 def test_no_pilot_refuses_and_names_the_command(tmp_path: Path) -> None:
     camp = make_campaign(tmp_path)
     with pytest.raises(UsageError) as exc:
-        sr.plan(nbm.load(camp), ["lr1e-4"], [0])
+        vet(nbm.load(camp), ["lr1e-4"], [0])
     msg = str(exc.value)
     assert "no pilot of lr1e-4 yet" in msg and f"cockpit pilot {camp} --variant lr1e-4" in msg
     assert "--without-pilot" in msg
@@ -36,7 +42,7 @@ def test_a_failed_pilot_is_named(tmp_path: Path) -> None:
         camp, stack=cpu_stack(), gates=standard_gates(None, None), status="failed", reason="gate failed: data"
     )
     with pytest.raises(UsageError, match=f"latest pilot {rid} ended failed \\(gate failed: data\\)"):
-        sr.plan(nbm.load(camp), ["lr1e-4"], [0])
+        vet(nbm.load(camp), ["lr1e-4"], [0])
 
 
 def test_a_passed_pilot_of_the_same_settings_and_code_lets_it_start(
@@ -44,23 +50,22 @@ def test_a_passed_pilot_of_the_same_settings_and_code_lets_it_start(
 ) -> None:
     camp = make_campaign(tmp_path)
     pid = passed_pilot(camp)
-    items, _ = sr.plan(nbm.load(camp), ["lr1e-4"], [0, 1])
+    items, _ = vet(nbm.load(camp), ["lr1e-4"], [0, 1])
     assert [i.seed for i in items] == [0, 1]
     nbm.mutate(camp, lambda nb: setattr(nb.training, "lr", 3e-4))
     with pytest.raises(UsageError, match=f"pilot {pid} ran with other settings \\(lr 0.0001 -> 0.0003\\)"):
-        sr.plan(nbm.load(camp), ["lr1e-4"], [0])
+        vet(nbm.load(camp), ["lr1e-4"], [0])
     nbm.mutate(camp, lambda nb: setattr(nb.training, "lr", 1e-4))
     monkeypatch.setattr(runs, "task_revision", lambda entry, d: {"task_code": "edited since"})
     with pytest.raises(UsageError, match=f"task code changed since its latest passed pilot {pid}"):
-        sr.plan(nbm.load(camp), ["lr1e-4"], [0])
+        vet(nbm.load(camp), ["lr1e-4"], [0])
 
 
 def test_an_override_is_recorded_as_a_decision_and_in_each_row(tmp_path: Path) -> None:
     camp = make_campaign(tmp_path)
     decisions: list[str] = []
-    items, _ = sr.plan(
-        nbm.load(camp), ["lr2e-4"], [0, 1], without_pilot="the box is rented for one hour only", decisions=decisions
-    )
+    items, made = vet(nbm.load(camp), ["lr2e-4"], [0, 1], without_pilot="the box is rented for one hour only")
+    decisions.extend(made)
     assert decisions and "without a passed pilot" in decisions[0]
     sr.record_decisions(camp, decisions)
     start = functools.partial(launch.new_run, starter=lambda rdir, **kw: 0)  # the rows, not the processes
@@ -80,9 +85,9 @@ def test_a_configuration_that_diverged_is_not_repeated_silently(tmp_path: Path) 
         camp, kind="train", seed=0, status="completed", reason="budget reached", overrides={"lr": 5e-5}
     )  # a later run with another setting: not what is repeated
     with pytest.raises(UsageError) as exc:
-        sr.plan(nbm.load(camp), ["lr1e-4"], [0])
+        vet(nbm.load(camp), ["lr1e-4"], [0])
     assert f"{bad} already ran exactly these settings and ended diverged (loss 40 above 4x its start)" in str(exc.value)
-    items, _ = sr.plan(nbm.load(camp), ["lr1e-4"], [0], again="a fixed data bug since")
+    items, _ = vet(nbm.load(camp), ["lr1e-4"], [0], again="a fixed data bug since")
     assert items[0].follows == bad and "a fixed data bug since" in items[0].notes
 
 
@@ -109,12 +114,12 @@ def test_a_protocol_change_after_runs_is_caught_by_check_series_and_compare(
     err = capsys.readouterr().err
     assert "stop.divergence_factor 4.0 -> 3.0" in err and "validation_every_updates 50 -> 25" in err and old in err
     with pytest.raises(UsageError, match="the protocol changed after 1 training run"):
-        sr.plan(nbm.load(camp), ["lr1e-4"], [1])
+        vet(nbm.load(camp), ["lr1e-4"], [1])
     assert cli(["protocol", str(camp), "--why", "divergence came too late to save budget"]) == 0
     nb = nbm.load(camp)
     assert nb.campaign.protocol_revision == 2
     assert nb.decisions[-1].kind == "protocol" and "divergence came too late" in nb.decisions[-1].text
     assert cli(["check", str(camp)]) == 0
-    sr.plan(nb, ["lr1e-4"], [1])  # revision 2 starts cleanly
+    vet(nb, ["lr1e-4"], [1])  # revision 2 starts cleanly
     trs = compare.train_runs(nb)
     assert trs[0].tag.startswith("protocol revision 1 (now 2)")  # kept apart from revision 2's runs

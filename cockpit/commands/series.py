@@ -116,18 +116,10 @@ def run(args: argparse.Namespace) -> int:
             )
             return 0
         return _go(path, args, items, [])
-    decisions: list[str] = []
     items, notes = sr.plan(
-        nb,
-        _variants(args.variants),
-        seeds,
-        overrides=overrides,
-        skip_done=args.skip_done,
-        rerun=args.rerun,
-        without_pilot=args.without_pilot,
-        again=args.again,
-        decisions=decisions,
+        nb, _variants(args.variants), seeds, overrides=overrides, skip_done=args.skip_done, rerun=args.rerun
     )
+    decisions = sr.guard(nb, items, without_pilot=args.without_pilot, again=args.again) if items else []
     for n in notes:
         print(n, file=sys.stderr)
     if not items:

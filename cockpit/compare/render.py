@@ -27,7 +27,8 @@ def _step_cell(mem: dict[str, Any], v: str, ref: str) -> str:
     if v == ref or not r["step_time_s"]:
         return cell
     lo, hi, rlo, rhi = m.get("step_min_s"), m.get("step_max_s"), r.get("step_min_s"), r.get("step_max_s")
-    if None not in (lo, hi, rlo, rhi) and lo <= rhi and rlo <= hi:
+    spread = m.get("step_n", 0) > 1 and r.get("step_n", 0) > 1  # one timed update on a side: no spread to judge by
+    if spread and None not in (lo, hi, rlo, rhi) and lo <= rhi and rlo <= hi:
         return cell + " (within spread)"
     return cell + f" ({m['step_time_s'] / r['step_time_s']:.2f}x)"
 

@@ -70,3 +70,61 @@ def load(raw: Any) -> dict[str, Split]:
             ),
         )
     return {str(k): v if isinstance(v, Split) else Split(str(k), v) for k, v in raw.items()}
+
+
+def torch_uint8() -> Any:
+    import torch
+
+    return torch.uint8
+
+
+def _feed(h: Any, value: Any) -> None:
+    """Hash a value by its content: tensors and arrays by their bytes, containers item by item."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
+        value = value.detach().cpu().contiguous()
+        h.update(f"tensor{tuple(value.shape)}{value.dtype}".encode())
+        h.update(value.view(-1).view(torch_uint8()).numpy().tobytes() if value.numel() else b"")
+        return
+    if hasattr(value, "tobytes") and hasattr(value, "shape"):  # a numpy array
+        h.update(f"array{tuple(value.shape)}{value.dtype}".encode())
+        h.update(value.tobytes())
+        return
+    if isinstance(value, Mapping):
+        h.update(b"{")
+        for k in sorted(value, key=str):
+            h.update(str(k).encode() + b":")
+            _feed(h, value[k])
+        h.update(b"}")
+        return
+    if isinstance(value, (list, tuple)):
+        h.update(b"[")
+        for x in value:
+            _feed(h, x)
+        h.update(b"]")
+        return
+    h.update(repr(value).encode())
+
+
+def data_revision(splits: Mapping[str, Any], limit: int = 2_000_000) -> dict[str, Any]:
+    """A revision of the data as the task produced it: a SHA-256 over every example's id and content, per split.
+
+    Two runs trained on the same revision saw the same examples; a dataset that changed
+    between a pilot and a series, or between two series, shows as another revision.
+    """
+    import hashlib
+
+    total = hashlib.sha256()
+    counts: dict[str, int] = {}
+    for name in sorted(splits):
+        data = splits[name]
+        n = min(len(data), limit)
+        h = hashlib.sha256()
+        for i in range(n):
+            _feed(h, data[i])
+        counts[name] = len(data)
+        total.update(name.encode() + b"=" + h.hexdigest().encode())
+    return {
+        "sha256": total.hexdigest(),
+        "examples": counts,
+        **({"hashed_first": limit} if any(c > limit for c in counts.values()) else {}),
+    }

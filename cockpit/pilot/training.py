@@ -37,8 +37,9 @@ from . import resumable
 from .predictions import predict_pass
 from .process import RunProcess, outcome_of
 from .signals import Stopped
+from .splits import data_revision
 from .task import Task, load_task
-from .trainer import NonFinite, Trainer
+from .trainer import NonFinite, Trainer, user
 
 
 class Diverged(Exception):
@@ -75,6 +76,8 @@ class TrainingRun(RunProcess):
         self.curve: resumable.Csv | None = None
         self.evals_csv: resumable.Csv | None = None
         self.save_times: list[float] = []
+        self.data_revision: dict[str, Any] = {}
+        self.replay: dict[str, Any] | None = None
         self.train_t0 = time.monotonic()
         self.mem: dict[str, Any] = {}
 
@@ -147,6 +150,7 @@ class TrainingRun(RunProcess):
             world=self.world,
         )
         self.trainer.load_data()
+        self.data_revision = data_revision(self.trainer.splits)
         self.trainer.build()
         resume_step = self.restore() if self.resume else None
         if self.lead:
@@ -370,6 +374,9 @@ class TrainingRun(RunProcess):
                 state["status"] = status.value
                 ck.atomic_save(state, self.rdir / runs.CHECKPOINT)
                 self.save_time = time.perf_counter() - t0
+            if status == ev.Status.COMPLETED and self.lead:
+                self.phase = "export"
+                self.replay = self.export_and_replay()
         except Stopped as exc:
             return ev.Outcome.of(ev.Status.STOPPED, f"stopped by signal ({exc}) during {self.phase} after: {reason}")
         except Exception as exc:  # noqa: BLE001 - a completed run ends as what failed; any other keeps its outcome
@@ -378,6 +385,61 @@ class TrainingRun(RunProcess):
                 return failed
             self.log(f"after {status.value}: {failed.reason}", "warn")
         return outcome
+
+    def export_and_replay(self) -> dict[str, Any]:
+        """The trained model as the pilot proved it can be shipped: exported, reloaded in a new process, replayed."""
+        from .context import Context, subprocess_child
+
+        tr, task = self.trainer, self.task
+        assert tr is not None and task is not None
+        adir = self.rdir / runs.ARTIFACT_DIR
+        t0 = time.perf_counter()
+        manifest = ck.export_artifact(
+            tr.model,
+            adir,
+            {
+                "run": self.frozen["run"]["id"],
+                "entry": self.frozen["task"]["entry"],
+                "params": self.params,
+                "step": tr.step,
+                "seed": self.seed,
+                "data_revision": self.data_revision,
+                "task_code": (self.frozen.get("revisions") or {}).get("task_code"),
+            },
+        )
+        controls = (
+            user("control_inputs", task.control_inputs, self.params)
+            if task.control_inputs
+            else [tr.splits["val"][i] for i in range(min(4, len(tr.splits["val"])))]
+        )
+        outputs = tr.control_outputs(controls)
+        size = ck.atomic_save({"ids": [c["id"] for c in controls], **outputs}, adir / ck.CONTROL_FILE)
+        manifest["files"][ck.CONTROL_FILE] = {"sha256": ck.sha256(adir / ck.CONTROL_FILE), "bytes": size}
+        manifest["controls"] = controls
+        ck.write_manifest(adir, manifest)
+        export_s = time.perf_counter() - t0
+        ctx = Context(
+            params=self.params,
+            seed=self.seed,
+            device=self.device,
+            rdir=self.rdir,
+            emit=self.emit,
+            meter=self.meter,
+            frozen=self.frozen,
+        )
+        data, said = subprocess_child("replay", ctx, False)
+        result: dict[str, Any] = {
+            "export_s": round(export_s, 3),
+            "weights_bytes": manifest["files"][ck.MODEL_FILE]["bytes"],
+            "equal": bool(data and data.get("equal")),
+            "detail": (data or {}).get("detail") or said,
+        }
+        self.log(
+            f"exported {result['weights_bytes'] / 2**20:.1f} MiB and replayed in a new process: "
+            f"{'reproduced' if result['equal'] else 'NOT reproduced'} ({result['detail']})",
+            "info" if result["equal"] else "warning",
+        )
+        return result
 
     def write_metrics(self, outcome: ev.Outcome, mem: dict[str, Any]) -> None:
         if not self.lead:
@@ -402,6 +464,9 @@ class TrainingRun(RunProcess):
             "start_loss": ev.finite_or_none(self.start_loss),
             "duration_s": time.time() - self.t0,
             "peak": _peak_summary(mem),
+            "checkpoint_time_s": sum(self.save_times) / len(self.save_times) if self.save_times else None,
+            "data_revision": self.data_revision,
+            "replay": self.replay,
         }
         fsutil.write_text(self.rdir / runs.METRICS_FILE, json.dumps(metrics, indent=2, allow_nan=False, default=str))
 

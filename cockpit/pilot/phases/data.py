@@ -38,6 +38,7 @@ from .. import inspection
 from ..context import Context
 from ..datascan import SCAN_SECONDS, SplitScan, collate, ids_text, scan, share_text
 from ..gate import Gate, Phase
+from ..splits import data_revision
 from ..trainer import Trainer, user
 from . import semantics
 
@@ -77,6 +78,7 @@ def data_gate(ctx: Context, g: Gate) -> None:
         f"{len(s.ids)}/{s.total} {n}" if len(s.ids) < s.total else f"{s.total} {n}" for n, s in scans.items()
     )
     inspection.write(ctx, g, scans)
+    g.extra["data_revision"] = data_revision(splits)  # the examples as the task produced them, hashed
 
 
 def _identifier_checks(ctx: Context, g: Gate) -> None:
