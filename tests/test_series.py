@@ -237,7 +237,6 @@ def test_plan_follows_latest_and_skips_done(campaign: Path) -> None:
         ["lr5e-5"],
         [0, 1],
         skip_done=True,
-        without_pilot="tests of the series machinery: no pilot needed",
     )
     assert [i.seed for i in items] == [0] and rid2 in notes[0]
     items, _ = sr.plan(
@@ -246,7 +245,6 @@ def test_plan_follows_latest_and_skips_done(campaign: Path) -> None:
         [1],
         skip_done=True,
         overrides=sr.budget_overrides(5),
-        without_pilot="tests of the series machinery: no pilot needed",
     )
     assert [i.seed for i in items] == [1]  # a different budget is not the same run
 
