@@ -98,6 +98,7 @@ class Plan:
     packages: list[Package]
     unplanned: list[str]
     overrides: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    quality_checks: list[str] = field(default_factory=list)  # memory variants given one run to measure quality
 
 
 def _step_duration(run: sh.RunFiles, phase: str) -> float | None:
@@ -223,6 +224,16 @@ def build(
     # the runs a rental pays for are the series: quality variants (memory variants are
     # ways of running them, compared by their pilots), the reference first
     order_v = [ref] + [v for v in default_variants(nb) if v != ref]
+    # and one quality-check run per memory variant that passed its pilot: its quality was never measured
+    checks = [
+        v.id
+        for v in nb.variants
+        if v.kind == "memory"
+        and v.id not in order_v
+        and sh.latest_passed_pilot(all_runs, v.id) is not None
+        and not any(r.status == "completed" for r in sh.series_runs(all_runs, v.id))
+    ]
+    order_v += checks
     ds = _dataset_size(all_runs)
     timings = {v: measure(all_runs, v) for v in order_v}
     ref_t = timings[ref]
@@ -254,7 +265,8 @@ def build(
     for v in order_v:
         updates, why = updates_of(nb, v, ds)
         costs[v] = cost(nb, v, timings[v], updates, why)
-    order = [(v, s) for s in range(seeds) for v in order_v]
+    quality = [v for v in order_v if v not in checks]
+    order = [(v, 0) for v in quality] + [(v, 0) for v in checks] + [(v, s) for s in range(1, seeds) for v in quality]
     unplanned = [v for v in order_v if costs[v].hours is None]
     packages = []
     for d in days:
@@ -288,7 +300,7 @@ def build(
                 pkg.left_out.append((v, s, h))
         packages.append(pkg)
     overrides = {v: tuple(nb.variant(v).set) for v in order_v}
-    return Plan(nb.campaign.name, seeds, costs, order, packages, unplanned, overrides)
+    return Plan(nb.campaign.name, seeds, costs, order, packages, unplanned, overrides, checks)
 
 
 def _h(x: float) -> str:
@@ -307,7 +319,10 @@ def _runs_text(items: list[tuple[str, int, float]]) -> str:
 
 def render(p: Plan) -> list[str]:
     out = [f"Rental plan: campaign {p.campaign}, {p.seeds} seed{'s' if p.seeds != 1 else ''} per variant", ""]
-    out.append("Hours per run (updates x time per update + validations x time per validation + one save at the end):")
+    out.append(
+        "Hours per run (updates x time per update + validations x time per validation + saves (the periodic "
+        "checkpoints and the last) x time per save):"
+    )
     devices = set()
     for v, c in p.costs.items():
         t = c.timing
@@ -317,7 +332,12 @@ def render(p: Plan) -> list[str]:
         devices.add(t.device)
         out.append(
             f"- {v}: **{_h(c.hours)}** = {c.updates} updates x {_s(t.step_s)} + {c.validations} "
-            f"validations x {_s(t.eval_s)} + {c.saves} save x {_s(t.save_s)}"
+            f"validations x {_s(t.eval_s)} + {c.saves} save{'s' if c.saves != 1 else ''} x {_s(t.save_s)}"
+            + (
+                " (one quality-check run: a memory variant whose quality was never measured)"
+                if v in p.quality_checks
+                else ""
+            )
         )
         if t.borrowed_from:
             changed = ", ".join(f"{k}" for k in sorted(p.overrides.get(v, ())))
@@ -344,7 +364,10 @@ def render(p: Plan) -> list[str]:
     out.append("- runs run one after another on one machine")
     out.append("")
     order = ", ".join(f"{v} s{s}" for v, s in p.order if p.costs[v].hours is not None)
-    out.append(f"Priority order (seed by seed, reference first): {order or 'nothing measured'}")
+    out.append(
+        f"Priority order (seed by seed, reference first; after the first seed of every quality variant, one "
+        f"quality-check run per memory variant): {order or 'nothing measured'}"
+    )
     out.append("")
     for pkg in p.packages:
         head = (

@@ -499,6 +499,13 @@ def generated_conclusion(
             f"{len(bad)} run{'s' if len(bad) != 1 else ''} did not pass or complete "
             f"({', '.join(f'{r.id} {r.status}' for r in bad)}); each keeps its row and reason above."
         )
+    unmeasured = [v.id for v in nb.variants if v.kind == "memory" and not any(r.variant == v.id for r in measured)]
+    if unmeasured:
+        parts.append(
+            f"Quality not measured for the memory variant{'s' if len(unmeasured) > 1 else ''} "
+            f"{', '.join(unmeasured)}: their pilots measured memory and time only, and precision, microbatch or "
+            "max_length can change the result; one training run each settles it before one is chosen."
+        )
     if sheet is not None:
         parts.append(f"Machine: {sheet.recommendation}")
     return " ".join(parts)

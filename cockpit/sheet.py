@@ -274,6 +274,11 @@ def expected_result(nb: nbm.Notebook, variant: str) -> str:
             else f"no series run of {variant} at the notebook's settings has finished"
         )
         text = f"not measured yet: {why}. The campaign's {target} for {metric} is a goal, not a prediction."
+        if nb.variant(variant).kind == "memory":
+            text += (
+                " This is a memory variant: its quality was never measured, and precision, microbatch or "
+                "max_length can change it; one training run of it settles that before it is chosen."
+            )
     else:
         s = spread(list(group.seeds.values()))
         assert s is not None

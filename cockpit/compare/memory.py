@@ -147,7 +147,8 @@ def flags(nb: nbm.Notebook, vid: str, mem: dict[str, PilotMem], groups: list[Gro
             where = f" ({split})" if split else ""
             text = (
                 f"max_length {t.get('max_length', ml)}: {lose} of {int(t.get('examples') or 0)} examples{where} "
-                f"lose target tokens, {int(t.get('no_target_left') or 0)} have no target left"
+                f"({lose / max(int(t.get('examples') or 0), 1):.0%}) lose target tokens, "
+                f"{int(t.get('no_target_left') or 0)} have no target left"
             )
             if t.get("longer_than_max") is not None:
                 text += f" ({int(t['longer_than_max'])} are longer than max_length)"
@@ -161,6 +162,16 @@ def flags(nb: nbm.Notebook, vid: str, mem: dict[str, PilotMem], groups: list[Gro
                 "flag": "shorter max_length: truncation not measured",
                 "detail": f"max_length {rml} -> {ml}; the pilot's data gate recorded no truncation count"
                 + ("" if m and m.run else " (no passed pilot for this variant)"),
+            }
+        )
+    own = [g for g in groups if g.variant == vid and g.tag == "" and g.stats.n]
+    if nb.variant(vid).kind == "memory" and not own:
+        out.append(
+            {
+                "flag": "quality not measured",
+                "detail": f"no training run of {vid} completed at the notebook's settings: a memory variant (precision, "
+                "microbatch, checkpointing, max_length) can change the result too; "
+                f"`cockpit series {nb.directory} --variants {vid} --seeds 0` measures it (the plan budgets one run)",
             }
         )
     if c.quality_target is not None:

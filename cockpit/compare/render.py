@@ -16,6 +16,10 @@ def _mib(b: float | None) -> str:
     return "absent" if b is None else f"{b / 2**20:,.0f}"
 
 
+# Flags that make a variant answer another question than the reference: never compared as if it did not.
+DIFFERENT = ("shorter max_length truncates targets", "effective batch changed", "not only memory settings")
+
+
 def _step_cell(mem: dict[str, Any], v: str, ref: str) -> str:
     """The median time per update with its spread; a ratio only when the spreads do not overlap."""
     m, r = mem[v], mem[ref]
@@ -56,9 +60,12 @@ def render(data: dict[str, Any], console: Any) -> None:
             overflow="fold",
             no_wrap=col in ("n", "mean", "std", "min", "max"),
         )
+    other = {vid: [f["flag"] for f in fl if f["flag"] in DIFFERENT] for vid, fl in data["flags"].items()}
     for g in data["quality"]:
         s = g["stats"]
         name = g["variant"] + (f" [dim]({g['tag']})[/]" if g["tag"] else "")
+        if other.get(g["variant"]) and not g["tag"]:
+            name += f" [yellow](another experiment: {'; '.join(other[g['variant']])})[/]"
         seeds = ", ".join(f"s{k}={v:.4g}" for k, v in g["seeds"].items())
         if g["not_completed"]:
             seeds += ("; " if seeds else "") + ", ".join(f"{n} {st}" for st, n in g["not_completed"].items())
