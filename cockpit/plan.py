@@ -79,6 +79,7 @@ class Package:
     reserve_source: str
     fits: list[tuple[str, int, float]] = field(default_factory=list)  # variant, seed, hours
     left_out: list[tuple[str, int, float]] = field(default_factory=list)
+    busiest_h: float | None = None  # with runs side by side on several GPUs: the busiest GPUs' hours
 
     @property
     def available_h(self) -> float:
@@ -86,7 +87,8 @@ class Package:
 
     @property
     def used_h(self) -> float:
-        return sum(h for _, _, h in self.fits)
+        """Wall-clock hours the fitted runs take (one after another, or the busiest GPUs' share side by side)."""
+        return self.busiest_h if self.busiest_h is not None else sum(h for _, _, h in self.fits)
 
 
 @dataclass
@@ -99,6 +101,8 @@ class Plan:
     unplanned: list[str]
     overrides: dict[str, tuple[str, ...]] = field(default_factory=dict)
     quality_checks: list[str] = field(default_factory=list)  # memory variants given one run to measure quality
+    gpus: int = 1
+    lanes: int = 1  # runs side by side (GPUs // processes per run)
 
 
 def _step_duration(run: sh.RunFiles, phase: str) -> float | None:
@@ -216,7 +220,10 @@ def build(
     seeds: int = DEFAULT_SEEDS,
     reserve_hours: float | None = None,
     all_runs: list[sh.RunFiles] | None = None,
+    gpus: int | None = None,
 ) -> Plan:
+    """``gpus``: how many the rented box has (default: as many as the reference's pilot saw, 1 without any);
+    runs go side by side, one per ``nproc`` GPUs."""
     all_runs = sh.campaign_runs(nb.directory) if all_runs is None else all_runs
     from .series import default_variants
 
@@ -268,6 +275,12 @@ def build(
     quality = [v for v in order_v if v not in checks]
     order = [(v, 0) for v in quality] + [(v, 0) for v in checks] + [(v, s) for s in range(1, seeds) for v in quality]
     unplanned = [v for v in order_v if costs[v].hours is None]
+    if gpus is None:
+        ref_pilot = sh.latest_passed_pilot(all_runs, ref)
+        gpus = len((ref_pilot.stack.get("gpus") if ref_pilot else None) or []) or 1
+    from .launch import nproc_for
+
+    lanes = max(1, gpus // nproc_for(nb))
     packages = []
     for d in days:
         total = 24.0 * d
@@ -287,20 +300,23 @@ def build(
         if export > res:
             res, src = export, "the export time the pilot measured (larger than the reserve asked for)"
         pkg = Package(d, total, min(res, total), src)
-        used, stopped = 0.0, False
+        busy = [0.0] * lanes  # hours used on each set of GPUs
+        stopped = False
         for v, s in order:
             h = costs[v].hours
             if h is None:
                 continue
-            if not stopped and used + h <= pkg.available_h:
+            lane = min(range(lanes), key=lambda i: busy[i])  # the GPUs free first take the next run
+            if not stopped and busy[lane] + h <= pkg.available_h:
                 pkg.fits.append((v, s, h))
-                used += h
+                busy[lane] += h
             else:
                 stopped = True  # strict priority: nothing jumps the queue
                 pkg.left_out.append((v, s, h))
+        pkg.busiest_h = max(busy)
         packages.append(pkg)
     overrides = {v: tuple(nb.variant(v).set) for v in order_v}
-    return Plan(nb.campaign.name, seeds, costs, order, packages, unplanned, overrides, checks)
+    return Plan(nb.campaign.name, seeds, costs, order, packages, unplanned, overrides, checks, gpus, lanes)
 
 
 def _h(x: float) -> str:
@@ -361,7 +377,11 @@ def render(p: Plan) -> list[str]:
             f"- measured on: {', '.join(sorted(devices))}. These times hold for that machine; on another "
             "machine run the pilot there first, the plan does not scale times between devices."
         )
-    out.append("- runs run one after another on one machine")
+    out.append(
+        "- runs run one after another on one machine"
+        if p.lanes == 1
+        else f"- {p.lanes} runs side by side on {p.gpus} GPUs (each on GPUs of its own), one after another on each"
+    )
     out.append("")
     order = ", ".join(f"{v} s{s}" for v, s in p.order if p.costs[v].hours is not None)
     out.append(

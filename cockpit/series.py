@@ -73,6 +73,7 @@ class Started:
     tail: ev.Tail
     finished: bool = False
     state: runs.RunState | None = None
+    gpus: list[int] = field(default_factory=list)  # the GPUs lent to it (CUDA_VISIBLE_DEVICES)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -310,14 +311,32 @@ def _same_params(nb: nbm.Notebook, rid: str, want: dict[str, Any]) -> bool:
     return got == want
 
 
-def parallel_check(campaign: Path | str, variants: list[str], parallel: int) -> list[str]:
+CONTEXT_MIB = 600  # a CUDA context per process, on top of what torch reserves (measured on an H200)
+
+
+def parallel_check(
+    campaign: Path | str, variants: list[str], parallel: int, nproc: int = 1, gpus: list[Any] | None = None
+) -> list[str]:
+    """Notes on whether ``parallel`` runs fit at once (see :func:`fit_parallel`); raises when they do not."""
+    return fit_parallel(campaign, variants, parallel, nproc, gpus)[0]
+
+
+def fit_parallel(
+    campaign: Path | str, variants: list[str], parallel: int, nproc: int = 1, gpus: list[Any] | None = None
+) -> tuple[list[str], int]:
     """Whether ``parallel`` runs fit at once, from the latest passed pilots' measured peaks.
 
-    Raises UsageError when they measurably do not fit; returns notes otherwise
-    (including that nothing was measured, when no pilot passed).
+    On a box with GPUs each run gets GPUs of its own; when there are fewer GPUs
+    than ``parallel x nproc``, runs share a GPU only if that many measured peaks
+    (plus a CUDA context each) fit in it. Returns notes and how many runs one GPU
+    may hold; raises UsageError when they measurably do not fit.
     """
+    from . import gpus as gpus_
+
+    if gpus is None:
+        gpus = gpus_.visible()
     if parallel <= 1:
-        return []
+        return [], 1
     cdir = nbm.find(campaign).parent
     all_runs = runs.campaign_runs(cdir)
     peaks: list[tuple[float, str, float | None, str]] = []  # (bytes, counter, total, what total)
@@ -342,6 +361,35 @@ def parallel_check(campaign: Path | str, variants: list[str], parallel: int) -> 
         notes.append(
             f"no passed pilot for {', '.join(missing)}: {parallel} parallel runs are not sized from a measurement"
         )
+    lanes = parallel * max(nproc, 1)
+    per_gpu = -(-lanes // len(gpus)) if gpus else parallel  # runs on one GPU (ceil), or in one RAM on a CPU box
+    gpu_peaks = [p for p in peaks if p[3] == "GPU memory"]
+    if gpus:
+        smallest = float(min(g.total for g in gpus))
+        where = f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}"
+        if per_gpu == 1:
+            notes.append(f"{parallel} at once on {where}: each run on GPUs of its own")
+        elif not gpu_peaks:
+            raise UsageError(
+                f"--parallel {parallel}: {lanes} GPU processes on {where} would put {per_gpu} runs on one GPU, and no "
+                f"pilot measured GPU memory to say they fit side by side; run {max(1, len(gpus) // max(nproc, 1))} at "
+                "once, or pilot on this GPU first"
+            )
+        else:
+            worst = max(gpu_peaks)
+            need = per_gpu * (worst[0] + CONTEXT_MIB * 2**20)
+            if need > smallest:
+                raise UsageError(
+                    f"--parallel {parallel}: {lanes} GPU processes on {where} put {per_gpu} runs on one GPU, needing "
+                    f"about {need / 2**20:,.0f} MiB ({per_gpu} x ({worst[0] / 2**20:,.0f} MiB {worst[1]} + "
+                    f"{CONTEXT_MIB} MiB CUDA context)), more than its {smallest / 2**20:,.0f} MiB; run "
+                    f"{max(1, len(gpus) // max(nproc, 1))} at once (one per GPU)"
+                )
+            notes.append(
+                f"{parallel} at once on {where}: {per_gpu} runs per GPU, about {need / 2**20:,.0f} of "
+                f"{smallest / 2**20:,.0f} MiB from the pilots' peaks ({worst[1]})"
+            )
+        return notes, per_gpu
     if peaks:
         worst = max(peaks)
         need = worst[0] * parallel
@@ -350,13 +398,13 @@ def parallel_check(campaign: Path | str, variants: list[str], parallel: int) -> 
                 raise UsageError(
                     f"--parallel {parallel}: the largest measured peak is {worst[0] / 2**20:,.0f} MiB ({worst[1]}), "
                     f"so {parallel} runs need about {need / 2**20:,.0f} MiB, more than the {worst[2] / 2**20:,.0f} MiB "
-                    f"of {worst[3]}; run fewer at once (on a GPU the CUDA context adds about 600 MiB per process on top)."
+                    f"of {worst[3]}; run fewer at once."
                 )
             notes.append(
                 f"{parallel} at once: about {need / 2**20:,.0f} of {worst[2] / 2**20:,.0f} MiB {worst[3]} "
                 f"from the pilots' peaks ({worst[1]})"
             )
-    return notes
+    return notes, per_gpu
 
 
 class Series:
@@ -370,9 +418,14 @@ class Series:
         env: dict[str, str] | None = None,
         starter: Callable[..., tuple[str, Path]] | None = None,
         resumer: Callable[..., Path] | None = None,
+        placement: Any = None,
+        nproc: int = 1,
     ):
+        """``placement`` (a ``cockpit.gpus.Placement``) lends each run GPUs of its own, ``nproc`` per run."""
         if parallel < 1:
             raise UsageError(f"--parallel {parallel}: give a whole number >= 1")
+        self.placement = placement
+        self.nproc = max(1, nproc)
         self.campaign = nbm.find(campaign)
         self.pending: deque[Item] = deque(items)
         self.parallel = parallel
@@ -402,16 +455,26 @@ class Series:
                 launch.reap()
                 s.finished = True
                 s.state = runs.state(s.dir)
+                if self.placement is not None:
+                    self.placement.release(s.gpus)
                 if s.state.status == ev.Status.CRASHED.value:  # killed: its process could not write its row
                     runs.settle_run(self.campaign, s.dir)
                 changes.append(("finished", s))
         while self.pending and len(self.active) < self.parallel:
+            lent: list[int] = []
+            env = dict(self.env)
+            if self.placement is not None and self.parallel > 1:
+                got = self.placement.assign(self.nproc)
+                if got is None:
+                    break  # every GPU is as full as the pilots' peaks allow: wait for a run to end
+                lent = got
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, lent))
             item = self.pending.popleft()
             if item.resume:
                 events = runs.run_dir(self.campaign.parent, item.resume) / ev.EVENTS_FILE
                 seen = events.stat().st_size if events.is_file() else 0  # its earlier processes' events are old news
-                rdir = self._resume(self.campaign, item.resume, env=self.env or None)
-                s = Started(item, item.resume, Path(rdir), ev.Tail(events, offset=seen))
+                rdir = self._resume(self.campaign, item.resume, env=env or None)
+                s = Started(item, item.resume, Path(rdir), ev.Tail(events, offset=seen), gpus=lent)
                 self.started.append(s)
                 changes.append(("started", s))
                 continue
@@ -422,10 +485,10 @@ class Series:
                 kind="train",
                 follows=item.follows,
                 overrides=item.overrides or None,
-                env=self.env or None,
+                env=env or None,
                 **({"notes": item.notes} if item.notes else {}),
             )
-            s = Started(item, rid, Path(rdir), ev.Tail(Path(rdir) / ev.EVENTS_FILE))
+            s = Started(item, rid, Path(rdir), ev.Tail(Path(rdir) / ev.EVENTS_FILE), gpus=lent)
             self.started.append(s)
             changes.append(("started", s))
         return changes

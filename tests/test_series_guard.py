@@ -123,3 +123,52 @@ def test_a_protocol_change_after_runs_is_caught_by_check_series_and_compare(
     vet(nb, ["lr1e-4"], [1])  # revision 2 starts cleanly
     trs = compare.train_runs(nb)
     assert trs[0].tag.startswith("protocol revision 1 (now 2)")  # kept apart from revision 2's runs
+
+
+# --------------------------------------------------------------------------- every GPU of the box
+
+
+def test_parallel_runs_get_gpus_of_their_own_and_share_only_when_peaks_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cockpit import gpus as gpus_
+    from tests.fake_runs import gpu_stack
+
+    camp = make_campaign(tmp_path)
+    write_run(camp, stack=gpu_stack(total_mib=81_920), gates=standard_gates(50_000, 60_000, 600))
+    monkeypatch.setenv("COCKPIT_FAKE_GPUS", "4x81920")
+    box = gpus_.visible()
+    assert len(box) == 4
+    notes, per_gpu = sr.fit_parallel(camp, ["lr1e-4"], 4, 1, box)
+    assert per_gpu == 1 and "each run on GPUs of its own" in notes[0]
+    with pytest.raises(UsageError, match="put 2 runs on one GPU, needing about 121,200 MiB"):
+        sr.fit_parallel(camp, ["lr1e-4"], 8, 1, box)  # 2 x (60,000 + 600) > 81,920
+    small = make_campaign(tmp_path, "small")
+    write_run(small, stack=gpu_stack(total_mib=81_920), gates=standard_gates(20_000, 30_000, 600))
+    notes, per_gpu = sr.fit_parallel(small, ["lr1e-4"], 8, 1, box)
+    assert per_gpu == 2 and "2 runs per GPU" in notes[0]
+
+    envs: list[str] = []
+
+    def fake(campaign: Path, variant: str, seed: int, **kw: object) -> tuple[str, Path]:
+        envs.append((kw.get("env") or {}).get("CUDA_VISIBLE_DEVICES", ""))  # type: ignore[union-attr]
+        return launch.new_run(campaign, variant, seed, starter=lambda rdir, **k: 0, **kw)  # type: ignore[arg-type]
+
+    items, _ = sr.plan(nbm.load(camp), ["lr1e-4", "lr5e-5"], [0, 1, 2])
+    series = sr.Series(camp, items, parallel=4, starter=fake, placement=gpus_.Placement(box, 1))
+    series.poll()
+    assert sorted(envs) == ["0", "1", "2", "3"]  # four runs, four GPUs, none shared
+    assert len(series.pending) == 2  # the rest wait for a GPU
+
+
+def test_the_plan_counts_gpus(tmp_path: Path) -> None:
+    from cockpit import plan as pl
+
+    camp = make_campaign(tmp_path, updates=20_000)
+    write_run(
+        camp, stack=cpu_stack(), gates=standard_gates(None, None, step_s=5.0), steps={"update_second": 5.0}
+    )  # 20,000 x 5 s: about 28 h per run
+    one = pl.build(nbm.load(camp), days=(3,), seeds=3, gpus=1)
+    four = pl.build(nbm.load(camp), days=(3,), seeds=3, gpus=4)
+    assert len(one.packages[0].fits) == 2 and len(four.packages[0].fits) == 8
+    assert "4 runs side by side on 4 GPUs" in "\n".join(pl.render(four))

@@ -29,6 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="hours kept for evaluation and export (default: [rental] reserve_hours, else 10%% of the package)",
     )
+    p.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        help="GPUs on the rented box: runs go side by side (default: as many as the reference's pilot saw)",
+    )
     p.add_argument("--write", action="store_true", help="store the chosen package in the notebook's [rental]")
     p.add_argument(
         "--choose",
@@ -45,7 +51,9 @@ def run(args: argparse.Namespace) -> int:
     if args.reserve_hours is not None and args.reserve_hours < 0:
         raise UsageError("--reserve-hours must be >= 0")
     nb = nbm.load(args.campaign)
-    p = pl.build(nb, days=args.days, seeds=args.seeds, reserve_hours=args.reserve_hours)
+    if args.gpus is not None and args.gpus < 1:
+        raise UsageError(f"--gpus {args.gpus}: give a whole number >= 1")
+    p = pl.build(nb, days=args.days, seeds=args.seeds, reserve_hours=args.reserve_hours, gpus=args.gpus)
     print("\n".join(pl.render(p)))
     if args.write:
         pkg = pl.choose(p, args.choose)

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import launch, runs
 from .. import notebook as nbm
-from .. import runs
 from .. import series as sr
 from ..errors import UsageError
 from .pilot import parse_overrides
@@ -135,7 +135,11 @@ def _go(
     out = sys.stderr
     for n in notes:
         print(n, file=out)
-    notes = sr.parallel_check(path, [i.variant for i in items], args.parallel)
+    from .. import gpus as gpus_
+
+    box = gpus_.visible()
+    nproc = launch.nproc_for(nbm.load(path))
+    notes, per_gpu = sr.fit_parallel(path, [i.variant for i in items], args.parallel, nproc, box)
     for n in notes:
         print(n, file=out)
     budget = (
@@ -154,13 +158,15 @@ def _go(
         return _detach(path, args)
     sr.record_decisions(path, decisions or [])
 
-    series = sr.Series(path, items, parallel=args.parallel)
+    placement = gpus_.Placement(box, per_gpu) if box else None
+    series = sr.Series(path, items, parallel=args.parallel, placement=placement, nproc=nproc)
     t0 = time.monotonic()
 
     def on_change(what: str, s: sr.Started) -> None:
         el = time.monotonic() - t0
         if what == "started":
-            print(f"{el:7.1f}s {s.run_id} started: {s.item.label()} in {s.dir}", file=out, flush=True)
+            gpu = f" on GPU {','.join(map(str, s.gpus))}" if s.gpus else ""
+            print(f"{el:7.1f}s {s.run_id} started: {s.item.label()}{gpu} in {s.dir}", file=out, flush=True)
         else:
             st = s.state or runs.state(s.dir)
             print(
