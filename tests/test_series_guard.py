@@ -123,6 +123,11 @@ def test_a_protocol_change_after_runs_is_caught_by_check_series_and_compare(
     vet(nb, ["lr1e-4"], [1])  # revision 2 starts cleanly
     trs = compare.train_runs(nb)
     assert trs[0].tag.startswith("protocol revision 1 (now 2)")  # kept apart from revision 2's runs
+    from cockpit import report
+
+    text = report.build(camp)
+    assert f"runs {old} used protocol revision 1: stop.divergence_factor 4.0 -> 3.0" in text
+    assert "protocol revision 2 (the rules as the notebook states them now)" in text
 
 
 # --------------------------------------------------------------------------- every GPU of the box

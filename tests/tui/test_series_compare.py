@@ -92,7 +92,7 @@ async def test_compare_tables_as_the_cli_prints_them(make_app):
             await pilot.press("pagedown")
         await until(pilot, shows(app, "shorter max_length truncates targets"), what="the len24 flag")
         text = screen_text(app)
-        assert "412 of 3200 examples lose target tokens" in text
+        assert "412 of 3200 examples (13%) lose target tokens" in text
         assert "not distinguishable" in text and "Quality:" in text  # the method text
 
 
