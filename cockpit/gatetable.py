@@ -47,6 +47,7 @@ def row(gate: dict[str, Any]) -> dict[str, Any]:
         "rss": mem.get("rss"),
         "rss_peak": mem.get("rss_peak"),
         "duration_s": gate.get("duration_s"),
+        "busy": gate.get("busy") or "",
         "verdict": gate.get("verdict", "?"),
         "remedy": gate.get("remedy", ""),
         "message": gate.get("message", ""),
@@ -95,7 +96,8 @@ def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Ta
         tab.add_column("remedy / detail", overflow="fold", max_width=48)
     for g in gates:
         r = row(g)
-        peak = mib(r["peak_allocated"]) if r["peak_allocated"] is not None else "absent"
+        # the one rule for the peak (cockpit.runs): torch's peak reserved on a GPU
+        peak = mib(r["peak_reserved"]) if r["peak_reserved"] is not None else "absent"
         nv = "absent" if r["nvml_used"] is None else "/".join(mib(x) for x in r["nvml_used"])
         verdict = Text(r["verdict"], style=VERDICT_STYLE.get(r["verdict"], ""))
         cells = [r["phase"]]
@@ -109,7 +111,10 @@ def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Ta
             peak,
             nv,
             mib(r["rss"]),
-            "" if r["duration_s"] is None else f"{r['duration_s']:.2f}",
+            Text(
+                "" if r["duration_s"] is None else f"{r['duration_s']:.2f}" + (" busy" if r["busy"] else ""),
+                style="yellow" if r["busy"] else "",
+            ),
             verdict,
         ]
         if wide:
@@ -130,4 +135,8 @@ def notes(gates: list[dict[str, Any]]) -> list[Text]:
         d = detail(r)
         if d:
             out.append(Text(f"  {r['verdict']}: {d}", style=VERDICT_STYLE.get(r["verdict"], "")))
+        if r["busy"]:
+            out.append(
+                Text(f"  timed on a busy machine: {r['busy']}; its time says little about an idle one", style="yellow")
+            )
     return out

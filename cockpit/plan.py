@@ -52,6 +52,10 @@ class Timing:
     device: str = ""
     worst_step_s: float | None = None
     step_spread: tuple[float, float] | None = None  # min and max of the pilot's timed updates
+    busy: str = ""  # the pilot timed its updates while other processes kept the CPUs busy
+    checkpoint_bytes: int | None = None  # the pilot's save phase: one checkpoint as the series writes it
+    export_bytes: int | None = None  # the pilot's export phase: the artifact a completed run leaves
+    bytes_source: str = ""
     borrowed_from: str = ""
     why_not: str = ""
 
@@ -92,6 +96,93 @@ class Package:
 
 
 @dataclass
+class Disk:
+    """What a series leaves on the disk that holds ``runs/``, from the sizes the pilots measured.
+
+    At once: each run in progress keeps ``keep`` periodic checkpoints and writes the next beside
+    them; for good: each finished run's last checkpoint and exported model, and one archive of
+    the chosen model (its artifact)."""
+
+    where: str
+    free: int
+    keep: int
+    lanes: int
+    runs: int
+    checkpoint: int | None  # bytes, the largest variant's
+    export: int
+    source: str
+    trainable_only: bool = False
+
+    @staticmethod
+    def need_for(checkpoint: int, export: int, keep: int, lanes: int, runs: int) -> int:
+        return lanes * (keep + 1) * checkpoint + runs * (checkpoint + export) + export
+
+    @property
+    def need(self) -> int | None:
+        if self.checkpoint is None:
+            return None
+        return self.need_for(self.checkpoint, self.export, self.keep, self.lanes, self.runs)
+
+    @property
+    def fits(self) -> bool:
+        return self.need is None or self.need <= self.free
+
+    def words(self) -> str:
+        if self.checkpoint is None:
+            return "not estimated (no pilot measured a checkpoint's size)"
+        need = self.need or 0
+        text = (
+            f"{_mib(need)} needed of {_mib(self.free)} free where {self.where} lives "
+            f"({self.lanes} run{'s' if self.lanes != 1 else ''} at once x ({self.keep} kept + 1 being written) "
+            f"x {_mib(self.checkpoint)} per checkpoint + {self.runs} finished run{'s' if self.runs != 1 else ''} "
+            f"x ({_mib(self.checkpoint)} last checkpoint + {_mib(self.export)} export) + one archive "
+            f"{_mib(self.export)}; sizes from {self.source})"
+        )
+        return text if self.fits else text + ". " + self.remedy()
+
+    def remedy(self) -> str:
+        """The settings that would make it fit, each with what it would need."""
+        ck, ex = self.checkpoint or 0, self.export
+        ways = []
+        if self.keep > 1:
+            ways.append(f"[checkpoints] keep = 1 needs {_mib(self.need_for(ck, ex, 1, self.lanes, self.runs))}")
+        if self.lanes > 1:
+            ways.append(f"--parallel 1 needs {_mib(self.need_for(ck, ex, self.keep, 1, self.runs))}")
+        if not self.trainable_only:
+            ways.append(
+                "[checkpoints] trainable_only = true saves only the parameters that train (an adapter's size; "
+                "pilot again to measure it)"
+            )
+        fit = max(0, (self.free - self.lanes * (self.keep + 1) * ck - ex) // max(1, ck + ex))
+        ways.append(f"{fit} run{' fits' if fit == 1 else 's fit'} as set: fewer seeds or variants, or free disk")
+        return "Does not fit: " + "; ".join(ways)
+
+
+def _mib(b: int) -> str:
+    return f"{b / 2**30:,.1f} GiB" if b >= 2**30 else f"{b / 2**20:,.1f} MiB"
+
+
+def disk_for(nb: nbm.Notebook, timings: list[Timing], runs: int, lanes: int, free: int | None = None) -> Disk:
+    """The disk ``runs`` training runs need, ``lanes`` at a time, against the free space of ``runs/``."""
+    from . import machine
+
+    where = nb.directory / "runs"
+    sized = [t for t in timings if t.checkpoint_bytes is not None]
+    big = max(sized, key=lambda t: t.checkpoint_bytes or 0) if sized else None
+    return Disk(
+        where=str(where),
+        free=machine.free_bytes(where) if free is None else free,
+        keep=max(1, int(nb.checkpoints.keep)),
+        lanes=max(1, min(lanes, runs)) if runs else lanes,
+        runs=runs,
+        checkpoint=big.checkpoint_bytes if big else None,
+        export=max((t.export_bytes or 0) for t in sized) if sized else 0,
+        source=big.bytes_source if big else "",
+        trainable_only=bool(nb.checkpoints.trainable_only),
+    )
+
+
+@dataclass
 class Plan:
     campaign: str
     seeds: int
@@ -103,6 +194,7 @@ class Plan:
     quality_checks: list[str] = field(default_factory=list)  # memory variants given one run to measure quality
     gpus: int = 1
     lanes: int = 1  # runs side by side (GPUs // processes per run)
+    disk: Disk | None = None  # for every planned run of the largest package
 
 
 def _step_duration(run: sh.RunFiles, phase: str) -> float | None:
@@ -157,6 +249,13 @@ def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
                 )
                 t.step_spread = (float(timing["min"]), float(timing["max"]))
                 t.device = str(pilot.stack.get("device") or "cpu")
+                busy = (pilot.gate("update_second") or {}).get("busy")
+                if busy:
+                    t.busy = busy
+                    t.step_source += (
+                        f"; timed on a busy machine ({busy}): an idle one is likely faster, pilot "
+                        "again when the box is idle before trusting these hours"
+                    )
         t.worst_step_s = _step_duration(pilot, "worst_case")
         if t.eval_s is None and (v := _gate_s(pilot, "validation")) is not None:
             t.eval_s, t.eval_source = v, f"pilot {pilot.id}: validation phase (whole split, plus 2 repeat batches)"
@@ -164,6 +263,11 @@ def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
             t.save_s, t.save_source = v, f"pilot {pilot.id}: save phase (write and safe reload)"
         if (v := _gate_s(pilot, "export")) is not None:
             t.export_s, t.export_source = v, f"pilot {pilot.id}: export phase (with replay in a new process)"
+        ck_b, ex_b = (pilot.gate("save") or {}).get("bytes"), (pilot.gate("export") or {}).get("bytes")
+        if isinstance(ck_b, int) and not isinstance(ck_b, bool):
+            t.checkpoint_bytes = ck_b
+            t.export_bytes = ex_b if isinstance(ex_b, int) and not isinstance(ex_b, bool) else None
+            t.bytes_source = f"pilot {pilot.id}: save and export phases"
     if t.step_s is None:
         t.why_not = f"no time per update measured for {variant}: no finished series run and no passed pilot"
     return t
@@ -316,7 +420,9 @@ def build(
         pkg.busiest_h = max(busy)
         packages.append(pkg)
     overrides = {v: tuple(nb.variant(v).set) for v in order_v}
-    return Plan(nb.campaign.name, seeds, costs, order, packages, unplanned, overrides, checks, gpus, lanes)
+    most = max((len(k.fits) for k in packages), default=0)
+    disk = disk_for(nb, list(timings.values()), most, lanes)
+    return Plan(nb.campaign.name, seeds, costs, order, packages, unplanned, overrides, checks, gpus, lanes, disk)
 
 
 def _h(x: float) -> str:
@@ -412,6 +518,9 @@ def render(p: Plan) -> list[str]:
         else:
             head += " Nothing can be planned: no variant has a measured time per update."
         out.append(head)
+    if p.disk is not None and p.disk.runs:
+        out.append("")
+        out.append(f"Disk for the largest package's {p.disk.runs} runs: " + p.disk.words() + ".")
     if p.unplanned:
         out.append("")
         out.append(f"Not planned (not measured): {', '.join(p.unplanned)}. Pilot them to plan them.")

@@ -23,12 +23,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import events as ev
 from . import launch, runs
 from . import notebook as nbm
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .plan import Disk
 
 
 @dataclass
@@ -182,14 +185,20 @@ def repeated_failure(
 
 
 def guard(
-    nb: nbm.Notebook, items: list[Item], *, without_pilot: str | None = None, again: str | None = None
+    nb: nbm.Notebook,
+    items: list[Item],
+    *,
+    without_pilot: str | None = None,
+    again: str | None = None,
+    parallel: int = 1,
 ) -> list[str]:
     """Refuse a series the campaign's own record says not to pay for; return the decisions an override makes.
 
     Refused (one message listing every reason): a protocol that changed after runs used it;
     a variant without a passed pilot of the same settings and task code (``without_pilot``
     overrides); a configuration that already diverged, failed or ran out of memory
-    (``again`` overrides). Overrides are recorded as decisions and in each run's row.
+    (``again`` overrides); a series whose checkpoints and exports the disk holding ``runs/`` cannot
+    hold (sizes from the pilots). Overrides are recorded as decisions and in each run's row.
     """
     from . import protocol
 
@@ -235,9 +244,20 @@ def guard(
                     item.notes = "; ".join(
                         x for x in (item.notes, f"started without a passed pilot: {without_pilot}") if x
                     )
+    disk = disk_for_series(nb, all_runs, items, parallel)
+    if not disk.fits:
+        problems.append("the disk: " + disk.words())
     if problems:
         raise UsageError(f"{nb.path}: the series does not start:\n" + "\n".join(f"  - {p}" for p in problems))
     return decisions
+
+
+def disk_for_series(nb: nbm.Notebook, all_runs: list[runs.RunFiles], items: list[Item], parallel: int) -> Disk:
+    """The disk these items need (new runs and resumed ones alike write checkpoints) against what is free."""
+    from . import plan
+
+    timings = [plan.measure(all_runs, v) for v in dict.fromkeys(i.variant for i in items)]
+    return plan.disk_for(nb, timings, len(items), max(1, parallel))
 
 
 def record_decisions(campaign: Path | str, decisions: list[str]) -> None:

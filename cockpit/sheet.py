@@ -118,6 +118,7 @@ class Sheet:
     peak_rank: int | None = None
     context_mib: float | None = None
     context_source: str = ""
+    others_mib: float = 0.0  # GPU memory other processes held when the pilot measured (kept out of the sizing)
     headroom: float = 0.0
     need_mib: float | None = None
     rss_peak_mib: float | None = None
@@ -252,6 +253,14 @@ def _max_dimensions(run: RunFiles) -> str:
     return "; ".join(parts)
 
 
+def _others_on_gpu(run: RunFiles, phase: str, device: str) -> int:
+    """Bytes other processes held on the run's GPU at the end of a phase (the pilot records them per phase)."""
+    g = run.gate(phase) or {}
+    held = (g.get("machine") or {}).get("gpu_others") or {}
+    index = device.split(":")[1] if ":" in device else "0"
+    return int(held.get(index) or 0)
+
+
 def expected_result(nb: nbm.Notebook, variant: str) -> str:
     """What the series measured for this variant at the notebook's settings, by `cockpit compare`'s rules
     (the latest completed run per seed; runs with other settings, such as a quick look, kept apart)."""
@@ -377,11 +386,18 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
         at_peak = [r for r in both if r is top]
         if at_peak or both:
             src = at_peak[0] if at_peak else max(both, key=lambda r: r["nvml_used"] - r["reserved"])
-            sheet.context_mib = (src["nvml_used"] - src["reserved"]) / MIB
+            others = _others_on_gpu(pilot, src["phase"], str(stack.get("device", "cuda:0")))
+            sheet.context_mib = max(0.0, src["nvml_used"] - others - src["reserved"]) / MIB
+            sheet.others_mib = others / MIB
             sheet.context_source = (
-                f"measured at the end of phase {src['phase']}: NVML used {src['nvml_used'] / MIB:,.0f} MiB minus "
-                f"torch reserved {src['reserved'] / MIB:,.0f} MiB (NVML counts every process on that GPU, "
-                f"so this is an upper bound)"
+                f"measured at the end of phase {src['phase']}: NVML used {src['nvml_used'] / MIB:,.0f} MiB"
+                + (f" minus {others / MIB:,.0f} MiB held by other processes" if others else "")
+                + f" minus torch reserved {src['reserved'] / MIB:,.0f} MiB"
+                + (
+                    " (this run's own memory: the device total would have sized the GPU for the others too)"
+                    if others
+                    else " (no other process held memory on that GPU)"
+                )
             )
         else:
             sheet.context_mib = ASSUMED_CONTEXT_MIB
@@ -456,6 +472,12 @@ def render(s: Sheet) -> list[str]:
             f"**{s.peak_phase}**{rank} with inputs {_inputs_text(s.peak_inputs)}"
         )
         out.append(f"- CUDA context: {_mib(s.context_mib)}, {s.context_source}")
+        if s.others_mib:
+            out.append(
+                f"- other processes held {_mib(s.others_mib)} on that GPU while the pilot ran: kept out of "
+                "this size, which is the run's own (free them on the rented box, or choose a GPU with that "
+                "much more)"
+            )
         out.append(f"- headroom: {s.headroom:.0%} of peak + context (notebook [pilot] headroom)")
         out.append(
             f"- memory needed per GPU: **{_mib(s.need_mib)}** = ({s.peak_reserved_mib:,.0f} + "

@@ -364,6 +364,34 @@ def test_resume_in_process_restores_step_rate_and_data_position(tmp_path: Any) -
     assert check(r, "next losses equal the uninterrupted run")["detail"].startswith("bit-identical")
 
 
+def test_a_trainable_only_checkpoint_leaves_frozen_weights_out_and_resumes_identically(tmp_path: Any) -> None:
+    """[checkpoints] trainable_only: an adapter's checkpoint; the new process rebuilds the frozen weights."""
+
+    def frozen_body(p: dict[str, Any]) -> nn.Module:
+        m = nn.Sequential(nn.Linear(6, 256), nn.ReLU(), nn.Linear(256, 3))
+        m[0].requires_grad_(False)
+        return m
+
+    sizes = {}
+    for only in (False, True):
+        rdir = tmp_path / str(only)
+        rdir.mkdir()
+        ctx = Context.in_memory(classifier(build_model=frozen_body), PARAMS, rdir=rdir)
+        ctx.frozen["checkpoints"] = {"trainable_only": only}
+        gates: dict[str, Gate] = {}
+        for phase in PHASES:
+            gates[phase.name], ended = run_phase(ctx, phase)
+            assert ended is None, (phase.name, gates[phase.name].checks)
+            if phase.name == "resume":
+                break
+        assert gates["resume"].verdict.value == "pass", gates["resume"].checks
+        assert check(gates["resume"], "next losses equal the uninterrupted run")["detail"].startswith("bit-identical")
+        sizes[only] = gates["save"].extra["bytes"]
+        saved = torch.load(rdir / "checkpoint.pt", weights_only=True)
+        assert ("0.weight" in saved["model"]) is (not only) and "2.weight" in saved["model"]
+    assert sizes[True] < sizes[False] - 6 * 256 * 4  # the frozen 6x256 weight is not in it
+
+
 @pytest.mark.parametrize("name", [p.name for p in PHASES])
 def test_every_phase_is_one_unit_with_a_remedy(name: str) -> None:
     phase = BY_NAME[name]

@@ -119,7 +119,9 @@ def run(args: argparse.Namespace) -> int:
     items, notes = sr.plan(
         nb, _variants(args.variants), seeds, overrides=overrides, skip_done=args.skip_done, rerun=args.rerun
     )
-    decisions = sr.guard(nb, items, without_pilot=args.without_pilot, again=args.again) if items else []
+    decisions = (
+        sr.guard(nb, items, without_pilot=args.without_pilot, again=args.again, parallel=args.parallel) if items else []
+    )
     for n in notes:
         print(n, file=sys.stderr)
     if not items:

@@ -34,6 +34,7 @@ class PilotMem:
     step_min_s: float | None = None  # the spread of the timed updates: a ratio inside it is no difference
     step_max_s: float | None = None
     step_n: int = 0
+    busy: str = ""  # the updates were timed while other processes kept the CPUs busy
 
 
 def _data_gate(all_runs: list[runs.RunFiles], vid: str) -> tuple[str, dict[str, Any]] | None:
@@ -100,6 +101,7 @@ def pilot_memory(nb: nbm.Notebook, vid: str, all_runs: list[runs.RunFiles] | Non
         timing.get("min"),
         timing.get("max"),
         int(timing.get("n") or 0),
+        str((pilot.gate("update_second") or {}).get("busy") or ""),
     )
 
 

@@ -28,6 +28,8 @@ def _step_cell(mem: dict[str, Any], v: str, ref: str) -> str:
     cell = _f(m["step_time_s"], 3)
     if m.get("step_min_s") is not None and m.get("step_n", 0) > 1:
         cell += f" [{_f(m['step_min_s'], 2)}-{_f(m['step_max_s'], 2)}]"
+    if m.get("busy"):
+        return cell + " (busy machine: no ratio)"
     if v == ref or not r["step_time_s"]:
         return cell
     lo, hi, rlo, rhi = m.get("step_min_s"), m.get("step_max_s"), r.get("step_min_s"), r.get("step_max_s")

@@ -106,6 +106,7 @@ class CheckpointSpec:
     every_updates: int = 50  # 0: not by count
     every_minutes: float = 30.0  # 0: not by time
     keep: int = 2  # the newest K are kept
+    trainable_only: bool = False  # leave frozen parameters out (rebuilt by build_model): an adapter's size
     notes: str = ""
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from .. import events as ev
-from .. import runs
+from .. import machine, runs
 from . import dist as dist_
 from .context import Context
 from .gate import Gate, Phase
@@ -161,6 +161,7 @@ def run_phase(ctx: Context, phase: Phase) -> tuple[Gate, PhaseEnded | None]:
     ctx.emit(ev.PHASE_START, phase=name, inputs=g.inputs)
     ended: PhaseEnded | None = None
     measure = None
+    cpu = machine.CpuWatch.start()
     try:
         with ctx.meter.measure(name) as measure:
             _inject(ctx, name)
@@ -169,6 +170,14 @@ def run_phase(ctx: Context, phase: Phase) -> tuple[Gate, PhaseEnded | None]:
         ended = _failed(ctx, phase, g, exc)
     mem = measure.mem if measure is not None and measure.mem else ctx.meter.read()
     duration = measure.duration_s if measure is not None else 0.0
+    g.extra["machine"] = load = cpu.stop()
+    if ctx.device.type == "cuda":
+        held: dict[int, int] = {}
+        for p in machine.gpu_others():
+            held[p["gpu"]] = held.get(p["gpu"], 0) + int(p.get("used") or 0)
+        load["gpu_others"] = {str(k): v for k, v in held.items()}  # other processes' memory, per GPU, at the end
+    if load["busy"]:
+        g.extra["busy"] = machine.busy_words(load)
     ctx.measures[name] = {"mem": mem, "duration_s": duration, "inputs": g.inputs}
     if ended is None and phase.after is not None:
         phase.after(ctx, g, mem)

@@ -121,6 +121,9 @@ class RunProcess:
     # ---- the skeleton
 
     def run(self) -> int:
+        from .. import machine
+
+        threads = machine.fit_torch_threads()  # before any work: intra-op threads to the CPUs this process may use
         self.emit(
             ev.RUN_START,
             run_id=self.frozen["run"]["id"],
@@ -131,7 +134,7 @@ class RunProcess:
             follows=self.frozen["run"].get("follows", ""),
             pid=os.getpid(),
             params=self.params,
-            stack=stack_info(self.device, self.meter.nvml),
+            stack={**stack_info(self.device, self.meter.nvml), "threads": threads, **machine.thread_settings()},
             world=self.world,
             **self.start_fields(),
         )

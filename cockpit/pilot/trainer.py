@@ -385,9 +385,24 @@ class Trainer:
 
     # ---- state
 
-    def state_dict(self) -> dict[str, Any]:
+    def frozen_keys(self) -> set[str]:
+        """State-dict keys of parameters that do not train (tied weights under every name they have)."""
         return {
-            "model": self.model.state_dict(),
+            k
+            for k, v in self.model.state_dict(keep_vars=True).items()
+            if isinstance(v, torch.nn.Parameter) and not v.requires_grad
+        }
+
+    def state_dict(self, trainable_only: bool = False) -> dict[str, Any]:
+        """Everything that changes in training. ``trainable_only``: the model's frozen parameters are left out
+        (an adapter's checkpoint); loading rebuilds them with ``build_model``, as they never change."""
+        model = self.model.state_dict()
+        if trainable_only:
+            frozen = self.frozen_keys()
+            model = {k: v for k, v in model.items() if k not in frozen}
+        return {
+            "model": model,
+            "model_trainable_only": trainable_only,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
@@ -398,7 +413,17 @@ class Trainer:
         }
 
     def load_state_dict(self, st: dict[str, Any]) -> None:
-        self.model.load_state_dict(st["model"])
+        if st.get("model_trainable_only"):
+            got = self.model.load_state_dict(st["model"], strict=False)
+            missing = sorted(set(got.missing_keys) - self.frozen_keys())
+            if missing or got.unexpected_keys:
+                raise RuntimeError(
+                    "a trainable-only checkpoint does not match the model build_model made: "
+                    + (f"missing trainable {missing[:5]}" if missing else "")
+                    + (f" unexpected {list(got.unexpected_keys)[:5]}" if got.unexpected_keys else "")
+                )
+        else:
+            self.model.load_state_dict(st["model"])
         self.optimizer.load_state_dict(st["optimizer"])
         self.scheduler.load_state_dict(st["scheduler"])
         if self.scaler is not None and st.get("scaler"):

@@ -46,6 +46,23 @@ class Diverged(Exception):
     """The training loss rose above the divergence factor times its starting value."""
 
 
+class DiskFullSoon(Exception):
+    """The next checkpoint would not fit on the disk: the run stops cleanly, resumable."""
+
+
+def _state_bytes(state: Any) -> int:
+    """Bytes of the tensors in a state dict (what a checkpoint of it takes on disk, roughly)."""
+    import torch
+
+    if torch.is_tensor(state):
+        return int(state.numel() * state.element_size())
+    if isinstance(state, dict):
+        return sum(_state_bytes(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(_state_bytes(v) for v in state)
+    return 0
+
+
 class TrainingRun(RunProcess):
     kind = "train"
 
@@ -55,6 +72,7 @@ class TrainingRun(RunProcess):
         points = resumable.listed(self.rdir) if resume else []
         self.resume_point: int | None = points[-1][0] if points else None
         self.checkpoints: dict[str, Any] = dict(self.frozen.get("checkpoints", {}))
+        self.trainable_only = bool(self.checkpoints.get("trainable_only"))
         self.last_checkpoint = time.monotonic()
         self.trained_s = 0.0  # training time before this process (a resumed run counts it toward its clock)
         self.stop: dict[str, Any] = dict(self.frozen.get("stop", {}))
@@ -77,6 +95,8 @@ class TrainingRun(RunProcess):
         self.evals_csv: resumable.Csv | None = None
         self.save_times: list[float] = []
         self.data_revision: dict[str, Any] = {}
+        self.last_checkpoint_bytes = 0
+        self.disk_full = False  # a checkpoint would not fit: no final save either
         self.replay: dict[str, Any] | None = None
         self.train_t0 = time.monotonic()
         self.mem: dict[str, Any] = {}
@@ -102,6 +122,8 @@ class TrainingRun(RunProcess):
                 reason = self.train_loop()
         except Diverged as exc:
             return ev.Outcome.of(ev.Status.DIVERGED, str(exc))
+        except DiskFullSoon as exc:
+            return ev.Outcome.of(ev.Status.STOPPED, str(exc))
         finally:
             self.mem = measure.mem if measure is not None and measure.mem else self.meter.read()
         return ev.Outcome.of(ev.Status.COMPLETED, reason)
@@ -115,6 +137,10 @@ class TrainingRun(RunProcess):
     def finish(self, outcome: ev.Outcome) -> ev.Outcome:
         stop_phase = self.phase
         after = self.final_steps(outcome)
+        if after.status == ev.Status.COMPLETED and self.lead:
+            import shutil
+
+            shutil.rmtree(resumable.folder(self.rdir), ignore_errors=True)  # a finished run is not resumed
         if after.status == outcome.status:  # the phase the run stopped in, unless the final steps changed the outcome
             self.phase = stop_phase
         self.write_metrics(after, self.mem or self.meter.read())
@@ -268,7 +294,7 @@ class TrainingRun(RunProcess):
         assert tr is not None
         self.phase = "checkpoint"
         t0 = time.perf_counter()
-        state = tr.state_dict()
+        state = tr.state_dict(self.trainable_only)
         if self.world > 1:
             from . import dist
 
@@ -284,11 +310,32 @@ class TrainingRun(RunProcess):
             "step_times": self.step_times[-1000:],
         }
         if self.lead:
+            self.room_for(state)
             path, size = resumable.write(self.rdir, tr.step, state, int(self.checkpoints.get("keep") or 2))
+            self.last_checkpoint_bytes = size
             dt = time.perf_counter() - t0
             self.save_times.append(dt)
             self.log(f"checkpoint at update {tr.step}: {path.name}, {size / 2**20:.1f} MiB in {dt:.2f} s")
         self.last_checkpoint = time.monotonic()
+
+    def room_for(self, state: dict[str, Any]) -> None:
+        """Stop cleanly before a checkpoint the disk cannot hold, rather than die in the middle of writing it."""
+        from .. import machine
+
+        size = self.last_checkpoint_bytes or _state_bytes(state)
+        free = machine.free_bytes(self.rdir)
+        if free < 2 * size:  # the new file is written beside the newest kept one before the oldest goes
+            self.disk_full = True
+            then = (
+                "resume with `cockpit series --resume` once space is free"
+                if resumable.listed(self.rdir)
+                else "no checkpoint yet to resume from: start it again once space is free"
+            )
+            raise DiskFullSoon(
+                f"disk full soon: {free / 2**20:,.0f} MiB free where {self.rdir.parent} lives, and a checkpoint takes "
+                f"{size / 2**20:,.0f} MiB; stopped cleanly after {self._step()} of {self.total} updates ({then}; "
+                "[checkpoints] keep = 1 or trainable_only = true leave less on disk)"
+            )
 
     def restore(self) -> int:
         """Load the newest checkpoint into the trainer and the run's bookkeeping; the update it was taken at."""
@@ -366,10 +413,10 @@ class TrainingRun(RunProcess):
                         json.dumps({"step": self.last_rows_step, **row}, default=str) + "\n" for row in self.last_rows
                     )
                     fsutil.write_text(self.rdir / runs.PREDICTIONS_FILE, lines)
-            if self.lead:
+            if self.lead and not self.disk_full:
                 self.phase = "save"
                 t0 = time.perf_counter()
-                state = tr.state_dict()
+                state = tr.state_dict(self.trainable_only)
                 state["stop_reason"] = reason
                 state["status"] = status.value
                 ck.atomic_save(state, self.rdir / runs.CHECKPOINT)

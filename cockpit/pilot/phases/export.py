@@ -41,6 +41,7 @@ def run(ctx: Context, g: Gate) -> None:
     g.inputs.update({"controls": len(controls), "step": tr.step})
     mb = manifest["files"][ck.MODEL_FILE]["bytes"]
     g.check("artifact written", mb > 0, f"{mb / 2**20:.2f} MiB weights in {time.perf_counter() - t0:.2f} s")
+    g.extra["bytes"] = sum(int(f["bytes"]) for f in manifest["files"].values())
     data, said = ctx.child("replay")
     if data is None:
         g.fail("new process", said)

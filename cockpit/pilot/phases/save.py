@@ -14,7 +14,8 @@ from ..gate import Gate, Phase
 def run(ctx: Context, g: Gate) -> None:
     tr = ctx.trainer
     t0 = time.perf_counter()
-    st = tr.state_dict()
+    trainable_only = bool((ctx.frozen.get("checkpoints") or {}).get("trainable_only"))
+    st = tr.state_dict(trainable_only)  # as the series will save it: resume proves frozen weights rebuild alike
     g.inputs["step"] = tr.step
     ctx.saved = {"step": tr.step, "lr": float(tr.optimizer.param_groups[0]["lr"]), "data": tr.order.state()}
     if ctx.dist:  # one file, saved once, with every rank's RNG state
@@ -36,6 +37,8 @@ def run(ctx: Context, g: Gate) -> None:
     )
     g.check("safe to load", True, "torch.load(weights_only=True)")
     g.extra["bytes"] = size
+    if trainable_only:
+        g.inputs["trainable_only"] = True
 
 
 PHASE = Phase(

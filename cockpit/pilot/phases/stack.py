@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from ... import machine
 from ..context import Context
 from ..gate import Gate, Phase
 from ..meter import stack_info
@@ -41,6 +42,20 @@ def run(ctx: Context, g: Gate) -> None:
             raise UserCodeError("task import", exc) from exc
     g.check("task", True, f"{ctx.frozen['task']['entry']} ({ctx.task.kind})")
     g.extra["stack"] = info
+    if ctx.device.type == "cuda":
+        others = machine.gpu_others()
+        g.extra["gpu_others"] = others
+        held = sum(int(p.get("used") or 0) for p in others)
+        g.check(
+            "GPU memory free at start",
+            not others,
+            "no other process holds GPU memory"
+            if not others
+            else f"{held / 2**20:,.0f} MiB already held by other processes ({machine.describe_others(others)}): "
+            "NVML's figures include them; the selection sheet sizes from this run's own memory. Stop them "
+            "(a forgotten notebook kernel, a previous run) before timing and sizing",
+            warn=True,
+        )
 
 
 def inputs(ctx: Context) -> dict[str, Any]:
