@@ -4,11 +4,13 @@
 - :mod:`.process` ``process.json``: whether the run's process lives and is ours to signal
 - :mod:`.state`   status derived from events, the one rule for "the peak", a run read as one record,
                   "the latest passed pilot of a variant"
+- :mod:`.brief`   the events' summary: what readers need from events.jsonl, bounded, cached in summary.json
 - :mod:`.rows`    the notebook's ``[[runs]]`` rows: written at creation and at the end, read through ``view``
 """
 
 from __future__ import annotations
 
+from .brief import SUMMARY_FILE, Summary, summary
 from .files import (
     ARTIFACT_DIR,
     CHECKPOINT,
@@ -44,7 +46,17 @@ from .files import (
     runs_dir,
 )
 from .process import is_alive, owned, process_info, write_process
-from .rows import apply_state, create_run, git_revision, package_versions, settle, settle_run, view
+from .rows import (
+    apply_state,
+    create_run,
+    finish_run,
+    git_revision,
+    package_versions,
+    settle,
+    settle_run,
+    sweep,
+    view,
+)
 from .state import (
     GPU_PEAK,
     HOST_PEAK,
@@ -79,13 +91,16 @@ __all__ = [
     "RUNS_DIR",
     "RUN_FILE",
     "RUN_ID",
+    "SUMMARY_FILE",
     "BadRunId",
     "RunFiles",
     "RunState",
+    "Summary",
     "apply_state",
     "campaign_runs",
     "check_id",
     "create_run",
+    "finish_run",
     "fmt_time",
     "git_revision",
     "is_alive",
@@ -113,6 +128,8 @@ __all__ = [
     "settle",
     "settle_run",
     "state",
+    "summary",
+    "sweep",
     "training_runs",
     "view",
     "write_process",

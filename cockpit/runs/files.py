@@ -10,11 +10,14 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import json
+import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .. import events as ev
+from .. import fsutil
 
 RUNS_DIR = "runs"
 RUN_FILE = "run.toml"  # frozen at creation: task, variant, parameters, seed, stack, command
@@ -84,11 +87,18 @@ def run_dirs(campaign_dir: Path | str) -> list[Path]:
     return sorted(found, key=lambda p: order_key(p.name))
 
 
+MAX_SMALL_FILE = 64 << 20  # run.toml, metrics.json, inspect.json, process.json: Cockpit writes them small
+
+
 def read_run_toml(rdir: Path | str) -> dict[str, Any]:
+    """The frozen run.toml. Raises OSError (absent, not a regular file, a link, too large) or ValueError."""
     import tomllib
 
-    with open(Path(rdir) / RUN_FILE, "rb") as fh:
-        return tomllib.load(fh)
+    raw = fsutil.read_regular(Path(rdir) / RUN_FILE, MAX_SMALL_FILE)
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise ValueError(f"{Path(rdir) / RUN_FILE}: nested too deeply") from None
 
 
 def run_meta(rdir: Path | str) -> dict[str, Any]:
@@ -99,11 +109,12 @@ def run_meta(rdir: Path | str) -> dict[str, Any]:
         return {}
 
 
-def read_json(path: Path | str) -> dict[str, Any]:
-    """A small JSON document written by Cockpit, or {} when absent or unreadable."""
+def read_json(path: Path | str, limit: int = MAX_SMALL_FILE) -> dict[str, Any]:
+    """A small JSON document written by Cockpit, or {} when absent, unreadable, not a regular file
+    (a FIFO, a link: never followed out of the run folder) or larger than ``limit``."""
     try:
-        data = json.loads(Path(path).read_text("utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(fsutil.read_regular(path, limit))
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -117,29 +128,68 @@ def read_inspect(rdir: Path | str) -> dict[str, Any]:
 
 
 def read_events(rdir: Path | str) -> list[dict[str, Any]]:
+    """Every event of the run, in memory: for small runs and tests; readers of a campaign use the summary."""
     return ev.read_events(Path(rdir) / EVENTS_FILE)
 
 
 def read_csv_rows(path: Path | str) -> list[dict[str, float | None]]:
     """A run's curve.csv or evals.csv as rows of floats (None for empty or unparsable cells)."""
-    out: list[dict[str, float | None]] = []
+    return list(iter_csv_rows(path))
+
+
+def iter_csv_rows(path: Path | str) -> Iterator[dict[str, float | None]]:
+    """The rows of a run's CSV one at a time (regular files only, a link never followed)."""
+    import io
+
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        raw = fsutil.open_regular(path)
+    except OSError:
+        return
+    with raw, io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="") as fh:
+        try:
             for row in csv.DictReader(fh):
-                out.append({k: _float(v) for k, v in row.items() if k is not None})
-    except (OSError, csv.Error):
-        return out
-    return out
+                yield {k: _float(v) for k, v in row.items() if isinstance(k, str)}
+        except (OSError, csv.Error):
+            return
 
 
-def read_series(path: Path | str, column: str) -> list[tuple[float, float]]:
-    """(step, value) pairs of one column of a run's CSV, non-finite and empty cells left out."""
-    out = []
-    for row in read_csv_rows(path):
+MAX_POINTS = 4096
+
+
+def read_series(path: Path | str, column: str, max_points: int = MAX_POINTS) -> list[tuple[float, float]]:
+    """(step, value) pairs of one column of a run's CSV, non-finite and empty cells left out.
+
+    Streamed, and bounded: past ``max_points`` rows, neighbouring steps are
+    averaged into buckets of a width that doubles as needed (each point is the
+    mean of its bucket, at the bucket's first step), so a run with millions of
+    updates costs constant memory and runs of the same length bucket alike.
+    """
+    width = 1
+    buckets: dict[int, list[float]] = {}  # bucket -> [sum of values, count, first step]
+    for row in iter_csv_rows(path):
         s, v = row.get("step"), row.get(column)
-        if s is not None and v is not None and v == v and abs(v) != float("inf"):
-            out.append((s, v))
-    return out
+        if s is None or v is None or not math.isfinite(v) or not math.isfinite(s):
+            continue
+        b = int(s) // width
+        acc = buckets.get(b)
+        if acc is None:
+            buckets[b] = [v, 1.0, s]
+            if len(buckets) > max_points:
+                width *= 2
+                merged: dict[int, list[float]] = {}
+                for k, (tot, n, first) in buckets.items():
+                    m = merged.get(k // 2)
+                    if m is None:
+                        merged[k // 2] = [tot, n, first]
+                    else:
+                        m[0] += tot
+                        m[1] += n
+                        m[2] = min(m[2], first)
+                buckets = merged
+        else:
+            acc[0] += v
+            acc[1] += 1
+    return [(first, tot / n) for _, (tot, n, first) in sorted(buckets.items())]
 
 
 def _float(v: str | None) -> float | None:
