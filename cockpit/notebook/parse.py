@@ -22,12 +22,19 @@ else:  # pragma: no cover
 from .check import check_values, suggest
 from .model import NOTEBOOK_FILE, REQUIRED_SECTIONS, SECTIONS, Notebook, NotebookError
 
+MAX_NOTEBOOK_BYTES = 256 << 20  # a notebook with 200,000 decisions is about 30 MB
+
 
 def find(path: Path | str) -> Path:
     """Accept a campaign folder or its campaign.toml."""
     p = Path(path)
-    if p.is_dir():
+    if p.is_dir() and p.name != NOTEBOOK_FILE:
         p = p / NOTEBOOK_FILE
+    if p.is_dir():
+        raise NotebookError(
+            f"{p}: is a folder, not a campaign notebook. {NOTEBOOK_FILE} must be a TOML file: move that "
+            f"folder away and write the notebook there (or create one with `cockpit new NAME`)."
+        )
     if not p.exists():
         raise NotebookError(
             f"{p}: no campaign notebook here. Give a campaign folder holding {NOTEBOOK_FILE} "
@@ -36,9 +43,37 @@ def find(path: Path | str) -> Path:
     return p
 
 
+def read_bytes(p: Path) -> bytes:
+    """The notebook's bytes; every way the file can be unreadable becomes a NotebookError naming it."""
+    from .. import fsutil
+
+    try:
+        return fsutil.read_regular(p, MAX_NOTEBOOK_BYTES, follow=True)
+    except fsutil.NotAFile as exc:
+        raise NotebookError(
+            f"{p}: {exc.strerror}; a campaign notebook must be a TOML file. Replace it with one "
+            f"(`cockpit new NAME` writes a template)."
+        ) from None
+    except fsutil.TooLarge:
+        raise NotebookError(
+            f"{p}: larger than {MAX_NOTEBOOK_BYTES >> 20} MiB; this is not a campaign notebook Cockpit wrote. "
+            "Check that the path names the right file."
+        ) from None
+    except PermissionError:
+        raise NotebookError(
+            f"{p}: permission denied; make the notebook readable by this user (chmod u+r) and run the command again."
+        ) from None
+    except FileNotFoundError:
+        raise NotebookError(
+            f"{p}: the campaign notebook disappeared while being read; run the command again."
+        ) from None
+    except OSError as exc:
+        raise NotebookError(f"{p}: cannot be read ({exc.strerror or exc}); check the disk and the file.") from None
+
+
 def load(path: Path | str) -> Notebook:
     p = find(path)
-    raw = p.read_bytes()
+    raw = read_bytes(p)
     nb = parse(raw, p)
     nb.path = p
     nb.digest = hashlib.sha256(raw).hexdigest()
@@ -46,11 +81,33 @@ def load(path: Path | str) -> Notebook:
 
 
 def parse(raw: bytes | str, where: Path | str = NOTEBOOK_FILE) -> Notebook:
-    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw[: exc.start].count(b"\n") + 1
+            kind = "a binary file" if b"\0" in raw[:8192] else "not UTF-8 text"
+            raise NotebookError(
+                f"{where}: {kind}: the byte at offset {exc.start} (line {line}) is not valid UTF-8. "
+                "A campaign notebook is TOML text in UTF-8: save it as UTF-8, or check that the path names "
+                f"the right file, then run `cockpit check {Path(where).parent}`."
+            ) from None
+    else:
+        text = raw
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise NotebookError(_syntax_message(where, text, exc)) from None
+    except RecursionError:
+        raise NotebookError(
+            f"{where}: arrays or tables nested too deeply for a campaign notebook; no section of it nests "
+            f"more than two levels. Fix the file, then run `cockpit check {Path(where).parent}`."
+        ) from None
+    return from_data(data, where)
+
+
+def from_data(data: dict[str, Any], where: Path | str = NOTEBOOK_FILE) -> Notebook:
+    """The notebook from parsed TOML (or from an edited notebook's ``to_dict``), every problem in one message."""
     problems: list[str] = []
     nb = _build_notebook(data, problems)
     if nb is not None:
@@ -62,14 +119,18 @@ def parse(raw: bytes | str, where: Path | str = NOTEBOOK_FILE) -> Notebook:
             if typed:
                 raise
     if problems:
-        lines = "\n".join(f"  - {p}" for p in problems)
+        lines = "\n".join(f"  - {p}" for p in problems[:MAX_SHOWN])
+        more = f"\n  - ... and {len(problems) - MAX_SHOWN} more" if len(problems) > MAX_SHOWN else ""
         raise NotebookError(
             f"{where}: the campaign notebook has {len(problems)} problem"
-            f"{'s' if len(problems) > 1 else ''}:\n{lines}\n"
+            f"{'s' if len(problems) > 1 else ''}:\n{lines}{more}\n"
             f"Fix them in the file, then run `cockpit check {Path(where).parent}`."
         )
     assert nb is not None
     return nb
+
+
+MAX_SHOWN = 50
 
 
 def _syntax_message(where: Path | str, text: str, exc: Exception) -> str:
@@ -128,8 +189,7 @@ def _convert(value: Any, typ: Any, path: str, problems: list[str]) -> Any:
         if not isinstance(value, dict):
             problems.append(f"{path}: expected a table, got {_tname(value)}")
             return None
-        hints = typing.get_type_hints(typ)
-        fields = {f.name: f for f in dataclasses.fields(typ) if f.init and f.name not in ("path", "digest")}
+        hints, fields = _shape(typ)
         kwargs: dict[str, Any] = {}
         for k, v in value.items():
             if k not in fields:
@@ -177,6 +237,20 @@ def _convert(value: Any, typ: Any, path: str, problems: list[str]) -> Any:
             problems.append(f"{path}: expected a string, got {_tname(value)} {value!r}")
         return value
     return value  # pragma: no cover
+
+
+_SHAPES: dict[Any, tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]] = {}
+
+
+def _shape(typ: Any) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
+    """A section's type hints and fields, computed once (get_type_hints is slow, and a notebook
+    with 200,000 decisions converts 200,000 tables)."""
+    shape = _SHAPES.get(typ)
+    if shape is None:
+        hints = typing.get_type_hints(typ)
+        fields = {f.name: f for f in dataclasses.fields(typ) if f.init and f.name not in ("path", "digest")}
+        shape = _SHAPES[typ] = (hints, fields)
+    return shape
 
 
 def _tname(value: Any) -> str:

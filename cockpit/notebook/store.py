@@ -19,12 +19,13 @@ import tomli_w
 
 from .. import fsutil
 from .model import LOCK_FILE, NOTEBOOK_FILE, SECTIONS, ConflictError, Notebook, NotebookError
-from .parse import find, load, parse
+from .parse import find, from_data, load, parse, read_bytes
 
 
 def validate(nb: Notebook) -> None:
-    """Re-check an in-memory notebook (after an edit) before it is saved."""
-    parse(dumps(nb), nb.path or NOTEBOOK_FILE)
+    """Re-check an in-memory notebook (after an edit) before it is saved: the same checks as a load,
+    on the values it would write (tomli_w writes them as they are, so no TOML round trip is needed)."""
+    from_data(to_dict(nb), nb.path or NOTEBOOK_FILE)
 
 
 def to_dict(nb: Notebook) -> dict[str, Any]:
@@ -58,7 +59,10 @@ def locked(path: Path) -> Iterator[None]:
     import fcntl
 
     lock_path = path.parent / LOCK_FILE
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        raise _write_error(path, exc) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -67,11 +71,25 @@ def locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def _write_error(path: Path, exc: OSError) -> NotebookError:
+    """A failed write of the notebook (or its lock), as one paragraph: disk full, permissions, anything else."""
+    if fsutil.disk_full(exc) is not None:
+        return NotebookError(
+            f"{path}: disk full: no space left on the device; the notebook was not changed. "
+            "Free space and run the command again."
+        )
+    if isinstance(exc, PermissionError):
+        return NotebookError(
+            f"{exc.filename or path}: permission denied; Cockpit needs to write the campaign folder "
+            f"{path.parent} (its notebook and lock file). Fix the permissions and run the command again."
+        )
+    return NotebookError(f"{exc.filename or path}: cannot be written ({exc.strerror or exc}); nothing was saved.")
+
+
 def _digest_on_disk(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except FileNotFoundError:
+    if not path.exists():
         return None
+    return hashlib.sha256(read_bytes(path)).hexdigest()
 
 
 def _sweep_temporaries(path: Path) -> None:
@@ -97,8 +115,8 @@ def save(nb: Notebook, path: Path | str | None = None, *, force_new: bool = Fals
     target = Path(path) if path else nb.path
     if target is None:
         raise NotebookError("save: no path given and the notebook was not loaded from a file")
+    validate(nb)  # never write a notebook that would not load back
     text = dumps(nb)
-    parse(text, target)  # never write a notebook that would not load back
     with locked(target):
         _save_locked(nb, target, text, force_new)
 
@@ -114,7 +132,10 @@ def _save_locked(nb: Notebook, target: Path, text: str, force_new: bool = False)
             f"pilot wrote it). Nothing was saved. Reload it and make the change again."
         )
     _sweep_temporaries(target)
-    _write_atomic(target, text)
+    try:
+        _write_atomic(target, text)
+    except OSError as exc:
+        raise _write_error(target, exc) from None
     nb.path = target
     nb.digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -131,25 +152,36 @@ def create(path: Path | str, text: str) -> Notebook:
         if target.exists():
             raise ConflictError(f"{target}: already exists; Cockpit never overwrites a notebook.")
         _sweep_temporaries(target)
-        _write_atomic(target, text)
+        try:
+            _write_atomic(target, text)
+        except OSError as exc:
+            raise _write_error(target, exc) from None
     nb.path = target
     nb.digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     return nb
 
 
-def mutate(path: Path | str, change: Callable[[Notebook], Any]) -> Any:
+def mutate(path: Path | str, change: Callable[[Notebook], Any], *, read: Notebook | None = None) -> Any:
     """Read-modify-write under the lock: load the newest file, apply ``change``, save.
 
     For writers that must not fail on another editor's change (a pilot
-    updating its run row): they merge into whatever is on disk now.
+    updating its run row): they merge into whatever is on disk now. When
+    ``read`` is the notebook the caller just loaded and the file has not
+    changed since, it is used instead of parsing the file again (it is then
+    changed in place). When ``change`` returns ``False`` it changed nothing
+    and nothing is written.
     """
     p = find(path)
     with locked(p):
-        nb = load(p)
+        if read is not None and read.path == p and read.digest is not None and _digest_on_disk(p) == read.digest:
+            nb = read
+        else:
+            nb = load(p)
         result = change(nb)
-        text = dumps(nb)
-        parse(text, p)
-        _save_locked(nb, p, text)
+        if result is False:
+            return result
+        validate(nb)
+        _save_locked(nb, p, dumps(nb))
     return result
 
 

@@ -34,6 +34,7 @@ import torch
 from .. import arithmetic, fsutil, runs
 from .. import events as ev
 from . import checkpoint as ck
+from . import signals
 from .predictions import predict_pass
 from .process import RunProcess, outcome_of
 from .signals import Stopped
@@ -201,6 +202,7 @@ class TrainingRun(RunProcess):
         )
         self.train_t0 = time.monotonic()
         while tr.step < self.total:
+            signals.check()  # a stop whose exception something on its way up swallowed
             if wall and (time.monotonic() - self.train_t0) > float(wall) * 60:
                 return f"wall-clock limit: {float(wall):g} min reached after {tr.step} of {self.total} updates"
             t0 = time.perf_counter()
@@ -308,6 +310,7 @@ class TrainingRun(RunProcess):
                     fsutil.write_text(self.rdir / runs.PREDICTIONS_FILE, lines)
             if self.lead:
                 self.phase = "save"
+                self.emit(ev.PHASE_START, phase="save", inputs={"file": runs.CHECKPOINT})  # a kill here says "save"
                 t0 = time.perf_counter()
                 state = tr.state_dict()
                 state["stop_reason"] = reason
