@@ -21,6 +21,8 @@ def run(args: argparse.Namespace) -> int:
         rdir = runs.run_dir(path.parent, args.run)
     except runs.BadRunId as exc:
         raise UsageError(f"{exc}; `cockpit runs {path.parent}` lists the runs.") from None
+    if rdir.is_symlink():
+        raise UsageError(f"{rdir}: a symbolic link, not a run folder Cockpit made; nothing was signalled.")
     if not rdir.is_dir():
         raise UsageError(f"{rdir}: no such run folder; `cockpit runs {path.parent}` lists the runs.")
     what = launch.stop(rdir, grace_s=args.grace)

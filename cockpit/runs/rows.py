@@ -181,9 +181,9 @@ def create_run(
 def apply_state(row: nbm.RunRow, st: RunState) -> bool:
     """Copy what the run folder says into the notebook row. True if anything changed."""
     before = (row.status, row.stop_reason, row.phase, row.started, row.ended, row.peak_mib, row.duration_s)
-    row.status = st.status
-    row.stop_reason = st.stop_reason or row.stop_reason
-    row.phase = st.phase or row.phase
+    row.status = str(st.status)
+    row.stop_reason = str(st.stop_reason or row.stop_reason)
+    row.phase = str(st.phase or row.phase)
     row.started = fmt_time(st.started) or row.started
     if st.final:
         row.ended = fmt_time(st.ended) or row.ended
