@@ -121,7 +121,9 @@ def new_run(
     if nproc is None:
         nproc = nproc_for(nb)
     info = {"launch": {"nproc": nproc, "nnodes": nnodes, "rdzv": rdzv or ""}, **(extra or {})}
-    rid, rdir = runs.create_run(path, variant, seed, kind=kind, follows=follows, overrides=overrides, extra=info)
+    rid, rdir = runs.create_run(
+        path, variant, seed, kind=kind, follows=follows, overrides=overrides, extra=info, read=nb
+    )
     if starter is None:
         start(rdir, nproc=nproc, nnodes=nnodes, rdzv=rdzv, env=env)
     else:

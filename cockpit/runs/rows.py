@@ -93,8 +93,12 @@ def create_run(
     follows: str = "",
     overrides: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
+    read: nbm.Notebook | None = None,
 ) -> tuple[str, Path]:
     """Allocate a new run id (never reused), write its frozen run.toml and its notebook row.
+
+    ``read``: the notebook the caller just loaded (or settled); used as it is when the file has not
+    changed since, so a large notebook is not parsed twice.
 
     Both happen under the notebook lock, so two launchers never take the same id.
     The folder is written whole under a temporary name and renamed into place;
@@ -164,7 +168,7 @@ def create_run(
         box["id"] = rid
 
     try:
-        nbm.mutate(path, add)
+        nbm.mutate(path, add, read=read)
     except BaseException as exc:
         if "dir" in box:  # the row was not saved: no folder without its row, no id used up
             shutil.rmtree(box["dir"], ignore_errors=True)
