@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -108,11 +109,11 @@ def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Ta
         peak = mib(r["peak_allocated"]) if r["peak_allocated"] is not None else "absent"
         nv = "absent" if r["nvml_used"] is None else "/".join(mib(x) for x in r["nvml_used"])
         verdict = Text(r["verdict"], style=VERDICT_STYLE.get(r["verdict"], ""))
-        cells: list[str | Text] = [Text(r["phase"])]  # text from the events: shown as written, never as markup
+        cells: list[str | Text] = [escape(r["phase"])]  # text from the events: shown as written, never as markup
         if ranks:
-            cells.append("" if r["rank"] is None else Text(str(r["rank"])))
+            cells.append("" if r["rank"] is None else escape(str(r["rank"])))
         if wide:
-            cells.append(Text(r["inputs"]))
+            cells.append(escape(r["inputs"]))
         cells += [
             mib(r["allocated"]),
             mib(r["reserved"]),
@@ -123,7 +124,7 @@ def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Ta
             verdict,
         ]
         if wide:
-            cells.append(Text(detail(r)))
+            cells.append(escape(detail(r)))
         tab.add_row(*cells)
     return tab
 

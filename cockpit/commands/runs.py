@@ -36,11 +36,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
-    # Every cell is Text: ids, variants and stop reasons come from the notebook and from the task's
-    # exceptions, and are shown as written, never read as Rich markup.
+    # Ids, variants and stop reasons come from the notebook and from the task's exceptions: every one is
+    # escaped (or Text), so it is shown as written and never read as Rich markup.
     console = Console()
     wide = console.width >= 130
     tab = Table(
@@ -67,18 +68,19 @@ def run(args: argparse.Namespace) -> int:
     if wide:
         tab.add_column("stop reason", overflow="fold")
     for r in rows:
+        style = STATUS_STYLE.get(r.status, "")
         cells = [
-            Text(r.id),
-            Text(r.variant),
-            Text(str(r.seed)),
-            Text(r.kind),
-            Text(r.status, style=STATUS_STYLE.get(r.status, "")),
-            Text(r.phase),
-            Text(_num(r.peak_mib, "{:,.0f}")),
-            Text(_num(r.duration_s, "{:.1f}")),
-            Text(r.follows),
+            escape(r.id),
+            escape(r.variant),
+            str(r.seed),
+            escape(r.kind),
+            f"[{style}]{escape(r.status)}[/]" if style else escape(r.status),
+            escape(r.phase),
+            _num(r.peak_mib, "{:,.0f}"),
+            _num(r.duration_s, "{:.1f}"),
+            escape(r.follows),
         ]
-        tab.add_row(*cells, *([Text(r.stop_reason)] if wide else []))
+        tab.add_row(*cells, *([escape(r.stop_reason)] if wide else []))
     console.print(tab)
     if not wide:
         for r in rows:

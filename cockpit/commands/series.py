@@ -188,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
 def _print(results: list[dict[str, Any]], wall: float, path: Path) -> None:
     from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
@@ -212,11 +213,11 @@ def _print(results: list[dict[str, Any]], wall: float, path: Path) -> None:
         style = "green" if r["status"] == "completed" else "red"
         upd = f"{r['updates']}/{r['planned_updates']}" if r["updates"] is not None else ""
         cells: list[str | Text] = [
-            Text(str(r["run"])),
-            Text(str(r["variant"])),
+            escape(str(r["run"])),
+            escape(str(r["variant"])),
             str(r["seed"]),
-            *([Text(str(r["follows"] or ""))] if show_follows else []),
-            Text(str(r["status"]), style=style),
+            *([escape(str(r["follows"] or ""))] if show_follows else []),
+            f"[{style}]{escape(str(r['status']))}[/]",
             upd,
             "" if r["final_val_loss"] is None else f"{r['final_val_loss']:.4f}",
             "" if r["step_time_s"] is None else f"{r['step_time_s']:.3f}",

@@ -16,11 +16,13 @@ def _mib(b: float | None) -> str:
     return "absent" if b is None else f"{b / 2**20:,.0f}"
 
 
-def _t(x: Any, style: str = "") -> Any:
-    """Text from the notebook, a run folder or a task's exception: shown as written, never read as markup."""
-    from rich.text import Text
+def _t(x: Any, style: str = "") -> str:
+    """Text from the notebook, a run folder or a task's exception, escaped: shown as written, never read as
+    markup (and highlighted like any other cell)."""
+    from rich.markup import escape
 
-    return Text("" if x is None else str(x), style=style)
+    text = escape("" if x is None else str(x))
+    return f"[{style}]{text}[/]" if style and text else text
 
 
 def render(data: dict[str, Any], console: Any) -> None:
@@ -49,9 +51,7 @@ def render(data: dict[str, Any], console: Any) -> None:
         )
     for g in data["quality"]:
         s = g["stats"]
-        name = _t(g["variant"])
-        if g["tag"]:
-            name.append(f" ({g['tag']})", style="dim")
+        name = _t(g["variant"]) + (" " + _t(f"({g['tag']})", "dim") if g["tag"] else "")
         seeds = ", ".join(f"s{k}={v:.4g}" for k, v in g["seeds"].items())
         if g["not_completed"]:
             seeds += ("; " if seeds else "") + ", ".join(f"{n} {st}" for st, n in g["not_completed"].items())

@@ -125,6 +125,11 @@ def parse(raw: bytes | str, where: Path | str = NOTEBOOK_FILE) -> Notebook:
             f"{where}: arrays or tables nested too deeply for a campaign notebook; no section of it nests "
             f"more than two levels. Fix the file, then run `cockpit check {Path(where).parent}`."
         ) from None
+    if not data:
+        raise NotebookError(
+            f"{where}: empty: no section in it. A campaign notebook needs at least [campaign], [task], [batch], "
+            "[training] and one [[variants]]; `cockpit new NAME` writes a complete template to start from."
+        )
     return from_data(data, where)
 
 
