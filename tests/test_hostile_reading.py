@@ -238,3 +238,27 @@ def test_hostile_values_in_events_do_not_break_readers(tmp_path: Path, capsys: p
         cli(argv)
         err = capsys.readouterr().err
         assert "Traceback" not in err, (argv, err)
+
+
+def test_a_long_curve_is_sampled_for_charts_and_agrees_with_reading_it_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cockpit.runs import files
+
+    path = tmp_path / runs.CURVE_FILE
+    with open(path, "w") as fh:
+        fh.write("step,loss,lr,grad_norm,examples_seen,elapsed_s\n")
+        fh.writelines(f"{s},{4.0 / (1 + s * 1e-4):.6f},0.0001,1.0,{s * 16},{s * 0.01:.2f}\n" for s in range(1, 60_001))
+    monkeypatch.setattr(files, "FULL_READ_BYTES", 1 << 20)  # as if it were a run of millions of updates
+    assert path.stat().st_size > files.FULL_READ_BYTES
+    tracemalloc.start()
+    sampled = runs.read_series(path, "loss")
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    monkeypatch.setattr(files, "FULL_READ_BYTES", 1 << 40)
+    whole = runs.read_series(path, "loss")
+    assert len(sampled) <= files.MAX_POINTS and len(whole) <= files.MAX_POINTS
+    assert peak < 4 << 20, peak
+    by_step = dict(whole)
+    close = [abs(v - by_step[s]) / by_step[s] < 0.02 for s, v in sampled if s in by_step]
+    assert len(close) > len(sampled) * 0.9 and all(close)
