@@ -25,6 +25,7 @@ import os
 import platform
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,8 @@ from typing import Any
 import tomli_w
 
 from . import events as ev
+from . import fsutil, runs
 from . import notebook as nbm
-from . import runs
 from .errors import CockpitError
 from .fsutil import sha256
 
@@ -129,7 +130,26 @@ def default_out(rdir: Path) -> Path:
     rdir = Path(rdir)
     if rdir.parent.name != runs.RUNS_DIR:
         raise ArchiveError(f"{rdir} is not inside a campaign's runs/ folder: give --out DIR")
-    return rdir.parent.parent / "report" / "archive" / rdir.name
+    report = rdir.parent.parent / "report"
+    for folder in (report, report / "archive"):
+        if folder.is_symlink():
+            raise ArchiveError(
+                f"{folder}: a symbolic link; Cockpit never writes through a link out of the campaign folder. "
+                "Replace it by a folder, or give --out DIR."
+            )
+    return report / "archive" / rdir.name
+
+
+def _plain_name(name: Any) -> bool:
+    """A file name inside one folder: no separator, not '.' or '..'."""
+    return isinstance(name, str) and bool(name) and "/" not in name and "\\" not in name and name not in (".", "..")
+
+
+def _copy(src: Path, dst: Path) -> None:
+    """Copy a regular file of the run; a link or anything but a regular file is refused (never followed)."""
+    with fsutil.open_regular(src) as fin, open(dst, "xb") as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
+    shutil.copystat(src, dst, follow_symlinks=False)
 
 
 def _variant_config(nb: nbm.Notebook | None, variant: str) -> dict[str, Any]:
@@ -219,33 +239,61 @@ Files: {len(files)} (listed with their hashes in manifest.json).
 
 
 def gather(rdir: Path | str, out: Path | str | None = None) -> Path:
-    """Copy a run's artifact, configuration, revisions and raw metrics into ``out`` with a manifest."""
-    rdir = Path(rdir).resolve()
-    if not (rdir / runs.RUN_FILE).is_file():
+    """Copy a run's artifact, configuration, revisions and raw metrics into ``out`` with a manifest.
+
+    Only the run's own regular files are copied: a symbolic link in the run
+    folder (or the run folder itself being one) is never followed; a linked
+    artifact refuses the archive, a linked metrics file is left out and listed
+    in the manifest under ``links``.
+    """
+    given = Path(rdir)
+    if given.is_symlink():
+        raise ArchiveError(
+            f"{given}: a symbolic link; give the run folder itself (Cockpit never follows a link out of a campaign)."
+        )
+    rdir = given.resolve()
+    if not fsutil.is_regular(rdir / runs.RUN_FILE):
         raise ArchiveError(f"{rdir}: no {runs.RUN_FILE}; give a run folder such as campaigns/demo/runs/r0003")
     adir = rdir / "artifact"
-    exported = (adir / "model.pt").is_file()
-    if not exported and not (rdir / "checkpoint.pt").is_file():
+    if adir.is_symlink():
+        raise ArchiveError(f"{adir}: a symbolic link, not the run's own artifact folder; nothing archived.")
+    links: dict[str, str] = {}
+    for f in (adir / "model.pt", adir / "control.pt", adir / "manifest.json", rdir / "checkpoint.pt"):
+        if f.is_symlink():
+            raise ArchiveError(
+                f"{f}: a symbolic link (to {os.readlink(f)}), not a file the run wrote; the archive would "
+                "hold someone else's file under the run's name. Nothing archived."
+            )
+    exported = fsutil.is_regular(adir / "model.pt")
+    if not exported and not fsutil.is_regular(rdir / "checkpoint.pt"):
         raise ArchiveError(
             f"{rdir}: nothing to archive: no exported artifact ({adir / 'model.pt'}) and no checkpoint.pt. "
             f"Archive a pilot whose export gate passed, or a series run that saved its checkpoint."
         )
     src_manifest = adir / "manifest.json"
-    if src_manifest.is_file():  # the export's own hashes: never archive an artifact already changed
-        for name, info in json.loads(src_manifest.read_text("utf-8")).get("files", {}).items():
-            if (adir / name).is_file() and sha256(adir / name) != info.get("sha256"):
+    if fsutil.is_regular(src_manifest):  # the export's own hashes: never archive an artifact already changed
+        try:
+            listed = json.loads(fsutil.read_regular(src_manifest, 64 << 20)).get("files", {})
+        except (OSError, ValueError, AttributeError, RecursionError) as exc:
+            raise ArchiveError(f"{src_manifest}: not the export's manifest ({exc}); nothing archived.") from None
+        for name, info in listed.items() if isinstance(listed, dict) else []:
+            if not _plain_name(name):
+                raise ArchiveError(f"{src_manifest}: lists {name!r}, which is not a file of the artifact folder.")
+            if fsutil.is_regular(adir / name) and sha256(adir / name, follow=False) != (info or {}).get("sha256"):
                 raise ArchiveError(
                     f"{adir / name}: its SHA-256 no longer matches the export's manifest; "
                     "it changed after the run exported it. Not archived."
                 )
     target = Path(out) if out else default_out(rdir)
-    if target.exists() and any(target.iterdir()):
+    if target.is_symlink():
+        raise ArchiveError(f"{target}: a symbolic link; give a new folder with --out.")
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ArchiveError(
             f"{target}: already exists and is not empty; Cockpit never overwrites an archive. Give another --out."
         )
     frozen = runs.read_run_toml(rdir)
-    evs = ev.read_events(rdir / ev.EVENTS_FILE)
-    run_start = next(ev.iter_kind(evs, ev.RUN_START), {})
+    brief = runs.summary(rdir)
+    run_start = next(ev.iter_kind(brief.events, ev.RUN_START), {})
     st = runs.state(rdir)
     campaign_dir = rdir.parent.parent if rdir.parent.name == runs.RUNS_DIR else None
     try:
@@ -266,41 +314,43 @@ def gather(rdir: Path | str, out: Path | str | None = None) -> Path:
         "source": str(rdir),
     }
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.partial"
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
     try:
-        (tmp / "model").mkdir(parents=True)
+        (tmp / "model").mkdir()
         (tmp / "config").mkdir()
         (tmp / "metrics").mkdir()
         if exported:
-            shutil.copy2(adir / "model.pt", tmp / MODEL)
+            _copy(adir / "model.pt", tmp / MODEL)
         else:  # a series run: its final checkpoint holds the weights under "model"
-            shutil.copy2(rdir / "checkpoint.pt", tmp / CHECKPOINT)
-        if (adir / "control.pt").is_file():
-            shutil.copy2(adir / "control.pt", tmp / CONTROL)
-        if src_manifest.is_file():
-            shutil.copy2(src_manifest, tmp / "model" / "artifact_manifest.json")
-        shutil.copy2(rdir / runs.RUN_FILE, tmp / "config" / "run.toml")
+            _copy(rdir / "checkpoint.pt", tmp / CHECKPOINT)
+        if fsutil.is_regular(adir / "control.pt"):
+            _copy(adir / "control.pt", tmp / CONTROL)
+        if fsutil.is_regular(src_manifest):
+            _copy(src_manifest, tmp / "model" / "artifact_manifest.json")
+        _copy(rdir / runs.RUN_FILE, tmp / "config" / "run.toml")
         variant_cfg = _variant_config(nb, meta["variant"]) if nb else _variant_config(None, "")
         (tmp / "config" / "variant.toml").write_text(tomli_w.dumps(variant_cfg, multiline_strings=True), "utf-8")
         (tmp / "revisions.json").write_text(
             json.dumps(revisions(frozen, run_start, campaign_dir), indent=2, default=str), "utf-8"
         )
         for p in sorted(rdir.iterdir()):
-            if p.is_file() and (p.suffix in METRIC_SUFFIXES or p.name in METRIC_JSON or p.name == runs.LOG_FILE):
-                shutil.copy2(p, tmp / "metrics" / p.name)
+            if not (p.suffix in METRIC_SUFFIXES or p.name in METRIC_JSON or p.name == runs.LOG_FILE):
+                continue
+            if p.is_symlink():
+                links[f"metrics/{p.name}"] = f"a symbolic link to {os.readlink(p)}: not archived (never followed)"
+            elif fsutil.is_regular(p):
+                _copy(p, tmp / "metrics" / p.name)
         files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
         (tmp / "README.md").write_text(_readme(meta, files), "utf-8")
         listing = {}
         for p in sorted(tmp.rglob("*")):
             if p.is_file():
-                listing[str(p.relative_to(tmp))] = {"sha256": sha256(p), "bytes": p.stat().st_size}
-        manifest = {**meta, "files": listing}
+                listing[str(p.relative_to(tmp))] = {"sha256": sha256(p, follow=False), "bytes": p.stat().st_size}
+        manifest = {**meta, "files": listing, **({"links": links} if links else {})}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True), "utf-8")
         if target.exists():
             target.rmdir()  # empty, checked above
-        os.replace(tmp, target)
+        os.rename(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -323,30 +373,66 @@ class Verified:
         return not self.problems
 
 
+def _walk(folder: Path) -> tuple[set[str], list[str]]:
+    """The archive's regular files (relative paths) and a problem for anything else in it (links never followed)."""
+    files: set[str] = set()
+    problems: list[str] = []
+    for top, dirs, names in os.walk(folder, followlinks=False):
+        for name in [*dirs, *names]:
+            p = Path(top) / name
+            rel = str(p.relative_to(folder))
+            if p.is_symlink():
+                problems.append(
+                    f"{rel}: a symbolic link (to {os.readlink(p)}); an archive holds only its own files, "
+                    "so it is not followed"
+                )
+            elif name in names:
+                if fsutil.is_regular(p):
+                    files.add(rel)
+                else:
+                    problems.append(f"{rel}: not a regular file (a FIFO or a device); not read")
+        dirs[:] = [d for d in dirs if not (Path(top) / d).is_symlink()]
+    return files, problems
+
+
+def _inside(name: Any) -> bool:
+    """A relative path that stays inside the archive: no absolute path, no '..', no empty part."""
+    if not isinstance(name, str) or not name or name.startswith("/") or "\\" in name or "\0" in name:
+        return False
+    return all(part not in ("", ".", "..") for part in name.split("/"))
+
+
 def check_hashes(folder: Path) -> tuple[dict[str, Any], list[str]]:
-    """Every file listed with the right hash, none missing, none added. No unpickling here."""
+    """Every file listed with the right hash, none missing, none added, none outside. No unpickling here."""
     folder = Path(folder)
     mp = folder / MANIFEST
-    if not mp.is_file():
-        return {}, [f"{mp}: no manifest; this is not a Cockpit archive (or its manifest was removed)"]
+    if not fsutil.is_regular(mp):
+        return {}, [f"{mp}: no manifest (or not a regular file); this is not a Cockpit archive"]
     try:
-        manifest = json.loads(mp.read_text("utf-8"))
-    except ValueError as exc:
+        manifest = json.loads(fsutil.read_regular(mp, 64 << 20))
+    except (OSError, ValueError, RecursionError) as exc:
         return {}, [f"{mp}: not valid JSON ({exc})"]
-    problems = []
-    listed = manifest.get("files") or {}
+    listed = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(listed, dict):
+        return {}, [f"{mp}: has no 'files' table; this is not a Cockpit archive"]
+    present, problems = _walk(folder)
     for name, info in sorted(listed.items()):
-        p = folder / name
-        if not p.is_file():
-            problems.append(f"{name}: missing")
-        elif sha256(p) != info.get("sha256"):
+        if not _inside(name):
+            problems.append(f"{name!r}: a path that leaves the archive; refused, nothing outside is read")
+            continue
+        if name not in present:
+            p = folder / name
+            problems.append(f"{name}: missing" if not os.path.lexists(p) else f"{name}: not a file of the archive")
+            continue
+        got = sha256(folder / name, follow=False)
+        want = info.get("sha256") if isinstance(info, dict) else None
+        if got != want:
             problems.append(
-                f"{name}: SHA-256 {sha256(p)[:12]}… does not match the manifest's "
-                f"{str(info.get('sha256'))[:12]}…: the file changed after archiving"
+                f"{name}: SHA-256 {got[:12]}… does not match the manifest's "
+                f"{str(want)[:12]}…: the file changed after archiving"
             )
-    for p in sorted(folder.rglob("*")):
-        rel = str(p.relative_to(folder))
-        if p.is_file() and rel != MANIFEST and rel not in listed:
+    for rel in sorted(present):
+        if rel != MANIFEST and rel not in listed:
             problems.append(f"{rel}: not in the manifest (added after archiving)")
     if MODEL not in listed and CHECKPOINT not in listed:
         problems.append(f"{MODEL}: not listed in the manifest")

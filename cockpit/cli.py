@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from . import __version__
@@ -100,7 +101,28 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, CockpitError):
             print(f"cockpit {args.command}: {exc}", file=sys.stderr)
             return exc.exit_code
+        if isinstance(exc, OSError) and not os.environ.get("COCKPIT_DEBUG"):
+            print(f"cockpit {args.command}: {os_error(exc)}", file=sys.stderr)
+            return 1
         raise
+
+
+def os_error(exc: OSError) -> str:
+    """A file the command could not read or write, in one paragraph: which, why, and what to do."""
+    from .fsutil import disk_full
+
+    where = exc.filename or "a file"
+    if disk_full(exc) is not None:
+        return (
+            f"disk full: no space left on the device while writing {where}; nothing half-written was kept. "
+            "Free space (old checkpoints, artifacts, caches) and run the command again."
+        )
+    if isinstance(exc, PermissionError):
+        return f"{where}: permission denied; make it readable and writable by this user, then run the command again."
+    return (
+        f"{where}: {exc.strerror or exc}. Check the file and the disk, then run the command again "
+        "(COCKPIT_DEBUG=1 shows the traceback)."
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -110,6 +110,7 @@ class ExitCode(enum.IntEnum):
     STOPPED = 7  # SIGINT or SIGTERM
     RANK_FAILED = 8  # a distributed rank died or hung (collective timeout)
     CRASHED = 9  # the process was killed from outside: no final event
+    DISK_FULL = 10  # no space left on the device the run writes to
 
 
 # The one mapping from how a run ended to its status, exit code and words.
@@ -137,6 +138,7 @@ EXIT_MEANING = {
     ExitCode.STOPPED: "stopped by a signal (SIGTERM, SIGINT, cockpit stop)",
     ExitCode.RANK_FAILED: "a distributed rank died or hung",
     ExitCode.CRASHED: "the process was killed from outside (SIGKILL, out of host memory, power)",
+    ExitCode.DISK_FULL: "the disk is full (status error, reason 'disk full: ...')",
 }
 
 
@@ -242,51 +244,139 @@ def finite_or_none(x: float | None) -> float | None:
     return x
 
 
+# A line longer than this is not an event Cockpit wrote (a gate with all its inputs is a few KiB):
+# it is skipped whole, counted as bad, and never held in memory.
+MAX_LINE = 1 << 20
+CHUNK = 1 << 20
+
+
+class LineSplitter:
+    """Complete lines from a stream of byte chunks, each at most ``max_line`` bytes.
+
+    A torn last line stays pending until its newline arrives; a line that
+    grows past ``max_line`` is dropped as it streams (its bytes are never
+    accumulated) and counted in ``too_long``.
+    """
+
+    def __init__(self, max_line: int = MAX_LINE):
+        self.max_line = max_line
+        self.pending = b""
+        self.skipping = False
+        self.too_long = 0
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        lines = chunk.split(b"\n")
+        last = lines.pop()  # the part after the last newline stays pending
+        if lines:
+            if self.skipping:
+                self.skipping = False  # the end of an overlong line: dropped
+                del lines[0]
+            else:
+                lines[0] = self.pending + lines[0]
+                if len(lines[0]) > self.max_line:
+                    self.too_long += 1
+                    del lines[0]
+            self.pending = b""
+            if len(chunk) > self.max_line:  # only then can a line inside the chunk be too long
+                kept = [ln for ln in lines if len(ln) <= self.max_line]
+                self.too_long += len(lines) - len(kept)
+                lines = kept
+        if not self.skipping:
+            self.pending += last
+            if len(self.pending) > self.max_line:
+                self.pending = b""
+                self.skipping = True
+                self.too_long += 1
+        return lines
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self.pending)
+
+
+def open_events(path: Path | str) -> Any:
+    """The events file opened for reading, or None when absent. Regular files only: a FIFO or a
+    device planted in its place is refused (never blocks), and so is a symbolic link."""
+    from .fsutil import NotAFile, open_regular
+
+    try:
+        return open_regular(path)
+    except FileNotFoundError:
+        return None
+    except NotAFile:
+        raise
+    except IsADirectoryError as exc:  # pragma: no cover - open_regular says NotAFile first
+        raise NotAFile(str(exc)) from None
+
+
+def decode(raw: bytes) -> dict[str, Any] | None:
+    """One line as an event, or None when it is not one (blank, not JSON, not an object with a kind)."""
+    if not raw.strip():
+        return None
+    try:
+        event = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return event if isinstance(event, dict) and "kind" in event else None
+
+
 @dataclass
 class Tail:
     """Incremental reader: each ``read_new()`` returns only complete new events.
 
     Keeps a byte offset, so re-reading a large file costs nothing; a torn last
     line stays pending until its newline arrives. Lines that are not valid
-    JSON (a foreign write, a disk error) are counted and skipped, not fatal.
+    JSON (a foreign write, a disk error) or longer than :data:`MAX_LINE` are
+    counted and skipped, not fatal. Only a regular file is read (a FIFO in its
+    place is refused, never waited on), ``max_bytes`` at most per call.
     """
 
     path: Path
     offset: int = 0
     bad_lines: int = 0
-    _pending: bytes = field(default=b"", repr=False)
+    refused: str = ""  # why the file is not read (not a regular file), else ""
+    _split: LineSplitter = field(default_factory=LineSplitter, repr=False)
 
     def read_new(self, max_bytes: int | None = None) -> list[dict[str, Any]]:
+        from .fsutil import NotAFile
+
         try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                chunk = fh.read() if max_bytes is None else fh.read(max_bytes)
-        except FileNotFoundError:
+            fh = open_events(self.path)
+        except NotAFile as exc:
+            self.refused = f"{self.path}: {exc.strerror}"
             return []
-        if not chunk:
+        except OSError:
             return []
-        self.offset += len(chunk)
-        data = self._pending + chunk
-        lines = data.split(b"\n")
-        self._pending = lines.pop()  # b"" when data ended with a newline
+        if fh is None:
+            return []
         out: list[dict[str, Any]] = []
-        for raw in lines:
-            if not raw.strip():
-                continue
-            try:
-                event = json.loads(raw)
-            except ValueError:
-                self.bad_lines += 1
-                continue
-            if isinstance(event, dict) and "kind" in event:
-                out.append(event)
-            else:
-                self.bad_lines += 1
+        with fh:
+            fh.seek(self.offset)
+            left = max_bytes
+            while left is None or left > 0:
+                chunk = fh.read(CHUNK if left is None else min(CHUNK, left))
+                if not chunk:
+                    break
+                self.offset += len(chunk)
+                if left is not None:
+                    left -= len(chunk)
+                too_long = self._split.too_long
+                for raw in self._split.feed(chunk):
+                    event = decode(raw)
+                    if event is not None:
+                        out.append(event)
+                    elif raw.strip():
+                        self.bad_lines += 1
+                self.bad_lines += self._split.too_long - too_long
         return out
 
 
 def read_events(path: Path | str) -> list[dict[str, Any]]:
-    """All complete events of a file; a torn last line is ignored."""
+    """All complete events of a file; a torn last line is ignored.
+
+    This holds every event in memory: for a whole run (which may have
+    millions of step and sample events) ask ``cockpit.runs.summary`` instead.
+    """
     return Tail(Path(path)).read_new()
 
 

@@ -12,8 +12,10 @@ find and remove it later.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,10 +77,112 @@ def sweep(folder: Path | str, name: str) -> list[Path]:
     return gone
 
 
-def sha256(path: Path | str) -> str:
-    """The SHA-256 of a file, read in 1 MiB chunks (exports and archives alike)."""
+def sha256(path: Path | str, follow: bool = True) -> str:
+    """The SHA-256 of a regular file, read in 1 MiB chunks (exports and archives alike).
+
+    A FIFO, a device or a folder is refused (:class:`NotAFile`) instead of read
+    forever; with ``follow=False`` a symbolic link is refused too.
+    """
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open_regular(path, follow=follow) as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- reading what others may have planted
+
+
+class NotAFile(OSError):
+    """Not a regular file (a FIFO, a device, a folder) or, where links are refused, a symbolic link."""
+
+
+class TooLarge(OSError):
+    """A file larger than the reader's limit."""
+
+
+def open_regular(path: Path | str, follow: bool = False) -> IO[bytes]:
+    """Open a regular file for reading without ever blocking on it.
+
+    The file is opened non-blocking (a FIFO with no writer would otherwise
+    hang the reader for ever) and refused unless it is a regular file; with
+    ``follow=False`` (the default) a symbolic link is refused too, so a link
+    planted in a run folder never makes Cockpit read a file outside it.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise NotAFile(errno.ELOOP, "a symbolic link, not read (links are never followed)", str(path)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            what = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a file"
+            raise NotAFile(errno.EINVAL, f"{what}, not a regular file", str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: Path | str, limit: int, follow: bool = False) -> bytes:
+    """The whole of a small regular file, refused (:class:`TooLarge`) past ``limit`` bytes."""
+    with open_regular(path, follow=follow) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise TooLarge(errno.EFBIG, f"larger than {limit:,} bytes", str(path))
+    return data
+
+
+def is_regular(path: Path | str) -> bool:
+    """A regular file and not a symbolic link (lstat: the link itself is looked at)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------- a full disk, named as such
+
+DISK_FULL_ERRNOS = frozenset(e for e in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if e is not None)
+
+
+def disk_full(exc: BaseException | None) -> OSError | None:
+    """The "no space left on device" error behind ``exc``, if any (torch wraps it in a RuntimeError)."""
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+            return exc
+        if "No space left on device" in str(exc) or "Disk quota exceeded" in str(exc):
+            return exc if isinstance(exc, OSError) else OSError(errno.ENOSPC, str(exc))
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
+def temporaries(folder: Path | str) -> list[Path]:
+    """Every temporary of an atomic write in ``folder`` (``.NAME.<random>.tmp``), links left out."""
+    out: list[Path] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return out
+    for entry in entries:
+        if entry.name.startswith(".") and entry.name.endswith(".tmp") and entry.is_file(follow_symlinks=False):
+            out.append(Path(entry.path))
+    return out
+
+
+def sweep_all(folder: Path | str) -> list[Path]:
+    """Remove every temporary in ``folder`` left by a killed atomic writer; only when no writer is alive."""
+    gone = []
+    for tmp in temporaries(folder):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+            gone.append(tmp)
+    return gone

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -16,7 +17,11 @@ VERDICT_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skipped
 
 
 def mib(b: int | float | None) -> str:
-    return "absent" if b is None else f"{b / 2**20:,.0f}"
+    if b is None:
+        return "absent"
+    if isinstance(b, bool) or not isinstance(b, (int, float)):
+        return "?"  # not a figure Cockpit wrote
+    return f"{b / 2**20:,.0f}"
 
 
 def short_inputs(inputs: dict[str, Any], limit: int = 100) -> str:
@@ -32,26 +37,30 @@ def short_inputs(inputs: dict[str, Any], limit: int = 100) -> str:
 
 
 def row(gate: dict[str, Any]) -> dict[str, Any]:
-    mem = gate.get("mem") or {}
-    t = mem.get("torch")
-    nv = mem.get("nvml")
+    """A gate event as plain values; a field missing or of the wrong type (a file Cockpit did not write) shows as absent."""
+    mem: dict[str, Any] = gate["mem"] if isinstance(gate.get("mem"), dict) else {}
+    t: dict[str, Any] | None = mem["torch"] if isinstance(mem.get("torch"), dict) else None
+    nv: list[Any] | None = mem["nvml"] if isinstance(mem.get("nvml"), list) else None
+    inputs: dict[str, Any] = gate["inputs"] if isinstance(gate.get("inputs"), dict) else {}
     return {
-        "phase": gate.get("phase", "?"),
+        "phase": str(gate.get("phase", "?")),
         "rank": gate.get("rank"),
-        "inputs": short_inputs(gate.get("inputs") or {}),
-        "allocated": t["allocated"] if t else None,
-        "reserved": t["reserved"] if t else None,
-        "peak_allocated": t["peak_allocated"] if t else None,
-        "peak_reserved": t["peak_reserved"] if t else None,
-        "nvml_used": [g["used"] for g in nv] if nv else None,
+        "inputs": short_inputs(inputs),
+        "allocated": t.get("allocated") if t else None,
+        "reserved": t.get("reserved") if t else None,
+        "peak_allocated": t.get("peak_allocated") if t else None,
+        "peak_reserved": t.get("peak_reserved") if t else None,
+        "nvml_used": [g.get("used") for g in nv if isinstance(g, dict)] if nv else None,
         "rss": mem.get("rss"),
         "rss_peak": mem.get("rss_peak"),
-        "duration_s": gate.get("duration_s"),
-        "busy": gate.get("busy") or "",
-        "verdict": gate.get("verdict", "?"),
-        "remedy": gate.get("remedy", ""),
-        "message": gate.get("message", ""),
-        "checks": gate.get("checks", []),
+        "duration_s": gate.get("duration_s") if isinstance(gate.get("duration_s"), (int, float)) else None,
+        "busy": str(gate.get("busy") or ""),
+        "verdict": str(gate.get("verdict", "?")),
+        "remedy": str(gate.get("remedy") or ""),
+        "message": str(gate.get("message") or ""),
+        "checks": [c for c in gate.get("checks") or [] if isinstance(c, dict)]
+        if isinstance(gate.get("checks"), list)
+        else [],
     }
 
 
@@ -60,7 +69,7 @@ def detail(r: dict[str, Any]) -> str:
     if r["verdict"] not in ("fail", "warn"):
         return ""
     bad = [c for c in r["checks"] if not c.get("ok")]
-    msg = r["message"] or "; ".join(f"{c['name']}: {c['detail']}" for c in bad)
+    msg = r["message"] or "; ".join(f"{c.get('name')}: {c.get('detail')}" for c in bad)
     return f"{msg} -> {r['remedy']}" if r["remedy"] else msg
 
 
@@ -78,7 +87,9 @@ def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Ta
     gates = by_phase(gates)
     from rich import box
 
-    tab = Table(title=title or None, show_lines=False, expand=False, pad_edge=False, box=box.SIMPLE_HEAD)
+    tab = Table(
+        title=Text(title) if title else None, show_lines=False, expand=False, pad_edge=False, box=box.SIMPLE_HEAD
+    )
     ranks = any(g.get("rank") is not None for g in gates)
     tab.add_column("phase", no_wrap=True)
     if ranks:
@@ -100,25 +111,22 @@ def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Ta
         peak = mib(r["peak_reserved"]) if r["peak_reserved"] is not None else "absent"
         nv = "absent" if r["nvml_used"] is None else "/".join(mib(x) for x in r["nvml_used"])
         verdict = Text(r["verdict"], style=VERDICT_STYLE.get(r["verdict"], ""))
-        cells = [r["phase"]]
+        cells: list[str | Text] = [escape(r["phase"])]  # text from the events: shown as written, never as markup
         if ranks:
-            cells.append("" if r["rank"] is None else str(r["rank"]))
+            cells.append("" if r["rank"] is None else escape(str(r["rank"])))
         if wide:
-            cells.append(r["inputs"])
+            cells.append(escape(r["inputs"]))
         cells += [
             mib(r["allocated"]),
             mib(r["reserved"]),
             peak,
             nv,
             mib(r["rss"]),
-            Text(
-                "" if r["duration_s"] is None else f"{r['duration_s']:.2f}" + (" busy" if r["busy"] else ""),
-                style="yellow" if r["busy"] else "",
-            ),
+            ("" if r["duration_s"] is None else f"{r['duration_s']:.2f}") + (" [yellow]busy[/]" if r["busy"] else ""),
             verdict,
         ]
         if wide:
-            cells.append(detail(r))
+            cells.append(escape(detail(r)))
         tab.add_row(*cells)
     return tab
 

@@ -10,6 +10,7 @@ process that :func:`cockpit.runs.owned` recognises as this run's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -21,6 +22,8 @@ from typing import Any
 
 from . import notebook as nbm
 from . import runs
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def nproc_for(nb: nbm.Notebook) -> int:
@@ -62,6 +65,11 @@ def start(
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
     fd = os.open(rdir / runs.LOG_FILE, flags, 0o644)
     argv = command(rdir, nproc, nnodes, rdzv, resume)
+    # A single run process starts with SIGTERM and SIGINT blocked (the mask survives exec) and unblocks
+    # them once its handlers are installed: a stop during its start-up is then a stop, never a crash.
+    # torchrun installs its own handlers and is left alone.
+    single = nproc <= 1 and nnodes <= 1
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS) if single else None
     try:
         proc = subprocess.Popen(
             argv,
@@ -74,8 +82,17 @@ def start(
             close_fds=True,
         )
     finally:
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(fd)
-    runs.write_process(rdir, proc.pid, argv)
+    try:
+        runs.write_process(rdir, proc.pid, argv)
+    except BaseException:
+        # Unrecorded, it could never be stopped by Cockpit: end it now (it is ours: we hold its handle).
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     # Keep a handle so the zombie is reaped if this process waits; detached otherwise.
     _children[proc.pid] = proc
     return proc.pid
@@ -112,7 +129,7 @@ def new_run(
         nproc = nproc_for(nb)
     info = {"launch": {"nproc": nproc, "nnodes": nnodes, "rdzv": rdzv or ""}, **(extra or {})}
     rid, rdir = runs.create_run(
-        path, variant, seed, kind=kind, follows=follows, overrides=overrides, extra=info, notes=notes
+        path, variant, seed, kind=kind, follows=follows, overrides=overrides, extra=info, read=nb, notes=notes
     )
     if starter is None:
         start(rdir, nproc=nproc, nnodes=nnodes, rdzv=rdzv, env=env)

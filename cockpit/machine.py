@@ -50,31 +50,6 @@ def _v1(path: Path) -> float | None:
     return None if q <= 0 else q / period
 
 
-def thread_settings() -> dict[str, Any]:
-    out: dict[str, Any] = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "cpus_available": available_cpus()}
-    try:
-        import torch
-
-        out["torch_threads"] = torch.get_num_threads()
-    except ImportError:  # pragma: no cover - the TUI asks too, without torch
-        pass
-    return out
-
-
-def fit_torch_threads() -> str:
-    """Torch's intra-op threads to the CPUs this process may use (unless OMP_NUM_THREADS chose); what was done."""
-    import torch
-
-    if os.environ.get("OMP_NUM_THREADS"):
-        return f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}: kept"
-    want = max(1, int(available_cpus()))
-    have = torch.get_num_threads()
-    if have > want:
-        torch.set_num_threads(want)
-        return f"torch threads {have} -> {want} (the CPUs this process may use, not the machine's count)"
-    return f"torch threads {have}"
-
-
 def _busy_cpu_s() -> float:
     import psutil
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import arithmetic, runs
+from . import arithmetic, fsutil, runs
 from . import notebook as nbm
 from . import plan as pl
 from . import sheet as sh
@@ -626,12 +626,17 @@ def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: 
 
 
 def write(campaign: Path | str, **kw: Any) -> Path:
+    """Write report/report.md atomically; a ``report`` that is a link (or not a folder) is refused, never written through."""
     path = nbm.find(campaign)
-    text = build(path, **kw)
     folder = path.parent / REPORT_DIR
-    folder.mkdir(exist_ok=True)
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        what = "a symbolic link" if folder.is_symlink() else "not a folder"
+        raise CockpitError(
+            f"{folder}: {what}; Cockpit writes the report only into the campaign's own report/ folder and never "
+            "through a link out of it. Remove it (or replace it by a folder) and run `cockpit report` again."
+        )
     target = folder / REPORT_FILE
-    tmp = folder / (REPORT_FILE + ".tmp")
-    tmp.write_text(text, "utf-8")
-    tmp.replace(target)
+    text = build(path, **kw)
+    folder.mkdir(exist_ok=True)
+    fsutil.write_text(target, text)
     return target

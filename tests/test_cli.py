@@ -132,12 +132,12 @@ def test_check_summarises_the_demo(campaign: Path, capsys: pytest.CaptureFixture
 def test_check_accepts_the_file_and_counts_runs(campaign: Path, capsys: pytest.CaptureFixture[str]) -> None:
     nb = notebook.load(campaign)
     nb.runs += [
-        notebook.RunRow("r1", "lr1e-4", status="done"),
-        notebook.RunRow("r2", "lr2e-4", status="diverged", stop_reason="loss above 4x"),
+        notebook.RunRow("r0001", "lr1e-4", status="completed"),
+        notebook.RunRow("r0002", "lr2e-4", status="diverged", stop_reason="loss above 4x"),
     ]
     notebook.save(nb)
     assert main(["check", str(campaign / "campaign.toml")]) == 0
-    assert "Runs: 2 recorded (1 diverged, 1 done)" in capsys.readouterr().out
+    assert "Runs: 2 recorded (1 completed, 1 diverged)" in capsys.readouterr().out
 
 
 def test_check_says_what_a_batch_variant_moves(campaign: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -37,14 +37,16 @@ def test_threads_follow_the_cpus_this_process_may_use(monkeypatch: pytest.Monkey
     import torch
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(machine, "available_cpus", lambda: 1.0)
+    from cockpit.pilot import threads
+
+    monkeypatch.setattr(threads, "available_cpus", lambda: 1.0)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(4)
-        said = machine.fit_torch_threads()
+        said = threads.fit_torch_threads()
         assert torch.get_num_threads() == 1 and "4 -> 1" in said and "not the machine's count" in said
         monkeypatch.setenv("OMP_NUM_THREADS", "3")
-        assert "kept" in machine.fit_torch_threads()
+        assert "kept" in threads.fit_torch_threads()
     finally:
         torch.set_num_threads(before)
     assert machine.available_cpus() >= 1

@@ -46,7 +46,7 @@ def test_demo_loads_into_typed_objects(campaign: Path) -> None:
 
 def test_load_save_load_gives_the_same_objects(campaign: Path) -> None:
     nb = notebook.load(campaign)
-    nb.runs.append(notebook.RunRow(id="r0001", variant="lr5e-5", seed=1, status="done"))
+    nb.runs.append(notebook.RunRow(id="r0001", variant="lr5e-5", seed=1, status="completed"))
     nb.runs.append(
         notebook.RunRow(
             id="r0002",
@@ -84,8 +84,8 @@ def test_template_is_a_valid_notebook() -> None:
 
 
 def test_mutate_applies_a_change_under_the_lock(campaign: Path) -> None:
-    notebook.mutate(campaign, lambda nb: nb.runs.append(notebook.RunRow("r1", "lr1e-4")))
-    assert [r.id for r in notebook.load(campaign).runs] == ["r1"]
+    notebook.mutate(campaign, lambda nb: nb.runs.append(notebook.RunRow("r0001", "lr1e-4")))
+    assert [r.id for r in notebook.load(campaign).runs] == ["r0001"]
 
 
 # --------------------------------------------------------------------------- bad input
@@ -138,13 +138,13 @@ def test_duplicate_variant_ids(tmp_path: Path, demo_text: str) -> None:
 
 
 def test_duplicate_run_ids(tmp_path: Path, demo_text: str) -> None:
-    runs = '\n[[runs]]\nid = "r1"\nvariant = "lr1e-4"\n\n[[runs]]\nid = "r1"\nvariant = "lr5e-5"\n'
+    runs = '\n[[runs]]\nid = "r0001"\nvariant = "lr1e-4"\n\n[[runs]]\nid = "r0001"\nvariant = "lr5e-5"\n'
     msg = _problem(tmp_path, demo_text + runs)
-    assert "runs[1].id" in msg and "duplicate run id 'r1'" in msg
+    assert "runs[1].id" in msg and "duplicate run id 'r0001'" in msg
 
 
 def test_run_naming_an_unknown_variant(tmp_path: Path, demo_text: str) -> None:
-    msg = _problem(tmp_path, demo_text + '\n[[runs]]\nid = "r1"\nvariant = "lr9"\n')
+    msg = _problem(tmp_path, demo_text + '\n[[runs]]\nid = "r0001"\nvariant = "lr9"\n')
     assert "runs[0].variant" in msg and "unknown variant 'lr9'" in msg
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from .. import arithmetic, notebook
@@ -25,12 +26,62 @@ def run(args: argparse.Namespace) -> int:
     from .. import protocol
 
     nb = notebook.load(args.campaign)
+    missing = task_missing(nb)
+    if missing:
+        raise notebook.NotebookError(f"{nb.path}: task.entry: {missing}")
     print("\n".join(summary(nb)))
     changed, who = protocol.drift(nb)
     if changed:
         print(f"\ncockpit check: {protocol.drift_message(nb, changed, who)}", file=sys.stderr)
         return 1
     return 0
+
+
+def task_missing(nb: notebook.Notebook) -> str:
+    """What is wrong with ``[task] entry`` that can be told without importing it (so without torch), or ""."""
+    entry = nb.task.entry
+    where = entry.rpartition(":")[0]
+    if where.endswith(".py"):
+        cands = [Path(where)] if Path(where).is_absolute() else [nb.directory / where, Path(where)]
+        if any(c.is_file() for c in cands):
+            return ""
+        looked = " and ".join(dict.fromkeys(str(c) for c in cands))
+        return (
+            f"the task file {where!r} does not exist (looked for {looked}); a path in the entry is relative "
+            "to the campaign folder or the current folder. Fix the path, then run `cockpit check` again."
+        )
+    if _module_found(where, [str(nb.directory), str(Path.cwd())]):
+        return ""
+    return (
+        f"no module {where!r} can be found next to the campaign, in the current folder or on the Python path; "
+        "check the spelling (or write a file path ending in .py), then run `cockpit check` again."
+    )
+
+
+def _module_found(name: str, first: list[str]) -> bool:
+    """Whether module ``name`` exists, found without running it (the run puts the campaign folder and the
+    current folder on its path, as here)."""
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    parts = [p for p in name.split(".") if p]
+    if not parts:
+        return False
+    spec = importlib.machinery.PathFinder.find_spec(parts[0], [*first, *sys.path])
+    if spec is None:
+        try:  # an editable install has a finder of its own: the top-level package is enough then
+            return importlib.util.find_spec(parts[0]) is not None
+        except (ImportError, ValueError):
+            return False
+    for part in parts[1:]:
+        locations = spec.submodule_search_locations
+        if locations is None:
+            return False
+        spec = importlib.machinery.PathFinder.find_spec(part, list(locations))
+        if spec is None:
+            return False
+    return True
 
 
 def summary(nb: notebook.Notebook) -> list[str]:

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import events as ev
+from .. import fsutil, runs
 from .. import notebook as nbm
-from .. import runs
 from ..errors import CockpitError, UsageError
 
 SUPERVISED = "bold black on green"
@@ -52,15 +52,18 @@ def resolve(target: str, run_id: str | None) -> Path:
         raise UsageError(f"{target}: neither a run folder (no {runs.RUN_FILE}) nor a campaign ({exc})") from None
     campaign_dir = nb_path.parent
     if run_id:
-        rdir = runs.run_dir(campaign_dir, run_id)
-        if not rdir.is_dir():
+        try:
+            rdir = runs.run_dir(campaign_dir, run_id)
+        except runs.BadRunId as exc:
+            raise UsageError(f"{exc}; `cockpit runs {campaign_dir}` lists the runs.") from None
+        if not rdir.is_dir() or rdir.is_symlink():
             have = sorted(p.name for p in runs.runs_dir(campaign_dir).glob("r*") if p.is_dir())
             raise UsageError(
                 f"{campaign_dir}: no run {run_id!r}"
                 + (f"; runs: {', '.join(have[-8:])}" if have else "; start one with `cockpit pilot`")
             )
         return rdir
-    inspected = sorted(p.parent for p in runs.runs_dir(campaign_dir).glob(f"*/{runs.INSPECT_FILE}"))
+    inspected = [p for p in runs.run_dirs(campaign_dir) if fsutil.is_regular(p / runs.INSPECT_FILE)]
     if not inspected:
         raise UsageError(
             f"{campaign_dir}: no run has inspected examples yet; `cockpit pilot {target}` records them in its data gate"
@@ -71,13 +74,15 @@ def resolve(target: str, run_id: str | None) -> Path:
 def load(rdir: Path) -> dict[str, Any]:
     path = rdir / runs.INSPECT_FILE
     try:
-        doc = json.loads(path.read_text("utf-8"))
+        doc = json.loads(fsutil.read_regular(path, runs.MAX_SMALL_FILE))
     except FileNotFoundError:
         raise UsageError(
             f"{path}: not written; the data gate writes it, and this run did not reach or finish "
             "that gate (see `cockpit runs`)"
         ) from None
-    except ValueError as exc:
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror or exc}; not read") from None
+    except (ValueError, RecursionError) as exc:
         raise UsageError(f"{path}: not valid JSON ({exc}); the pilot may still be writing it") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("examples"), list):
         raise UsageError(f"{path}: no 'examples' list in it")
@@ -85,7 +90,7 @@ def load(rdir: Path) -> dict[str, Any]:
 
 
 def data_gate(rdir: Path) -> dict[str, Any] | None:
-    gates = [g for g in ev.gates(ev.read_events(rdir / ev.EVENTS_FILE)) if g.get("phase") == "data"]
+    gates = [g for g in ev.gates(runs.summary(rdir).events) if g.get("phase") == "data"]
     return gates[-1] if gates else None
 
 
@@ -177,30 +182,35 @@ def render(doc: dict[str, Any], rdir: Path, gate: dict[str, Any] | None, split: 
                 console.print(
                     Text.assemble(
                         ("  warn " if c.get("warn") else "  fail ", "yellow" if c.get("warn") else "red"),
-                        (c.get("name", ""), "bold"),
+                        (str(c.get("name", "")), "bold"),
                         ": ",
-                        c.get("detail", ""),
+                        str(c.get("detail", "")),
                     ),
                     overflow="fold",
                 )
         trunc = gate.get("truncation")
-        if trunc:
+        if isinstance(trunc, dict):
             console.print(
-                f"cropping to max_length {trunc.get('max_length')}: {trunc.get('lose_target_tokens')} of "
-                f"{trunc.get('examples')} train examples lose target tokens, {trunc.get('no_target_left')} keep none",
+                Text(
+                    f"cropping to max_length {trunc.get('max_length')}: {trunc.get('lose_target_tokens')} of "
+                    f"{trunc.get('examples')} train examples lose target tokens, "
+                    f"{trunc.get('no_target_left')} keep none"
+                ),
                 highlight=False,
             )
     counts = doc.get("class_counts") or {}
-    if counts:
-        names = doc.get("label_names") or sorted({k for c in counts.values() for k in c})
+    if isinstance(counts, dict) and counts and all(isinstance(c, dict) for c in counts.values()):
+        names = [str(n) for n in doc.get("label_names") or sorted({str(k) for c in counts.values() for k in c})]
         tab = Table(title="class counts", title_justify="left")
         tab.add_column("id", justify="right")
         tab.add_column("label")
         for s in counts:
-            tab.add_column(s, justify="right")
-        extra = sorted({k for c in counts.values() for k in c} - set(names))
+            tab.add_column(Text(str(s)), justify="right")
+        extra = sorted({str(k) for c in counts.values() for k in c} - set(names))
         for i, name in enumerate([*names, *extra]):
-            tab.add_row(str(i) if i < len(names) else "?", str(name), *(str(counts[s].get(name, 0)) for s in counts))
+            tab.add_row(
+                str(i) if i < len(names) else "?", Text(name), *(Text(str(counts[s].get(name, 0))) for s in counts)
+            )
         console.print(tab)
     if not examples:
         console.print(Text("no example matches", style="yellow"))
@@ -216,7 +226,8 @@ def render(doc: dict[str, Any], rdir: Path, gate: dict[str, Any] | None, split: 
         for k, v in scalars.items():
             body.append(Text.assemble((f"{k} ", "bold"), str(v)))
         body.extend(positions(row, width - 4))
-        console.print(Panel(Group(*body), title=f"{e.get('split', '?')} {e.get('id', '?')}", title_align="left"))
+        title = Text(f"{e.get('split', '?')} {e.get('id', '?')}")  # the task's ids: never read as markup
+        console.print(Panel(Group(*body), title=title, title_align="left"))
 
 
 def run(args: argparse.Namespace) -> int:

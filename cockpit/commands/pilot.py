@@ -49,6 +49,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 def follow(rdir: Path, quiet: bool = False, poll_s: float = 0.1) -> runs.RunState:
     """Print each gate as it lands, until the process ends."""
     from rich.console import Console
+    from rich.text import Text
 
     console = Console(stderr=True)
     tail = ev.Tail(rdir / ev.EVENTS_FILE)
@@ -58,22 +59,29 @@ def follow(rdir: Path, quiet: bool = False, poll_s: float = 0.1) -> runs.RunStat
         for e in tail.read_new():
             if quiet:
                 continue
+            at = Text(f"{time.monotonic() - started:6.1f}s ", style="dim")
             if e["kind"] == ev.PHASE_START and e.get("rank") in (None, 0):
-                console.print(f"[dim]{time.monotonic() - started:6.1f}s[/] {e['phase']} …", highlight=False)
+                console.print(at + Text(f"{e.get('phase')} …"), highlight=False)
             elif e["kind"] == ev.GATE:
-                style = {"pass": "green", "warn": "yellow", "fail": "bold red"}.get(e["verdict"], "dim")
+                verdict = str(e.get("verdict"))
+                style = {"pass": "green", "warn": "yellow", "fail": "bold red"}.get(verdict, "dim")
                 rank = f" rank {e['rank']}" if e.get("rank") is not None else ""
+                took = e.get("duration_s")
+                took_s = f"{took:.2f}" if isinstance(took, (int, float)) else "?"
                 console.print(
-                    f"[dim]{time.monotonic() - started:6.1f}s[/] {e['phase']}{rank}: [{style}]{e['verdict']}[/] "
-                    f"({e.get('duration_s', 0):.2f} s)",
+                    at + Text.assemble(f"{e.get('phase')}{rank}: ", (verdict, style), f" ({took_s} s)"),
                     highlight=False,
                 )
         if not alive:
             launch.reap()  # alive was read before this pass's events, so they are all printed
             break
         time.sleep(poll_s)
-    runs.settle_run(rdir.parent.parent, rdir)  # all ranks have ended: the row gets the final word
-    return runs.state(rdir)
+    st = runs.state(rdir)
+    if st.run_end is None or st.status == ev.Status.CRASHED.value:
+        # The run could not write its own row (killed, or a rank died): the follower gives it the final word.
+        # A run that wrote its end wrote its row too (its last act), so the notebook is not read again here.
+        runs.settle_run(rdir.parent.parent, rdir)
+    return st
 
 
 def summary(st: runs.RunState) -> dict[str, Any]:
@@ -95,6 +103,7 @@ def summary(st: runs.RunState) -> dict[str, Any]:
 
 def print_result(st: runs.RunState) -> None:
     from rich.console import Console
+    from rich.text import Text
 
     from ..gatetable import notes, table
 
@@ -112,13 +121,21 @@ def print_result(st: runs.RunState) -> None:
     color = "green" if st.status == "passed" else "red"
     peak = f"{st.peak_mib:,.0f} MiB ({st.peak_counter})" if st.peak_mib is not None else "absent"
     console.print(
-        f"[{color}]{st.status}[/]: {st.stop_reason} — phase reached: {st.phase}; peak {peak}; "
-        f"{st.duration_s or 0:.1f} s; files in {st.dir}",
+        Text.assemble(
+            (st.status, color),
+            f": {st.stop_reason} — phase reached: {st.phase}; peak {peak}; "
+            f"{st.duration_s or 0:.1f} s; files in {st.dir}",
+        ),
         highlight=False,
     )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.follows:
+        try:
+            runs.check_id(args.follows)
+        except runs.BadRunId as exc:
+            raise UsageError(f"--follows: {exc}") from None
     rid, rdir = launch.new_run(
         args.campaign,
         args.variant,

@@ -34,15 +34,20 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return 0
+    from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
+    # Ids, variants and stop reasons come from the notebook and from the task's exceptions: every one is
+    # escaped (or Text), so it is shown as written and never read as Rich markup.
     console = Console()
     wide = console.width >= 130
-    from rich import box
-
     tab = Table(
-        title=f"{nb.campaign.name}: {len(rows)} run{'s' if len(rows) != 1 else ''}", pad_edge=False, box=box.SIMPLE_HEAD
+        title=Text(f"{nb.campaign.name}: {len(rows)} run{'s' if len(rows) != 1 else ''}"),
+        pad_edge=False,
+        box=box.SIMPLE_HEAD,
     )
 
     def width(values: list[str], header: str) -> int:
@@ -65,24 +70,28 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         style = STATUS_STYLE.get(r.status, "")
         cells = [
-            r.id,
-            r.variant,
+            escape(r.id),
+            escape(r.variant),
             str(r.seed),
-            r.kind,
-            f"[{style}]{r.status}[/]",
-            r.phase,
-            "" if r.peak_mib is None else f"{r.peak_mib:,.0f}",
-            "" if r.duration_s is None else f"{r.duration_s:.1f}",
-            r.follows,
+            escape(r.kind),
+            f"[{style}]{escape(r.status)}[/]" if style else escape(r.status),
+            escape(r.phase),
+            _num(r.peak_mib, "{:,.0f}"),
+            _num(r.duration_s, "{:.1f}"),
+            escape(r.follows),
         ]
-        tab.add_row(*cells, *([r.stop_reason] if wide else []))
+        tab.add_row(*cells, *([escape(r.stop_reason)] if wide else []))
     console.print(tab)
     if not wide:
         for r in rows:
             if r.stop_reason:
-                console.print(
-                    f"[bold]{r.id}[/] [{STATUS_STYLE.get(r.status, '')}]{r.status}[/]: {r.stop_reason}", highlight=False
-                )
+                line = Text.assemble((r.id, "bold"), " ", (r.status, STATUS_STYLE.get(r.status, "")), ": ")
+                line.append(r.stop_reason)
+                console.print(line, highlight=False)
     if not rows:
         print(f"no runs yet: start one with `cockpit pilot {nbm.find(args.campaign).parent}`")
     return 0
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "" if x is None else fmt.format(x)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -101,7 +103,20 @@ def _variants(text: str | None) -> list[str] | None:
     return out
 
 
+class Terminated(Exception):
+    """SIGTERM reached the series' sequencer (its own process, not its runs)."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def run(args: argparse.Namespace) -> int:
+    for rid in args.rerun:
+        try:
+            runs.check_id(rid)
+        except runs.BadRunId as exc:
+            raise UsageError(f"--rerun: {exc}") from None
     path = nbm.find(args.campaign)
     nb = runs.settle(path)
     overrides = parse_overrides(args.set)
@@ -189,17 +204,24 @@ def _go(
                 flush=True,
             )
 
+    # SIGTERM (a `kill`, the end of a detached series' session) ends the sequencer like Ctrl-C: it says which
+    # runs go on (they are detached) and which it did not start, instead of vanishing without a word.
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         started = series.run(on_change, on_progress)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated) as exc:
         alive = [s.run_id for s in series.active]
         left = [i.label() for i in series.pending]
+        how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted"
         print(
-            f"\nseries interrupted: {', '.join(alive) or 'no run'} still running detached "
-            f"(`cockpit stop {path.parent} RUN` to stop); not started: {', '.join(left) or 'none'}",
+            f"\nseries {how}: {', '.join(alive) or 'no run'} still running detached "
+            f"(`cockpit stop {path.parent} RUN` to stop); not started ({len(left)}): {', '.join(left) or 'none'}",
             file=out,
+            flush=True,
         )
-        return 130
+        return 143 if isinstance(exc, Terminated) else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     results = [sr.result(s) for s in started]
     wall = time.monotonic() - t0
     if args.json:
@@ -215,7 +237,9 @@ def _go(
 def _print(results: list[dict[str, Any]], wall: float, path: Path) -> None:
     from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(title=f"series: {len(results)} runs in {wall:.0f} s", title_justify="left", box=box.SIMPLE_HEAD)
     show_follows = any(r["follows"] for r in results)
@@ -237,12 +261,12 @@ def _print(results: list[dict[str, Any]], wall: float, path: Path) -> None:
     for r in results:
         style = "green" if r["status"] == "completed" else "red"
         upd = f"{r['updates']}/{r['planned_updates']}" if r["updates"] is not None else ""
-        cells = [
-            r["run"],
-            r["variant"],
+        cells: list[str | Text] = [
+            escape(str(r["run"])),
+            escape(str(r["variant"])),
             str(r["seed"]),
-            *([r["follows"] or ""] if show_follows else []),
-            f"[{style}]{r['status']}[/]",
+            *([escape(str(r["follows"] or ""))] if show_follows else []),
+            f"[{style}]{escape(str(r['status']))}[/]",
             upd,
             "" if r["final_val_loss"] is None else f"{r['final_val_loss']:.4f}",
             "" if r["step_time_s"] is None else f"{r['step_time_s']:.3f}",
@@ -253,9 +277,8 @@ def _print(results: list[dict[str, Any]], wall: float, path: Path) -> None:
     c.print(t)
     for r in results:
         c.print(
-            f"{r['run']} {r['status']}: {r['stop_reason']}",
+            Text(f"{r['run']} {r['status']}: {r['stop_reason']}", style="" if r["status"] == "completed" else "red"),
             highlight=False,
-            style="" if r["status"] == "completed" else "red",
         )
     c.print(
         f"every run keeps its folder (curve.csv, evals.csv, predictions.jsonl, metrics.json); "
@@ -270,7 +293,8 @@ def _detach(path: Path, args: argparse.Namespace) -> int:
     rd = runs.runs_dir(path.parent)
     rd.mkdir(parents=True, exist_ok=True)
     log_path = rd / f".series-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    with open(log_path, "ab") as log:
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(fd, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "cockpit", *argv],
             stdin=subprocess.DEVNULL,

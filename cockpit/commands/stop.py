@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .. import launch, runs
 from .. import notebook as nbm
@@ -21,9 +22,14 @@ def run(args: argparse.Namespace) -> int:
         rdir = runs.run_dir(path.parent, args.run)
     except runs.BadRunId as exc:
         raise UsageError(f"{exc}; `cockpit runs {path.parent}` lists the runs.") from None
+    if rdir.is_symlink():
+        raise UsageError(f"{rdir}: a symbolic link, not a run folder Cockpit made; nothing was signalled.")
     if not rdir.is_dir():
         raise UsageError(f"{rdir}: no such run folder; `cockpit runs {path.parent}` lists the runs.")
-    what = launch.stop(rdir, grace_s=args.grace)
-    runs.settle(path)
+    what = launch.stop(rdir, grace_s=args.grace)  # a stop never depends on the notebook being readable
     print(f"{args.run}: {what}")
+    try:
+        runs.settle(path)
+    except nbm.NotebookError as exc:
+        print(f"cockpit stop: the notebook's row was not updated: {exc}", file=sys.stderr)
     return 0

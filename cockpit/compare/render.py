@@ -39,13 +39,23 @@ def _step_cell(mem: dict[str, Any], v: str, ref: str) -> str:
     return cell + f" ({m['step_time_s'] / r['step_time_s']:.2f}x)"
 
 
+def _t(x: Any, style: str = "") -> str:
+    """Text from the notebook, a run folder or a task's exception, escaped: shown as written, never read as
+    markup (and highlighted like any other cell)."""
+    from rich.markup import escape
+
+    text = escape("" if x is None else str(x))
+    return f"[{style}]{text}[/]" if style and text else text
+
+
 def render(data: dict[str, Any], console: Any) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     metric = data["metric"]
     way = "higher is better" if data["higher_is_better"] else "lower is better"
-    console.print(f"[bold]{data['campaign']}[/]: {data['question']}", highlight=False)
-    q = Table(title=f"{metric} across seeds ({way}; reference {data['reference']})", title_justify="left")
+    console.print(Text.assemble((str(data["campaign"]), "bold"), ": ", str(data["question"])), highlight=False)
+    q = Table(title=_t(f"{metric} across seeds ({way}; reference {data['reference']})"), title_justify="left")
     for col, just in (
         ("variant", "left"),
         ("n", "right"),
@@ -65,9 +75,9 @@ def render(data: dict[str, Any], console: Any) -> None:
     other = {vid: [f["flag"] for f in fl if f["flag"] in DIFFERENT] for vid, fl in data["flags"].items()}
     for g in data["quality"]:
         s = g["stats"]
-        name = g["variant"] + (f" [dim]({g['tag']})[/]" if g["tag"] else "")
+        name = _t(g["variant"]) + (" " + _t(f"({g['tag']})", "dim") if g["tag"] else "")
         if other.get(g["variant"]) and not g["tag"]:
-            name += f" [yellow](another experiment: {'; '.join(other[g['variant']])})[/]"
+            name += " " + _t(f"(another experiment: {'; '.join(other[g['variant']])})", "yellow")
         seeds = ", ".join(f"s{k}={v:.4g}" for k, v in g["seeds"].items())
         if g["not_completed"]:
             seeds += ("; " if seeds else "") + ", ".join(f"{n} {st}" for st, n in g["not_completed"].items())
@@ -84,8 +94,8 @@ def render(data: dict[str, Any], console: Any) -> None:
             _f(s["std"]),
             _f(s["min"]),
             _f(s["max"]),
-            seeds,
-            f"[{style}]{verdict}[/]" if style else verdict,
+            _t(seeds),
+            _t(verdict, style),
         )
     if not data["quality"]:
         console.print("no train runs yet: run `cockpit series CAMPAIGN` first", style="yellow")
@@ -94,10 +104,12 @@ def render(data: dict[str, Any], console: Any) -> None:
         for g in data["quality"]:
             if g["target"]:
                 console.print(
-                    f"{g['variant']}{' (' + g['tag'] + ')' if g['tag'] else ''}: target {data['metric']} "
-                    f"{'>=' if data['higher_is_better'] else '<='} {data['quality_target']:g}: {g['target']}",
+                    _t(
+                        f"{g['variant']}{' (' + g['tag'] + ')' if g['tag'] else ''}: target {data['metric']} "
+                        f"{'>=' if data['higher_is_better'] else '<='} {data['quality_target']:g}: {g['target']}",
+                        "" if g["target_reached"] else "yellow",
+                    ),
                     highlight=False,
-                    style="" if g["target_reached"] else "yellow",
                 )
     if data["not_completed"]:
         t = Table(title="runs that did not complete (kept, not averaged in)", title_justify="left")
@@ -110,22 +122,31 @@ def render(data: dict[str, Any], console: Any) -> None:
                 else str(r["updates"]) + (f"/{r['planned_updates']}" if r["planned_updates"] else "")
             )
             t.add_row(
-                r["id"], r["variant"], str(r["seed"]), f"[red]{r['status']}[/]", upd, r["follows"], r["stop_reason"]
+                _t(r["id"]),
+                _t(r["variant"]),
+                _t(r["seed"]),
+                _t(r["status"], "red"),
+                _t(upd),
+                _t(r["follows"]),
+                _t(r["stop_reason"]),
             )
         console.print(t)
     for r in data["superseded"]:
         console.print(
-            f"{r['id']} ({r['variant']} seed {r['seed']}, {metric} {_f(r['value'])}) is superseded by "
-            f"{r['superseded_by']} of the same seed: only the later run counts",
-            style="dim",
+            _t(
+                f"{r['id']} ({r['variant']} seed {r['seed']}, {metric} {_f(r['value'])}) is superseded by "
+                f"{r['superseded_by']} of the same seed: only the later run counts",
+                "dim",
+            ),
             highlight=False,
         )
     _render_memory(data, console)
-    console.print(data["method"], style="dim", highlight=False)
+    console.print(_t(data["method"], "dim"), highlight=False)
 
 
 def _render_memory(data: dict[str, Any], console: Any) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     mem = data["memory"]
     ref = data["reference"]
@@ -144,7 +165,7 @@ def _render_memory(data: dict[str, Any], console: Any) -> None:
             + (f"\n{data['kinds'].get(v, '')}" if data["kinds"].get(v) == "memory" else "")
         )
         head += f"\n{mem[v]['run'] or 'no passed pilot'}"
-        t.add_column(head, justify="right", overflow="fold")
+        t.add_column(_t(head), justify="right", overflow="fold")
     phases = [p for p in ev.PHASES if any(p in mem[v]["phases"] for v in vids)]
     for p in phases:
         cells = []
@@ -181,11 +202,11 @@ def _render_memory(data: dict[str, Any], console: Any) -> None:
             style="yellow",
         )
     if unmeasured:
-        console.print(f"no passed pilot (not in the table): {', '.join(unmeasured)}", style="dim", highlight=False)
+        console.print(_t(f"no passed pilot (not in the table): {', '.join(unmeasured)}", "dim"), highlight=False)
     for v in mem:
         fl = [f for f in data["flags"].get(v) or [] if f["flag"] != "quality target not reached"]  # shown above
         note = mem[v].get("params_note")
         for f in fl:
-            console.print(f"[bold red]{v}[/]: {f['flag']}: {f['detail']}", highlight=False)
+            console.print(Text.assemble((str(v), "bold red"), f": {f['flag']}: {f['detail']}"), highlight=False)
         if note:
-            console.print(f"[yellow]{v}[/]: {note}", highlight=False)
+            console.print(Text.assemble((str(v), "yellow"), f": {note}"), highlight=False)

@@ -22,12 +22,19 @@ else:  # pragma: no cover
 from .check import check_values, suggest
 from .model import NOTEBOOK_FILE, REQUIRED_SECTIONS, SECTIONS, Notebook, NotebookError
 
+MAX_NOTEBOOK_BYTES = 256 << 20  # a notebook with 200,000 decisions is about 30 MB
+
 
 def find(path: Path | str) -> Path:
     """Accept a campaign folder or its campaign.toml."""
     p = Path(path)
-    if p.is_dir():
+    if p.is_dir() and p.name != NOTEBOOK_FILE:
         p = p / NOTEBOOK_FILE
+    if p.is_dir():
+        raise NotebookError(
+            f"{p}: is a folder, not a campaign notebook. {NOTEBOOK_FILE} must be a TOML file: move that "
+            f"folder away and write the notebook there (or create one with `cockpit new NAME`)."
+        )
     if not p.exists():
         raise NotebookError(
             f"{p}: no campaign notebook here. Give a campaign folder holding {NOTEBOOK_FILE} "
@@ -36,21 +43,98 @@ def find(path: Path | str) -> Path:
     return p
 
 
+def read_bytes(p: Path) -> bytes:
+    """The notebook's bytes; every way the file can be unreadable becomes a NotebookError naming it."""
+    from .. import fsutil
+
+    try:
+        return fsutil.read_regular(p, MAX_NOTEBOOK_BYTES, follow=True)
+    except fsutil.NotAFile as exc:
+        raise NotebookError(
+            f"{p}: {exc.strerror}; a campaign notebook must be a TOML file. Replace it with one "
+            f"(`cockpit new NAME` writes a template)."
+        ) from None
+    except fsutil.TooLarge:
+        raise NotebookError(
+            f"{p}: larger than {MAX_NOTEBOOK_BYTES >> 20} MiB; this is not a campaign notebook Cockpit wrote. "
+            "Check that the path names the right file."
+        ) from None
+    except PermissionError:
+        raise NotebookError(
+            f"{p}: permission denied; make the notebook readable by this user (chmod u+r) and run the command again."
+        ) from None
+    except FileNotFoundError:
+        raise NotebookError(
+            f"{p}: the campaign notebook disappeared while being read; run the command again."
+        ) from None
+    except OSError as exc:
+        raise NotebookError(f"{p}: cannot be read ({exc.strerror or exc}); check the disk and the file.") from None
+
+
 def load(path: Path | str) -> Notebook:
     p = find(path)
-    raw = p.read_bytes()
-    nb = parse(raw, p)
+    raw = read_bytes(p)
+    digest = hashlib.sha256(raw).hexdigest()
+    data = _cached(p, digest) if len(raw) >= CACHE_MIN_BYTES else None
+    nb = from_data(data, p) if data is not None else parse(raw, p)
     nb.path = p
-    nb.digest = hashlib.sha256(raw).hexdigest()
+    nb.digest = digest
     return nb
 
 
+CACHE_FILE = ".campaign.cache.json"  # written by store.save for large notebooks; see there
+CACHE_MIN_BYTES = 1 << 20
+
+
+def _cached(p: Path, digest: str) -> dict[str, Any] | None:
+    """The values of the notebook as its last save wrote them, when the file is still exactly that one."""
+    import json
+
+    from .. import fsutil
+
+    try:
+        blob = json.loads(fsutil.read_regular(p.parent / CACHE_FILE, MAX_NOTEBOOK_BYTES * 2))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(blob, dict) or blob.get("format") != 1 or blob.get("sha256") != digest:
+        return None
+    data = blob.get("data")
+    return data if isinstance(data, dict) else None
+
+
 def parse(raw: bytes | str, where: Path | str = NOTEBOOK_FILE) -> Notebook:
-    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw[: exc.start].count(b"\n") + 1
+            kind = "a binary file" if b"\0" in raw[:8192] else "not UTF-8 text"
+            raise NotebookError(
+                f"{where}: {kind}: the byte at offset {exc.start} (line {line}) is not valid UTF-8. "
+                "A campaign notebook is TOML text in UTF-8: save it as UTF-8, or check that the path names "
+                f"the right file, then run `cockpit check {Path(where).parent}`."
+            ) from None
+    else:
+        text = raw
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise NotebookError(_syntax_message(where, text, exc)) from None
+    except RecursionError:
+        raise NotebookError(
+            f"{where}: arrays or tables nested too deeply for a campaign notebook; no section of it nests "
+            f"more than two levels. Fix the file, then run `cockpit check {Path(where).parent}`."
+        ) from None
+    if not data:
+        raise NotebookError(
+            f"{where}: empty: no section in it. A campaign notebook needs at least [campaign], [task], [batch], "
+            "[training] and one [[variants]]; `cockpit new NAME` writes a complete template to start from."
+        )
+    return from_data(data, where)
+
+
+def from_data(data: dict[str, Any], where: Path | str = NOTEBOOK_FILE) -> Notebook:
+    """The notebook from parsed TOML (or from an edited notebook's ``to_dict``), every problem in one message."""
     problems: list[str] = []
     nb = _build_notebook(data, problems)
     if nb is not None:
@@ -62,14 +146,18 @@ def parse(raw: bytes | str, where: Path | str = NOTEBOOK_FILE) -> Notebook:
             if typed:
                 raise
     if problems:
-        lines = "\n".join(f"  - {p}" for p in problems)
+        lines = "\n".join(f"  - {p}" for p in problems[:MAX_SHOWN])
+        more = f"\n  - ... and {len(problems) - MAX_SHOWN} more" if len(problems) > MAX_SHOWN else ""
         raise NotebookError(
             f"{where}: the campaign notebook has {len(problems)} problem"
-            f"{'s' if len(problems) > 1 else ''}:\n{lines}\n"
+            f"{'s' if len(problems) > 1 else ''}:\n{lines}{more}\n"
             f"Fix them in the file, then run `cockpit check {Path(where).parent}`."
         )
     assert nb is not None
     return nb
+
+
+MAX_SHOWN = 50
 
 
 def _syntax_message(where: Path | str, text: str, exc: Exception) -> str:
@@ -118,43 +206,73 @@ def _build_notebook(data: dict[str, Any], problems: list[str]) -> Notebook | Non
         return None
 
 
+_KINDS: dict[Any, tuple[str, Any]] = {}
+
+
+def _kind_of(typ: Any) -> tuple[str, Any]:
+    """What a type hint is ("optional", "dataclass", "list", "dict" or "plain") and its argument; computed once."""
+    kind = _KINDS.get(typ)
+    if kind is None:
+        origin = typing.get_origin(typ)
+        args = typing.get_args(typ)
+        if origin in (typing.Union, types.UnionType):
+            kind = ("optional", next(a for a in args if a is not type(None)))
+        elif dataclasses.is_dataclass(typ):
+            kind = ("dataclass", None)
+        elif origin is list:
+            kind = ("list", args[0])
+        elif origin is dict or typ is dict:
+            kind = ("dict", None)
+        else:
+            kind = ("plain", typ)
+        _KINDS[typ] = kind
+    return kind
+
+
 def _convert(value: Any, typ: Any, path: str, problems: list[str]) -> Any:
-    origin = typing.get_origin(typ)
-    args = typing.get_args(typ)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in args if a is not type(None)]
-        return _convert(value, inner[0], path, problems)
-    if dataclasses.is_dataclass(typ):
+    kind, arg = _kind_of(typ)
+    if kind == "optional":
+        return _convert(value, arg, path, problems)
+    if kind == "dataclass":
         if not isinstance(value, dict):
             problems.append(f"{path}: expected a table, got {_tname(value)}")
             return None
-        hints = typing.get_type_hints(typ)
-        fields = {f.name: f for f in dataclasses.fields(typ) if f.init and f.name not in ("path", "digest")}
+        hints, fields, plain, required = _shape(typ)
         kwargs: dict[str, Any] = {}
         for k, v in value.items():
-            if k not in fields:
+            simple = plain.get(k)
+            if simple is not None:  # the common case, without typing introspection: a value of the right type
+                t = type(v)
+                if t is simple:
+                    kwargs[k] = v
+                    continue
+                if simple is float and t is int:
+                    kwargs[k] = float(v)
+                    continue
+                if simple is list and t is list and not v:
+                    kwargs[k] = []
+                    continue
+            elif k not in fields:
                 problems.append(
                     f"{path}.{k}: unknown key; the keys of [{path.split('[')[0]}] are "
                     f"{', '.join(fields)}" + suggest(k, fields)
                 )
                 continue
             kwargs[k] = _convert(v, hints[k], f"{path}.{k}", problems)
-        missing = [
-            n
-            for n, f in fields.items()
-            if n not in value and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        ]
+        missing = [n for n in required if n not in value]
         for n in missing:
             problems.append(f"{path}.{n}: required key is missing")
         if missing:
             return None
-        return typ(**kwargs)  # type: ignore[operator]  # typ is a dataclass class here
-    if origin is list:
+        return typ(**kwargs)
+    if kind == "list":
         if not isinstance(value, list):
             problems.append(f"{path}: expected an array, got {_tname(value)}")
             return []
-        return [_convert(v, args[0], f"{path}[{i}]", problems) for i, v in enumerate(value)]
-    if origin is dict or typ is dict:
+        if arg in (str, int, bool) and all(type(v) is arg for v in value):
+            return list(value)  # the common case: nothing to convert
+        return [_convert(v, arg, f"{path}[{i}]", problems) for i, v in enumerate(value)]
+    if kind == "dict":
         if not isinstance(value, dict):
             problems.append(f"{path}: expected a table, got {_tname(value)}")
             return {}
@@ -177,6 +295,36 @@ def _convert(value: Any, typ: Any, path: str, problems: list[str]) -> Any:
             problems.append(f"{path}: expected a string, got {_tname(value)} {value!r}")
         return value
     return value  # pragma: no cover
+
+
+_SHAPES: dict[Any, Any] = {}
+
+
+def _shape(typ: Any) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]], dict[str, type], list[str]]:
+    """A section's type hints, fields, the plain type of each scalar field (str, int, float, bool; optional
+    or not) and its required fields, computed once: get_type_hints is slow, and a notebook with 200,000
+    decisions converts 200,000 tables."""
+    shape = _SHAPES.get(typ)
+    if shape is None:
+        hints = typing.get_type_hints(typ)
+        fields = {f.name: f for f in dataclasses.fields(typ) if f.init and f.name not in ("path", "digest")}
+        plain: dict[str, type] = {}
+        for name in fields:
+            hint = hints[name]
+            if typing.get_origin(hint) in (typing.Union, types.UnionType):
+                inner = [a for a in typing.get_args(hint) if a is not type(None)]
+                hint = inner[0] if len(inner) == 1 else None
+            if hint in (str, int, float, bool):
+                plain[name] = hint
+            elif typing.get_origin(hint) is list:
+                plain[name] = list  # only an empty list takes the fast path
+        required = [
+            n
+            for n, f in fields.items()
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
+        shape = _SHAPES[typ] = (hints, fields, plain, required)
+    return shape
 
 
 def _tname(value: Any) -> str:

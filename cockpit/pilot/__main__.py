@@ -20,29 +20,48 @@ def main(argv: list[str]) -> int:
     resume = "--resume" in argv
     argv = [a for a in argv if a != "--resume"]
     if len(argv) != 1:
+        signals.install()
         print("usage: python -m cockpit.pilot RUN_DIR [--resume]", file=sys.stderr)
         return int(ev.ExitCode.USAGE)
     rdir = Path(argv[0]).resolve()
-    if not (rdir / runs.RUN_FILE).is_file():
-        print(f"{rdir}: no {runs.RUN_FILE}; create runs with `cockpit pilot CAMPAIGN`", file=sys.stderr)
-        return int(ev.ExitCode.USAGE)
-    signals.install()  # before torch is imported: a stop from now on is a stop
-    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    rank, world = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
     try:
+        # Before torch is imported, and inside the try: the launcher started this process with the stop
+        # signals blocked, so a stop that arrived during start-up is raised here and recorded as a stop.
+        signals.install()
+        if not (rdir / runs.RUN_FILE).is_file():
+            print(f"{rdir}: no {runs.RUN_FILE}; create runs with `cockpit pilot CAMPAIGN`", file=sys.stderr)
+            return int(ev.ExitCode.USAGE)
         return run(rdir, rank, world, resume)
     except signals.Stopped as exc:  # arrived while the run's modules were still being imported
         with ev.EventWriter(rdir / ev.EVENTS_FILE, rank=rank if world > 1 else None) as writer:
             writer.emit(
                 ev.RUN_END,
                 status=ev.Status.STOPPED.value,
-                stop_reason=f"stopped by signal ({exc}) before the run started",
+                stop_reason=f"stopped by signal ({signals.received() or exc}) before the run started",
                 phase=None,
                 message=str(exc),
                 exit_code=int(ev.ExitCode.STOPPED),
             )
-        if rank == 0:
-            runs.settle_run(rdir.parent.parent, rdir)
+        _end(rdir, rank)
         return int(ev.ExitCode.STOPPED)
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _end(rdir: Path, rank: int) -> None:
+    """The run's last acts (rank 0): its events' summary, its notebook row, no temporaries left behind."""
+    if rank != 0:
+        return
+    try:
+        runs.finish_run(rdir.parent.parent, rdir)
+    except Exception as exc:  # noqa: BLE001 - the run's own files stay the source of truth
+        print(f"[warn] could not update the notebook's run row: {exc}", file=sys.stderr)
 
 
 def run(rdir: Path, rank: int, world: int, resume: bool = False) -> int:
@@ -69,26 +88,28 @@ def run(rdir: Path, rank: int, world: int, resume: bool = False) -> int:
     except BaseException as exc:  # noqa: BLE001 - record the outcome before dying, whatever it is
         outcome = outcome_of(exc, "before the run started" if not path.exists() else "outside any phase")
         code = int(outcome.code)
-        writer.emit(
-            ev.RUN_END,
-            status=outcome.status.value,
-            stop_reason=outcome.reason,
-            phase=ev.last_phase(ev.read_events(path)),
-            message=str(exc),
-            exit_code=code,
-        )
+        try:
+            writer.emit(
+                ev.RUN_END,
+                status=outcome.status.value,
+                stop_reason=outcome.reason,
+                phase=ev.last_phase(runs.summary(rdir, write_back=False).events),
+                message=str(exc),
+                exit_code=code,
+            )
+        except OSError as err:  # a full disk may refuse even the final event: said in output.log
+            print(f"[error] could not write the final event ({outcome.reason}): {err}", file=sys.stderr)
     finally:
-        writer.close()
+        try:
+            writer.close()
+        except OSError as err:
+            print(f"[error] could not close {path}: {err}", file=sys.stderr)
         if world > 1:
             import torch.distributed
 
             if torch.distributed.is_initialized():
                 torch.distributed.destroy_process_group()
-    if rank == 0:
-        try:
-            runs.settle_run(rdir.parent.parent, rdir)
-        except Exception as exc:  # noqa: BLE001 - the run's own files stay the source of truth
-            print(f"[warn] could not update the notebook's run row: {exc}", file=sys.stderr)
+    _end(rdir, rank)
     return code
 
 

@@ -19,11 +19,11 @@ import torch
 from .. import events as ev
 from .. import machine, runs
 from . import dist as dist_
+from . import signals
 from .context import Context
 from .gate import Gate, Phase
 from .phases import PHASES
 from .process import RunProcess, outcome_of, user_frame
-from .signals import Stopped
 from .trainer import NonFinite, UserCodeError, is_oom
 
 
@@ -71,7 +71,7 @@ def _failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> PhaseEnd
     """Turn what a phase raised into its failed check, its message and the run's outcome."""
     name = phase.name
     at = f"in {name}"
-    if isinstance(exc, (Stopped, KeyboardInterrupt)):
+    if signals.stopped_by(exc) or signals.received():  # a stop, even one torch turned into a RuntimeError
         g.fail("stopped", "stopped by a signal during this phase")
         return PhaseEnded(outcome_of(exc, f"during {name}"))
     if isinstance(exc, NonFinite):
@@ -109,7 +109,12 @@ def _failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> PhaseEnd
         g.message = f"out of memory in {name} with inputs {_fmt_inputs(g.inputs)}"
         g.remedy = oom_remedy(name, g.inputs)
         return PhaseEnded(ev.Outcome.of(ev.Status.OOM, f"out of memory {at}"))
-    outcome = outcome_of(exc, at)  # prints the traceback: a bug in Cockpit
+    outcome = outcome_of(exc, at)  # prints the traceback when it is a bug in Cockpit
+    if outcome.code == ev.ExitCode.DISK_FULL:
+        g.fail("disk space", outcome.reason)
+        g.message = outcome.reason
+        g.remedy = "free space on the disk that holds the campaign's runs/ folder, then pilot again"
+        return PhaseEnded(outcome)
     g.fail("cockpit", f"{type(exc).__name__}: {exc}")
     g.message = f"Cockpit failed inside {name}: {type(exc).__name__}: {exc} (a bug in Cockpit; traceback in output.log)"
     return PhaseEnded(ev.Outcome.of(ev.Status.ERROR, f"internal error {at}", outcome.code))
@@ -166,7 +171,7 @@ def run_phase(ctx: Context, phase: Phase) -> tuple[Gate, PhaseEnded | None]:
         with ctx.meter.measure(name) as measure:
             _inject(ctx, name)
             phase.run(ctx, g)
-    except (Exception, Stopped, KeyboardInterrupt) as exc:
+    except (Exception, signals.Stopped, KeyboardInterrupt) as exc:
         ended = _failed(ctx, phase, g, exc)
     mem = measure.mem if measure is not None and measure.mem else ctx.meter.read()
     duration = measure.duration_s if measure is not None else 0.0
@@ -223,6 +228,10 @@ def run_phases(ctx: Context, phases: tuple[Phase, ...] = PHASES) -> tuple[ev.Out
     for phase in phases:
         g, ended = run_phase(ctx, phase)
         gates.append(g)
+        if ended is None and signals.received():  # a stop that a phase swallowed on its way up
+            return ev.Outcome.of(
+                ev.Status.STOPPED, f"stopped by signal ({signals.received()}) after {phase.name}"
+            ), gates
         fail = g.verdict == ev.Verdict.FAIL
         hard = ended is not None or (fail and not phase.independent)
         if ctx.dist and not (ended and ended.collective_broken) and dist_.any_rank(hard) and not hard:

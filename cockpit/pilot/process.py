@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 from .. import events as ev
-from .. import runs
+from .. import fsutil, runs
+from . import signals
 from .meter import Meter, stack_info
 from .signals import Stopped
 from .task import TaskError
@@ -37,10 +38,24 @@ def user_frame(exc: BaseException) -> str:
 
 
 def outcome_of(exc: BaseException, at: str) -> ev.Outcome:
-    """How a run ended from the exception that ended it. ``at`` says where ("in validation")."""
-    if isinstance(exc, (Stopped, KeyboardInterrupt)):
-        sig = f" ({exc})" if str(exc) else ""
+    """How a run ended from the exception that ended it. ``at`` says where ("in validation").
+
+    A stop signal wins over whatever it turned into on its way up (inside
+    ``torch.save`` it becomes a RuntimeError); a full disk is named as such.
+    """
+    if signals.stopped_by(exc) or signals.received():
+        name = signals.received() or (str(exc) if isinstance(exc, Stopped) else "")
+        sig = f" ({name})" if name else ""
         return ev.Outcome.of(ev.Status.STOPPED, f"stopped by signal{sig} {at}")
+    full = fsutil.disk_full(exc)
+    if full is not None:
+        where = f" writing {full.filename}" if getattr(full, "filename", None) else ""
+        return ev.Outcome.of(
+            ev.Status.ERROR,
+            f"disk full: no space left on the device{where} {at}; free space (old checkpoints, "
+            "artifacts, caches) and run it again",
+            ev.ExitCode.DISK_FULL,
+        )
     if isinstance(exc, NonFinite):
         value = f" ({exc.value})" if exc.value is not None else ""
         return ev.Outcome.of(ev.Status.DIVERGED, f"non-finite {exc.what} {at}{value}")
@@ -121,9 +136,9 @@ class RunProcess:
     # ---- the skeleton
 
     def run(self) -> int:
-        from .. import machine
+        from . import threads as threads_
 
-        threads = machine.fit_torch_threads()  # before any work: intra-op threads to the CPUs this process may use
+        threads = threads_.fit_torch_threads()  # before any work: intra-op threads to the CPUs this process may use
         self.emit(
             ev.RUN_START,
             run_id=self.frozen["run"]["id"],
@@ -134,7 +149,7 @@ class RunProcess:
             follows=self.frozen["run"].get("follows", ""),
             pid=os.getpid(),
             params=self.params,
-            stack={**stack_info(self.device, self.meter.nvml), "threads": threads, **machine.thread_settings()},
+            stack={**stack_info(self.device, self.meter.nvml), "threads": threads, **threads_.thread_settings()},
             world=self.world,
             **self.start_fields(),
         )

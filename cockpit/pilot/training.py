@@ -33,7 +33,7 @@ import torch
 from .. import arithmetic, fsutil, runs
 from .. import events as ev
 from . import checkpoint as ck
-from . import resumable
+from . import resumable, signals
 from .predictions import predict_pass
 from .process import RunProcess, outcome_of
 from .signals import Stopped
@@ -222,6 +222,7 @@ class TrainingRun(RunProcess):
         self.train_t0 = time.monotonic() - self.trained_s
         self.last_checkpoint = time.monotonic()
         while tr.step < self.total:
+            signals.check()  # a stop whose exception something on its way up swallowed
             if wall and (time.monotonic() - self.train_t0) > float(wall) * 60:
                 return f"wall-clock limit: {float(wall):g} min reached after {tr.step} of {self.total} updates"
             t0 = time.perf_counter()
@@ -415,6 +416,7 @@ class TrainingRun(RunProcess):
                     fsutil.write_text(self.rdir / runs.PREDICTIONS_FILE, lines)
             if self.lead and not self.disk_full:
                 self.phase = "save"
+                self.emit(ev.PHASE_START, phase="save", inputs={"file": runs.CHECKPOINT})  # a kill here says "save"
                 t0 = time.perf_counter()
                 state = tr.state_dict(self.trainable_only)
                 state["stop_reason"] = reason

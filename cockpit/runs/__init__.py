@@ -4,11 +4,13 @@
 - :mod:`.process` ``process.json``: whether the run's process lives and is ours to signal
 - :mod:`.state`   status derived from events, the one rule for "the peak", a run read as one record,
                   "the latest passed pilot of a variant"
+- :mod:`.brief`   the events' summary: what readers need from events.jsonl, bounded, cached in summary.json
 - :mod:`.rows`    the notebook's ``[[runs]]`` rows: written at creation and at the end, read through ``view``
 """
 
 from __future__ import annotations
 
+from .brief import SUMMARY_FILE, Summary, summary
 from .files import (
     ARTIFACT_DIR,
     CHECKPOINT,
@@ -19,6 +21,7 @@ from .files import (
     EVENTS_FILE,
     INSPECT_FILE,
     LOG_FILE,
+    MAX_SMALL_FILE,
     METRICS_FILE,
     PREDICTIONS_FILE,
     PROCESS_FILE,
@@ -45,7 +48,18 @@ from .files import (
     runs_dir,
 )
 from .process import is_alive, owned, process_info, write_process
-from .rows import apply_state, create_run, git_revision, package_versions, settle, settle_run, task_revision, view
+from .rows import (
+    apply_state,
+    create_run,
+    finish_run,
+    git_revision,
+    package_versions,
+    settle,
+    settle_run,
+    sweep,
+    task_revision,
+    view,
+)
 from .state import (
     GPU_PEAK,
     HOST_PEAK,
@@ -73,6 +87,7 @@ __all__ = [
     "HOST_PEAK",
     "INSPECT_FILE",
     "LOG_FILE",
+    "MAX_SMALL_FILE",
     "METRICS_FILE",
     "PREDICTIONS_FILE",
     "PROCESS_FILE",
@@ -81,13 +96,16 @@ __all__ = [
     "RUNS_DIR",
     "RUN_FILE",
     "RUN_ID",
+    "SUMMARY_FILE",
     "BadRunId",
     "RunFiles",
     "RunState",
+    "Summary",
     "apply_state",
     "campaign_runs",
     "check_id",
     "create_run",
+    "finish_run",
     "fmt_time",
     "git_revision",
     "is_alive",
@@ -116,6 +134,8 @@ __all__ = [
     "settle_run",
     "task_revision",
     "state",
+    "summary",
+    "sweep",
     "training_runs",
     "view",
     "write_process",

@@ -10,11 +10,15 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import json
+import math
+import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .. import events as ev
+from .. import fsutil
 
 RUNS_DIR = "runs"
 RUN_FILE = "run.toml"  # frozen at creation: task, variant, parameters, seed, stack, command
@@ -85,11 +89,18 @@ def run_dirs(campaign_dir: Path | str) -> list[Path]:
     return sorted(found, key=lambda p: order_key(p.name))
 
 
+MAX_SMALL_FILE = 64 << 20  # run.toml, metrics.json, inspect.json, process.json: Cockpit writes them small
+
+
 def read_run_toml(rdir: Path | str) -> dict[str, Any]:
+    """The frozen run.toml. Raises OSError (absent, not a regular file, a link, too large) or ValueError."""
     import tomllib
 
-    with open(Path(rdir) / RUN_FILE, "rb") as fh:
-        return tomllib.load(fh)
+    raw = fsutil.read_regular(Path(rdir) / RUN_FILE, MAX_SMALL_FILE)
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise ValueError(f"{Path(rdir) / RUN_FILE}: nested too deeply") from None
 
 
 def run_meta(rdir: Path | str) -> dict[str, Any]:
@@ -100,11 +111,12 @@ def run_meta(rdir: Path | str) -> dict[str, Any]:
         return {}
 
 
-def read_json(path: Path | str) -> dict[str, Any]:
-    """A small JSON document written by Cockpit, or {} when absent or unreadable."""
+def read_json(path: Path | str, limit: int = MAX_SMALL_FILE) -> dict[str, Any]:
+    """A small JSON document written by Cockpit, or {} when absent, unreadable, not a regular file
+    (a FIFO, a link: never followed out of the run folder) or larger than ``limit``."""
     try:
-        data = json.loads(Path(path).read_text("utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(fsutil.read_regular(path, limit))
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -118,29 +130,110 @@ def read_inspect(rdir: Path | str) -> dict[str, Any]:
 
 
 def read_events(rdir: Path | str) -> list[dict[str, Any]]:
+    """Every event of the run, in memory: for small runs and tests; readers of a campaign use the summary."""
     return ev.read_events(Path(rdir) / EVENTS_FILE)
 
 
 def read_csv_rows(path: Path | str) -> list[dict[str, float | None]]:
     """A run's curve.csv or evals.csv as rows of floats (None for empty or unparsable cells)."""
-    out: list[dict[str, float | None]] = []
+    return list(iter_csv_rows(path))
+
+
+def iter_csv_rows(path: Path | str) -> Iterator[dict[str, float | None]]:
+    """The rows of a run's CSV one at a time (regular files only, a link never followed)."""
+    import io
+
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        raw = fsutil.open_regular(path)
+    except OSError:
+        return
+    with raw, io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="") as fh:
+        try:
             for row in csv.DictReader(fh):
-                out.append({k: _float(v) for k, v in row.items() if k is not None})
-    except (OSError, csv.Error):
-        return out
-    return out
+                yield {k: _float(v) for k, v in row.items() if isinstance(k, str)}
+        except (OSError, csv.Error):
+            return
 
 
-def read_series(path: Path | str, column: str) -> list[tuple[float, float]]:
-    """(step, value) pairs of one column of a run's CSV, non-finite and empty cells left out."""
-    out = []
-    for row in read_csv_rows(path):
+MAX_POINTS = 4096
+FULL_READ_BYTES = 8 << 20  # a CSV up to this size is read whole; a larger one is sampled
+
+
+def read_series(path: Path | str, column: str, max_points: int = MAX_POINTS) -> list[tuple[float, float]]:
+    """(step, value) pairs of one column of a run's CSV, non-finite and empty cells left out, for a chart.
+
+    Bounded whatever the run's length: steps are gathered in buckets of a
+    width (a power of two) that keeps at most ``max_points`` of them, each
+    point the mean of its bucket at the bucket's first step (runs of the same
+    length bucket alike, so their curves average step by step). A file up to
+    ``FULL_READ_BYTES`` is read whole (with up to ``max_points`` rows, every
+    row is its own point, as written); a larger one (a run with millions of
+    updates) is sampled: ``4 x max_points`` rows read at evenly spaced
+    offsets, so reading it costs the same for 10 thousand or 10 million rows.
+    """
+    try:
+        size = os.lstat(path).st_size
+    except OSError:
+        return []
+    if size <= FULL_READ_BYTES:
+        rows: Iterator[dict[str, float | None]] = iter_csv_rows(path)
+        last = None
+    else:
+        rows, last = _sampled_rows(path, size, 4 * max_points, ("step", column))
+    width = 1
+    if last is not None:
+        while last / width > max_points:
+            width *= 2
+    buckets: dict[int, list[float]] = {}  # bucket -> [sum of values, count]
+    for row in rows:
         s, v = row.get("step"), row.get(column)
-        if s is not None and v is not None and v == v and abs(v) != float("inf"):
-            out.append((s, v))
-    return out
+        if s is None or v is None or not math.isfinite(v) or not math.isfinite(s):
+            continue
+        b = int(s) // width
+        acc = buckets.get(b)
+        if acc is None:
+            buckets[b] = [v, 1.0]
+            if len(buckets) > max_points:
+                width *= 2
+                merged: dict[int, list[float]] = {}
+                for k, (tot, n) in buckets.items():
+                    m = merged.setdefault(k // 2, [0.0, 0.0])
+                    m[0] += tot
+                    m[1] += n
+                buckets = merged
+        else:
+            acc[0] += v
+            acc[1] += 1
+    return [(float(b * width) if width > 1 else float(b), tot / n) for b, (tot, n) in sorted(buckets.items())]
+
+
+def _sampled_rows(
+    path: Path | str, size: int, n: int, columns: tuple[str, ...]
+) -> tuple[Iterator[dict[str, float | None]], float | None]:
+    """``columns`` of the rows of a large CSV read at ``n`` evenly spaced byte offsets, and the last row's step."""
+    try:
+        fh = fsutil.open_regular(path)
+    except OSError:
+        return iter(()), None
+    with fh:
+        header = fh.readline(65536).decode("utf-8", "replace")
+        names = next(csv.reader([header]), [])
+        start = fh.tell()
+        lines = []
+        for i in range(n):
+            fh.seek(start + (size - start) * i // n)
+            if i:
+                fh.readline(65536)  # the rest of the line the offset fell into
+            line = fh.readline(65536)
+            if line.endswith(b"\n"):
+                lines.append(line.decode("utf-8", "replace"))
+        fh.seek(max(start, size - 65536))
+        tail = fh.read().decode("utf-8", "replace").splitlines()
+    keep = [(i, k) for i, k in enumerate(names) if k in columns]
+    rows = ({k: _float(r[i]) if i < len(r) else None for i, k in keep} for r in csv.reader(lines))
+    last_rows = [r for r in csv.reader(tail[-2:]) if len(r) == len(names)]
+    last = _float(dict(zip(names, last_rows[-1], strict=False)).get("step")) if last_rows else None
+    return iter(rows), last
 
 
 def _float(v: str | None) -> float | None:

@@ -33,12 +33,10 @@ def _create_time(pid: int) -> float | None:
 
 
 def process_info(rdir: Path | str) -> dict[str, Any] | None:
-    path = Path(rdir) / PROCESS_FILE
+    """The recorded process, or None (absent, a link, not a regular file, not a small JSON object)."""
     try:
-        if path.is_symlink() or not path.is_file():
-            return None
-        info = json.loads(path.read_text("utf-8")[:65536])
-    except (OSError, ValueError):
+        info = json.loads(fsutil.read_regular(Path(rdir) / PROCESS_FILE, 65536))
+    except (OSError, ValueError, RecursionError):
         return None
     return info if isinstance(info, dict) else None
 
@@ -64,24 +62,30 @@ def _process(info: dict[str, Any] | None) -> Any:
 
 
 def is_alive(rdir: Path | str) -> bool:
-    return _process(process_info(rdir)) is not None
+    """Whether the run's own process still runs: the recorded pid, start time *and* command line.
+
+    A planted ``process.json`` naming some other live process (or one with an
+    unknown start time) makes the run look ended, never running: it is then
+    settled as crashed instead of showing "running" for ever.
+    """
+    return owned(rdir, wait_s=0.0) is not None
 
 
 def owned(rdir: Path | str, wait_s: float = 2.0) -> Any:
     """The run's process when it is alive *and* a Cockpit process of this run folder, else None.
 
     Beyond pid and start time, its command line must be the one recorded at
-    start, which names this run folder: the only processes Cockpit ever
-    signals are the ones it started for this run. A process started a moment
-    ago may not have replaced its parent's command line yet: that is waited
-    for, up to ``wait_s``.
+    start, which runs ``cockpit.pilot`` on this very run folder: the only
+    processes Cockpit ever signals are the ones it started for this run. A
+    process started a moment ago may not have replaced its parent's command
+    line yet: that is waited for, up to ``wait_s``.
     """
     import time
 
     rdir = Path(rdir).resolve()
     info = process_info(rdir)
     recorded = (info or {}).get("cmdline")
-    if not isinstance(recorded, list) or str(rdir) not in recorded:
+    if not _ours(recorded, rdir):
         return None
     deadline = time.monotonic() + wait_s
     while True:
@@ -93,6 +97,14 @@ def owned(rdir: Path | str, wait_s: float = 2.0) -> Any:
                 return proc
         except Exception:  # noqa: BLE001 - gone, or not ours to inspect
             return None
-        if time.monotonic() > deadline:
+        if time.monotonic() >= deadline:
             return None
         time.sleep(0.05)
+
+
+def _ours(cmdline: Any, rdir: Path) -> bool:
+    """A command line Cockpit records: ``... -m cockpit.pilot RUN_DIR [--resume]`` with this run folder last."""
+    if not isinstance(cmdline, list) or not all(isinstance(a, str) for a in cmdline):
+        return False
+    args = cmdline[:-1] if cmdline[-1:] == ["--resume"] else cmdline
+    return len(args) >= 3 and args[-1] == str(rdir) and args[-3:-1] == ["-m", "cockpit.pilot"]

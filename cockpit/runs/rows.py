@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import os
 import platform
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,18 +28,30 @@ from typing import Any
 import tomli_w
 
 from .. import events as ev
+from .. import fsutil
 from .. import notebook as nbm
-from .files import RUN_FILE, fmt_time, now, order_key, run_dir, runs_dir
+from . import brief
+from .files import ARTIFACT_DIR, RUN_FILE, check_id, fmt_time, now, order_key, run_dir, runs_dir
 from .state import RunState, state
 
 
 def _next_id(nb: nbm.Notebook, campaign_dir: Path) -> str:
-    taken = {r.id for r in nb.runs}
+    taken = {r.id for r in nb.runs if _valid(r.id)}
     rd = runs_dir(campaign_dir)
     if rd.is_dir():
-        taken |= {p.name for p in rd.iterdir()}
-    n = max((order_key(t)[0] for t in taken if t.startswith("r")), default=0)
+        taken |= {p.name for p in rd.iterdir() if _valid(p.name)}
+    n = max((order_key(t)[0] for t in taken), default=0)
     return f"r{max(n, 0) + 1:04d}"
+
+
+def _sweep_partial(rd: Path) -> None:
+    """Half-made run folders (``.rNNNN.<random>.tmp``) of a launcher killed while creating one.
+    Called under the notebook lock, which every creator holds: whoever made them is gone."""
+    if not rd.is_dir():
+        return
+    for p in rd.glob(".r*.tmp"):
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def package_versions(
@@ -122,11 +135,20 @@ def create_run(
     overrides: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
     notes: str = "",
+    read: nbm.Notebook | None = None,
 ) -> tuple[str, Path]:
     """Allocate a new run id (never reused), write its frozen run.toml and its notebook row.
 
+    ``read``: the notebook the caller just loaded (or settled); used as it is when the file has not
+    changed since, so a large notebook is not parsed twice.
+
     Both happen under the notebook lock, so two launchers never take the same id.
+    The folder is written whole under a temporary name and renamed into place;
+    if the row cannot be saved (a full disk), the folder is removed again, so
+    there is never a run folder without its row and no id is used up.
     """
+    import tempfile
+
     path = nbm.find(campaign)
     campaign_dir = path.parent
     box: dict[str, Any] = {}
@@ -135,10 +157,10 @@ def create_run(
         vid = variant or nb.reference.id
         nb.variant(vid)  # raises a clear error for an unknown variant
         if follows:
+            check_id(follows)
             nb.run(follows)
         rid = _next_id(nb, campaign_dir)
         rdir = run_dir(campaign_dir, rid)
-        rdir.mkdir(parents=True, exist_ok=False)
         params = nb.params(vid)
         params.update(overrides or {})
         frozen = {
@@ -169,25 +191,49 @@ def create_run(
         }
         if extra:
             frozen["extra"] = extra
-        with open(rdir / RUN_FILE, "xb") as fh:  # written once, never rewritten
-            tomli_w.dump(frozen, fh)
+        text = tomli_w.dumps(frozen)
+        rdir.parent.mkdir(parents=True, exist_ok=True)
+        _sweep_partial(rdir.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{rid}.", suffix=".tmp", dir=rdir.parent))
+        try:
+            with open(tmp / RUN_FILE, "x", encoding="utf-8") as fh:  # written once, never rewritten
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o755)
+            os.rename(tmp, rdir)  # refuses (never replaces) an existing folder
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        box["dir"] = rdir
         nb.runs.append(
             nbm.RunRow(
                 id=rid, variant=vid, seed=seed, kind=kind, status=ev.Status.CREATED.value, follows=follows, notes=notes
             )
         )
-        box["id"], box["dir"] = rid, rdir
+        box["id"] = rid
 
-    nbm.mutate(path, add)
+    try:
+        nbm.mutate(path, add, read=read)
+    except BaseException as exc:
+        if "dir" in box:  # the row was not saved: no folder without its row, no id used up
+            shutil.rmtree(box["dir"], ignore_errors=True)
+        full = fsutil.disk_full(exc)
+        if full is not None:
+            raise nbm.NotebookError(
+                f"{campaign_dir}: disk full: no space left on the device while creating a run "
+                f"({full.filename or 'runs/'}); nothing was created. Free space and start it again."
+            ) from None
+        raise
     return box["id"], box["dir"]
 
 
 def apply_state(row: nbm.RunRow, st: RunState) -> bool:
     """Copy what the run folder says into the notebook row. True if anything changed."""
     before = (row.status, row.stop_reason, row.phase, row.started, row.ended, row.peak_mib, row.duration_s)
-    row.status = st.status
-    row.stop_reason = st.stop_reason or row.stop_reason
-    row.phase = st.phase or row.phase
+    row.status = str(st.status)
+    row.stop_reason = str(st.stop_reason or row.stop_reason)
+    row.phase = str(st.phase or row.phase)
     row.started = fmt_time(st.started) or row.started
     if st.final:
         row.ended = fmt_time(st.ended) or row.ended
@@ -203,15 +249,44 @@ def _open(rows: list[nbm.RunRow]) -> list[nbm.RunRow]:
     return [r for r in rows if r.status in (ev.Status.CREATED.value, ev.Status.RUNNING.value)]
 
 
+def _gone(rid: str) -> RunState:
+    """The state of a row whose run folder is not there (deleted, moved, or an id that names no folder)."""
+    return RunState(
+        rid,
+        Path(rid),
+        ev.Status.CRASHED.value,
+        None,
+        "run folder missing: it was deleted or moved while the run was open; its row keeps what was recorded",
+        None,
+        None,
+        None,
+        "",
+    )
+
+
+def _state_of_row(campaign_dir: Path, row: nbm.RunRow) -> RunState:
+    if not _valid(row.id):
+        return _gone(row.id)
+    rdir = run_dir(campaign_dir, row.id)
+    if not rdir.is_dir() or rdir.is_symlink():
+        return _gone(row.id)
+    return state(rdir)
+
+
 def view(nb: nbm.Notebook) -> list[nbm.RunRow]:
-    """The notebook's rows with each unfinished one showing what its folder says now. Never writes."""
+    """The notebook's rows with each unfinished one showing what its folder says now. Never writes.
+
+    A ``running`` row whose folder is gone shows as crashed, a ``created`` row
+    whose launcher died before starting its process shows as crashed once the
+    grace period has passed: the next writing command (:func:`settle`) records
+    the same.
+    """
     out = []
+    open_rows = {id(r) for r in _open(nb.runs)}
     for row in nb.runs:
-        if row in _open(nb.runs) and nb.path is not None:
-            rdir = run_dir(nb.directory, row.id) if _valid(row.id) else None
-            if rdir is not None and rdir.is_dir():
-                row = copy.copy(row)
-                apply_state(row, state(rdir))
+        if id(row) in open_rows and nb.path is not None:
+            row = copy.copy(row)
+            apply_state(row, _state_of_row(nb.directory, row))
         out.append(row)
     return out
 
@@ -219,42 +294,70 @@ def view(nb: nbm.Notebook) -> list[nbm.RunRow]:
 def _valid(rid: str) -> bool:
     from .files import RUN_ID
 
-    return bool(RUN_ID.match(rid or ""))
+    return isinstance(rid, str) and bool(RUN_ID.match(rid))
+
+
+def sweep(rdir: Path) -> list[Path]:
+    """Remove the temporaries of atomic writes that a killed run left in its folder (checkpoint, export)."""
+    if rdir.is_symlink() or not rdir.is_dir():
+        return []
+    gone = fsutil.sweep_all(rdir)
+    art = rdir / ARTIFACT_DIR
+    if art.is_dir() and not art.is_symlink():
+        gone += fsutil.sweep_all(art)
+    return gone
 
 
 def settle(campaign: Path | str) -> nbm.Notebook:
     """Write the final state of every row still marked created or running whose run has ended.
 
     Called by commands that change the campaign (pilot, series, stop) before
-    they act; readers use :func:`view` instead.
+    they act; readers use :func:`view` instead. The folders of the runs it
+    settles are swept of the temporaries their killed writers left.
     """
     path = nbm.find(campaign)
     nb = nbm.load(path)
-    states = {
-        r.id: state(run_dir(path.parent, r.id))
-        for r in _open(nb.runs)
-        if _valid(r.id) and run_dir(path.parent, r.id).is_dir()
-    }
-    if not any(st.final for st in states.values()):
+    states = {r.id: _state_of_row(path.parent, r) for r in _open(nb.runs)}
+    final = {rid: st for rid, st in states.items() if st.final}
+    if not final:
         return nb
+    for st in final.values():
+        if st.dir.is_absolute():
+            sweep(st.dir)
 
-    def update(fresh: nbm.Notebook) -> None:
+    box: dict[str, nbm.Notebook] = {}
+
+    def update(fresh: nbm.Notebook) -> bool:
+        box["nb"] = fresh
+        changed = False
         for row in _open(fresh.runs):
-            st = states.get(row.id)
-            if st is not None and st.final:
-                apply_state(row, st)
+            st = final.get(row.id)
+            if st is not None:
+                changed = apply_state(row, st) or changed
+        return changed  # False: nothing to write
 
-    nbm.mutate(path, update)
-    return nbm.load(path)
+    nbm.mutate(path, update, read=nb)
+    return box["nb"]
 
 
 def settle_run(campaign: Path | str, rdir: Path) -> None:
-    """Write one run's state into its notebook row (the run's own last act, rank 0)."""
+    """Write one run's state into its notebook row (the run's own last act, rank 0); no write when it holds it already."""
     st = state(rdir)
 
-    def update(nb: nbm.Notebook) -> None:
+    def update(nb: nbm.Notebook) -> bool:
+        changed = False
         for row in nb.runs:
             if row.id == st.id:
-                apply_state(row, st)
+                changed = apply_state(row, st) or changed
+        return changed
 
     nbm.mutate(campaign, update)
+
+
+def finish_run(campaign: Path | str, rdir: Path) -> None:
+    """The run's own last acts (rank 0): its events' summary, its folder swept, its notebook row."""
+    brief.write(rdir)
+    st = state(rdir)
+    if st.final:  # every rank has ended: no writer of this folder is left
+        sweep(rdir)
+    settle_run(campaign, rdir)

@@ -14,6 +14,7 @@ compare, the plan and the report all ask :func:`mem_peak` / :func:`peak_of`.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -21,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import events as ev
-from .files import METRICS_FILE, read_json, read_run_toml, run_dirs
+from .brief import Summary
+from .brief import summary as run_summary
+from .files import METRICS_FILE, RUN_FILE, read_json, read_run_toml, run_dirs
 from .process import is_alive, process_info
 
 GPU_PEAK = "torch peak reserved"
@@ -31,15 +34,22 @@ MIB = 2**20
 
 def mem_peak(mem: dict[str, Any] | None) -> tuple[int | None, str]:
     """The peak of one measurement (a gate's ``mem``, a run_end's ``mem``, metrics.json's ``peak``)."""
-    mem = mem or {}
+    mem = mem if isinstance(mem, dict) else {}
     t = mem.get("torch") if isinstance(mem.get("torch"), dict) else None
-    reserved = t.get("peak_reserved") if t else mem.get("peak_reserved")
+    reserved = _bytes(t.get("peak_reserved") if t else mem.get("peak_reserved"))
     if reserved is not None:
-        return int(reserved), GPU_PEAK
-    rss = mem.get("rss_peak") if mem.get("rss_peak") is not None else mem.get("rss")
+        return reserved, GPU_PEAK
+    rss = _bytes(mem.get("rss_peak")) if mem.get("rss_peak") is not None else _bytes(mem.get("rss"))
     if rss is not None:
-        return int(rss), HOST_PEAK
+        return rss, HOST_PEAK
     return None, ""
+
+
+def _bytes(x: Any) -> int | None:
+    """A byte count read from a file: a finite, non-negative number, else None."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x or x < 0 or x > 2**62:
+        return None
+    return int(x)
 
 
 def peak_of(mems: Iterable[dict[str, Any] | None]) -> tuple[float | None, str]:
@@ -93,7 +103,7 @@ _SEVERITY = ["crashed", "oom", "diverged", "error", "failed", "stopped", "runnin
 
 def _rank_end(evs: list[dict[str, Any]], world: int, alive: bool) -> tuple[str, str, str | None, dict[str, Any] | None]:
     """Status, reason, phase and final event of a distributed run, from every rank's events."""
-    ends = {int(e.get("rank") or 0): e for e in ev.iter_kind(evs, ev.RUN_END)}
+    ends = {_int(e.get("rank"), 0): e for e in ev.iter_kind(evs, ev.RUN_END)}
     missing = [r for r in range(world) if r not in ends]
     if missing and alive:
         return ev.Status.RUNNING.value, "", ev.last_phase(evs), None
@@ -133,9 +143,15 @@ def last_generation(evs: list[dict[str, Any]]) -> int:
 
 
 def state(rdir: Path | str, evs: list[dict[str, Any]] | None = None) -> RunState:
+    """What the run folder says now. Reads its events' summary (bounded; see :mod:`.brief`)
+    unless ``evs`` is given (a reader that follows the file itself)."""
     rdir = Path(rdir)
+    last_t: float | None
     if evs is None:
-        evs = ev.read_events(rdir / ev.EVENTS_FILE)
+        brief = run_summary(rdir)
+        evs, last_t = brief.events, brief.last_t
+    else:
+        last_t = evs[-1].get("t") if evs else None
     first = next(ev.iter_kind(evs, ev.RUN_START), None)
     gates = ev.gates(evs)
     peak, counter = peak_of([g.get("mem") for g in gates] + [e.get("mem") for e in ev.iter_kind(evs, ev.RUN_END)])
@@ -143,28 +159,56 @@ def state(rdir: Path | str, evs: list[dict[str, Any]] | None = None) -> RunState
     start = next(ev.iter_kind(evs, ev.RUN_START), None)
     end = next(ev.iter_kind(evs, ev.RUN_END), None)
     phase = ev.last_phase(evs)
-    world = int((start or {}).get("world") or 1)
+    started = _time(first)  # the run began with its first process; a resumed run keeps that start
+    world = _int((start or {}).get("world"), 1)
     if world > 1 and start is not None:
         status, reason, ph, end = _rank_end(evs, world, is_alive(rdir))
         phase = ph or phase
-        ended = (
-            max((e["t"] for e in ev.iter_kind(evs, ev.RUN_END)), default=evs[-1]["t"]) if status != "running" else None
-        )
-        return RunState(rdir.name, rdir, status, phase, reason, (first or start)["t"], ended, peak, counter, gates, end)
+        ended = None
+        if status != ev.Status.RUNNING.value:
+            ended = max((t for e in ev.iter_kind(evs, ev.RUN_END) if (t := _time(e)) is not None), default=last_t)
+        return RunState(rdir.name, rdir, status, phase, reason, started, ended, peak, counter, gates, end)
     if end is not None:
         status = str(end.get("status", ev.Status.ERROR.value))
         reason = str(end.get("stop_reason", ""))
         phase = end.get("phase") or phase
     elif is_alive(rdir):
         status, reason = ev.Status.RUNNING.value, ""
-    elif process_info(rdir) is None and start is None:
+    elif process_info(rdir) is None and start is None and not never_started(rdir):
         status, reason = ev.Status.CREATED.value, ""
+    elif process_info(rdir) is None and start is None:
+        status = ev.Status.CRASHED.value
+        reason = (
+            f"never started: no process was recorded within {CREATED_GRACE_S:g} s of its creation "
+            "(the launcher ended before starting it)"
+        )
     else:
         status = ev.Status.CRASHED.value
         reason = f"process ended without a final event during phase {phase or 'start-up'}"
-    started = first["t"] if first else None
-    ended = end["t"] if end else (evs[-1]["t"] if evs and status == ev.Status.CRASHED.value else None)
+    ended = _time(end) if end else (last_t if status == ev.Status.CRASHED.value else None)
     return RunState(rdir.name, rdir, status, phase, reason, started, ended, peak, counter, gates, end)
+
+
+# A run folder with no process recorded this long after its run.toml was written will never
+# start: its launcher died between creating it and starting its process.
+CREATED_GRACE_S = 120.0
+
+
+def never_started(rdir: Path) -> bool:
+    try:
+        age = time.time() - os.lstat(rdir / RUN_FILE).st_mtime
+    except OSError:
+        return False
+    return age > CREATED_GRACE_S
+
+
+def _time(e: dict[str, Any] | None) -> float | None:
+    t = (e or {}).get("t")
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
+
+
+def _int(x: Any, default: int) -> int:
+    return int(x) if isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1_000_000 else default
 
 
 def list_runs(campaign_dir: Path | str) -> list[RunState]:
@@ -190,6 +234,7 @@ class RunFiles:
     events: list[dict[str, Any]] = field(default_factory=list)
     metrics: dict[str, Any] | None = None  # training runs: metrics.json
     state: RunState | None = None
+    summary: Summary | None = None  # the events' summary (counts, largest step, time of the last event)
 
     @property
     def run_start(self) -> dict[str, Any]:
@@ -236,21 +281,24 @@ class RunFiles:
 
 
 def read_run(rdir: Path | str) -> RunFiles | None:
+    """One run folder as a record; its ``events`` are the summary's (every structural event, the last
+    evals and logs, the first and last step of each phase and rank), never the whole file."""
     rdir = Path(rdir)
     try:
         frozen = read_run_toml(rdir)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
-    evs = ev.read_events(rdir / ev.EVENTS_FILE)
-    st = state(rdir, evs)
-    meta = frozen.get("run", {})
+    brief = run_summary(rdir)
+    evs = brief.events
+    st = state(rdir)  # the same summary, from this process's memo
+    meta = frozen.get("run", {}) if isinstance(frozen.get("run"), dict) else {}
     metrics = read_json(rdir / METRICS_FILE) or None
     return RunFiles(
         id=str(meta.get("id", rdir.name)),
         dir=rdir,
         kind=str(meta.get("kind", "pilot")),
         variant=str(meta.get("variant", "")),
-        seed=int(meta.get("seed", 0)),
+        seed=meta["seed"] if isinstance(meta.get("seed"), int) and not isinstance(meta.get("seed"), bool) else 0,
         status=st.status,
         stop_reason=st.stop_reason,
         phase=st.phase,
@@ -258,6 +306,7 @@ def read_run(rdir: Path | str) -> RunFiles | None:
         events=evs,
         metrics=metrics,
         state=st,
+        summary=brief,
     )
 
 

@@ -47,7 +47,7 @@ class SleepLauncher:
         self.procs: list[subprocess.Popen] = []
 
     def start(self, rdir: Path, nproc: int = 1, env: dict[str, str] | None = None) -> int:
-        argv = [sys.executable, "-c", "import time; time.sleep(60)", str(Path(rdir).resolve())]
+        argv = [sys.executable, "-c", "import time; time.sleep(60)", "-m", "cockpit.pilot", str(Path(rdir).resolve())]
         proc = subprocess.Popen(argv, start_new_session=True)
         self.procs.append(proc)
         runs.write_process(rdir, proc.pid, argv)

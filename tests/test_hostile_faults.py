@@ -1,0 +1,274 @@
+"""Issue 14, item 5: faults named as what they are.
+
+- a SIGTERM that lands inside ``torch.save`` (a checkpoint or an export) is a stop (exit 7), although
+  torch turns the exception into a RuntimeError on its way up;
+- a SIGTERM right after the run process starts, before its handlers exist, is a stop, not a crash;
+- a full disk is "disk full" (status error, exit 10), and creating a run on a full disk leaves no folder,
+  no row and uses up no id;
+- a series run killed in its final save says phase "save";
+- a series sequencer that gets SIGTERM lists the runs it did not start;
+- the TUI exits non-zero after an unhandled exception.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from cockpit import events as ev
+from cockpit import fsutil, launch, runs
+from cockpit import notebook as nbm
+from cockpit.cli import main as cli
+from tests.fake_runs import make_campaign
+
+
+def test_a_stop_torch_turned_into_a_runtime_error_is_still_a_stop() -> None:
+    from cockpit.pilot import signals
+    from cockpit.pilot.process import outcome_of
+
+    try:
+        try:
+            raise signals.Stopped("SIGTERM")
+        except signals.Stopped:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")  # noqa: B904
+    except RuntimeError as exc:
+        out = outcome_of(exc, "during save")
+    assert out.status == ev.Status.STOPPED and out.code == ev.ExitCode.STOPPED
+    assert out.reason.startswith("stopped by signal")
+
+
+def test_a_full_disk_is_named_disk_full() -> None:
+    import torch
+
+    from cockpit.pilot.process import outcome_of
+
+    with pytest.raises(Exception) as err, open("/dev/full", "wb") as fh:  # every write: ENOSPC
+        torch.save({"w": torch.zeros(100_000)}, fh)
+    out = outcome_of(err.value, "during save")
+    assert out.status == ev.Status.ERROR and out.code == ev.ExitCode.DISK_FULL
+    assert out.reason.startswith("disk full")
+    assert fsutil.disk_full(OSError(errno.ENOSPC, "No space left on device")) is not None
+
+
+def _full_notebook_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = sys.modules["cockpit.notebook.store"]
+
+    def full(path: Path, text: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(store, "_write_atomic", full)
+
+
+def _full_run_toml(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = {"n": 0}
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:  # the first fsync of create_run is run.toml's
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+@pytest.mark.parametrize("fill", [_full_notebook_write, _full_run_toml], ids=["notebook", "run.toml"])
+def test_creating_a_run_on_a_full_disk_leaves_no_folder_no_row_and_no_used_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fill
+) -> None:
+    camp = make_campaign(tmp_path)
+    fill(monkeypatch)
+    assert cli(["pilot", str(camp), "--detach"]) == 2
+    err = capsys.readouterr().err
+    assert "disk full" in err and "Traceback" not in err, err
+    monkeypatch.undo()
+    assert runs.run_dirs(camp) == [] and not list((camp / "runs").iterdir())
+    assert nbm.load(camp).runs == []
+    rid, _ = runs.create_run(camp)
+    assert rid == "r0001"  # no id was used up
+
+
+def _tmpfs(path: Path, size: str) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        return False
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)]).returncode == 0
+
+
+def test_a_really_full_disk_when_creating_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a real filesystem that is full (a small tmpfs, when this test may mount one)."""
+    disk = tmp_path / "disk"
+    if not _tmpfs(disk, "256k"):
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        camp = make_campaign(disk)
+        filler = disk / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)  # fill the disk, then free less than a run.toml needs
+        with pytest.raises(OSError):
+            while True:
+                os.write(fd, b"\0" * 4096)
+        os.close(fd)
+        os.truncate(filler, filler.stat().st_size - 1024)
+        code = cli(["pilot", str(camp), "--detach"])
+        err = capsys.readouterr().err
+        assert code == 2 and "disk full" in err and "Traceback" not in err, err
+        assert runs.run_dirs(camp) == [] and nbm.load(camp).runs == []
+        filler.unlink()
+        rid, _ = runs.create_run(camp)
+        assert rid == "r0001"
+    finally:
+        subprocess.run(["umount", str(disk)])
+
+
+def test_a_killed_series_run_in_its_final_save_says_save(tmp_path: Path) -> None:
+    camp = make_campaign(tmp_path)
+    rid, rdir = runs.create_run(camp, kind="train")
+    w = ev.EventWriter(rdir / ev.EVENTS_FILE)
+    w.emit(ev.RUN_START, run_id=rid, run_kind="train", world=1)
+    w.emit(ev.PHASE_START, phase="train", inputs={})
+    for i in range(1, 4):
+        w.emit(ev.STEP, step=i, loss=1.0, phase="train")
+    w.emit(ev.PHASE_START, phase="save", inputs={"file": "checkpoint.pt"})
+    w.close()
+    (rdir / runs.PROCESS_FILE).write_text(json.dumps({"pid": 2**22 + 7, "create_time": 1.0, "cmdline": []}))
+    st = runs.state(rdir)
+    assert (st.status, st.phase) == ("crashed", "save")
+    assert "during phase save" in st.stop_reason
+
+
+def test_the_training_run_announces_its_final_save() -> None:
+    """The run process emits phase_start "save" before it writes its last checkpoint (what the test above reads)."""
+    src = (Path(__file__).resolve().parents[1] / "cockpit" / "pilot" / "training.py").read_text()
+    assert 'self.emit(ev.PHASE_START, phase="save"' in src
+
+
+# --------------------------------------------------------------------------- real processes
+
+TERM_IN_SAVE = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from pathlib import Path
+    from cockpit.pilot import signals
+    signals.install()
+    import torch
+    from cockpit.pilot import checkpoint as ck
+    from cockpit.pilot.process import outcome_of
+    out = Path(sys.argv[1])
+    state = {"w": torch.randn(2_000_000), "o": torch.randn(2_000_000)}
+    print("ready", flush=True)
+    try:
+        while True:
+            ck.atomic_save(state, out / "checkpoint.pt")
+            ck.export_artifact(torch.nn.Linear(300, 300), out / "artifact", {})
+    except BaseException as exc:
+        o = outcome_of(exc, "during save")
+        print(json.dumps({"status": o.status.value, "code": int(o.code), "type": type(exc).__name__}), flush=True)
+        sys.exit(int(o.code))
+    """
+)
+
+
+@pytest.mark.slow
+def test_sigterm_at_random_moments_inside_checkpoint_and_export_writes_is_a_stop(tmp_path: Path) -> None:
+    rnd = random.Random(14)
+    trials = clean = 0
+    for i in range(8):
+        out = tmp_path / f"t{i}"
+        out.mkdir()
+        proc = subprocess.Popen(
+            [sys.executable, "-c", TERM_IN_SAVE, str(out)], stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(rnd.uniform(0.05, 1.5))  # somewhere inside a torch.save or the file's replace
+        os.kill(proc.pid, signal.SIGTERM)
+        last = proc.stdout.read().strip().splitlines()
+        code = proc.wait(timeout=120)
+        trials += 1
+        outcome = json.loads(last[-1]) if last else {}
+        left = fsutil.temporaries(out) + fsutil.temporaries(out / "artifact")
+        if code == 7 and outcome.get("status") == "stopped" and not left:
+            clean += 1
+        else:
+            pytest.fail(f"trial {i}: exit {code}, {outcome}, temporaries left: {left}")
+    assert (trials, clean) == (8, 8)
+
+
+@pytest.mark.slow
+def test_sigterm_right_after_the_run_process_starts_is_a_stop(tmp_path: Path) -> None:
+    camp = make_campaign(tmp_path)
+    rnd = random.Random(5)
+    trials = clean = 0
+    for delay in [0.0, 0.0, 0.001, *[rnd.uniform(0.0, 0.4) for _ in range(3)]]:
+        rid, rdir = runs.create_run(camp)
+        pid = launch.start(rdir, env={"OMP_NUM_THREADS": "1"})
+        if delay:
+            time.sleep(delay)
+        os.kill(pid, signal.SIGTERM)
+        code = launch._children[pid].wait(timeout=120)
+        st = runs.state(rdir)
+        trials += 1
+        assert (code, st.status) == (7, "stopped"), (delay, code, st.status, (rdir / "output.log").read_text()[-2000:])
+        assert st.run_end is not None and st.run_end["exit_code"] == 7
+        assert nbm.load(camp).run(rid).status == "stopped"
+        clean += 1
+    assert (trials, clean) == (6, 6)
+
+
+@pytest.mark.slow
+def test_a_series_sequencer_stopped_by_sigterm_lists_the_runs_it_did_not_start(tmp_path: Path) -> None:
+    from tests.test_series import tiny_campaign
+
+    camp = tiny_campaign(tmp_path, "seq")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cockpit", "series", str(camp), "--seeds", "0,1,2", "--updates", "200"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    deadline = time.monotonic() + 120
+    while not (camp / "runs" / "r0001" / runs.PROCESS_FILE).exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    try:
+        assert proc.returncode == 143, err
+        assert "stopped by SIGTERM" in err and "not started (" in err, err
+        assert "lr1e-4 seed 2" in err and "r0001" in err and "still running" in err, err
+    finally:
+        launch.stop(camp / "runs" / "r0001", grace_s=5)
+
+
+@pytest.mark.slow
+def test_the_tui_exits_non_zero_after_an_unhandled_exception(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import argparse
+
+    from textual.app import App
+
+    import cockpit.tui.app as tui_app
+    from cockpit.commands import tui as tui_cmd
+
+    class Boom(App[None]):
+        def __init__(self, campaign: object) -> None:
+            super().__init__()
+
+        def on_mount(self) -> None:
+            raise RuntimeError("boom")
+
+        def run(self, **kw: object) -> None:  # type: ignore[override]
+            super().run(headless=True)
+
+    monkeypatch.setattr(tui_app, "CockpitApp", Boom)
+    assert tui_cmd.run(argparse.Namespace(campaign=str(make_campaign(tmp_path)))) == 1
