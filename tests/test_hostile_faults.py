@@ -231,7 +231,19 @@ def test_a_series_sequencer_stopped_by_sigterm_lists_the_runs_it_did_not_start(t
 
     camp = tiny_campaign(tmp_path, "seq")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cockpit", "series", str(camp), "--seeds", "0,1,2", "--updates", "200"],
+        [
+            sys.executable,
+            "-m",
+            "cockpit",
+            "series",
+            str(camp),
+            "--seeds",
+            "0,1,2",
+            "--updates",
+            "200",
+            "--without-pilot",
+            "the test stops the series, not the runs' training",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -178,12 +179,20 @@ COMMANDS = [
 
 @pytest.mark.parametrize("kind", list(UNREADABLE))
 def test_an_unreadable_notebook_is_one_paragraph_in_every_command(
-    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if kind == "unreadable" and os.geteuid() == 0:
-        pytest.skip("root reads any file")
     camp = tmp_path / "camp"
     camp.mkdir()
+    if kind == "unreadable" and os.geteuid() == 0:  # root reads a mode-0 file: the kernel's refusal, simulated
+        real_open = os.open
+        target = str(camp / "campaign.toml")
+
+        def refusing_open(path: Any, flags: int, *args: Any, **kw: Any) -> int:
+            if os.fspath(path) == target and not flags & (os.O_WRONLY | os.O_RDWR):
+                raise PermissionError(13, "Permission denied", target)
+            return real_open(path, flags, *args, **kw)
+
+        monkeypatch.setattr(os, "open", refusing_open)
     UNREADABLE[kind](camp / "campaign.toml")
     for cmd in COMMANDS:
         argv = (
