@@ -122,7 +122,8 @@ def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Ta
             peak,
             nv,
             mib(r["rss"]),
-            ("" if r["duration_s"] is None else f"{r['duration_s']:.2f}") + (" [yellow]busy[/]" if r["busy"] else ""),
+            ("" if r["duration_s"] is None else f"{r['duration_s']:.2f}")
+            + ("[yellow]*[/]" if r["busy"] else ""),  # the notes say how busy
             verdict,
         ]
         if wide:
@@ -145,6 +146,8 @@ def notes(gates: list[dict[str, Any]]) -> list[Text]:
             out.append(Text(f"  {r['verdict']}: {d}", style=VERDICT_STYLE.get(r["verdict"], "")))
         if r["busy"]:
             out.append(
-                Text(f"  timed on a busy machine: {r['busy']}; its time says little about an idle one", style="yellow")
+                Text(
+                    f"  * timed on a busy machine: {r['busy']}; its time says little about an idle one", style="yellow"
+                )
             )
     return out
