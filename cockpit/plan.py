@@ -329,12 +329,10 @@ def build(
     """``gpus``: how many the rented box has (default: as many as the reference's pilot saw, 1 without any);
     runs go side by side, one per ``nproc`` GPUs."""
     all_runs = sh.campaign_runs(nb.directory) if all_runs is None else all_runs
-    from .series import default_variants
-
     ref = nb.reference.id
     # the runs a rental pays for are the series: quality variants (memory variants are
     # ways of running them, compared by their pilots), the reference first
-    order_v = [ref] + [v for v in default_variants(nb) if v != ref]
+    order_v = [ref] + [v for v in nb.series_variants() if v != ref]
     # and one quality-check run per memory variant that passed its pilot: its quality was never measured
     checks = [
         v.id

@@ -11,31 +11,13 @@ protocol CAMPAIGN --why "..."`` declares the new revision, dated, as a decision.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 from typing import Any
 
 from . import notebook as nbm
 from . import runs
-
-
-def rules(nb: nbm.Notebook) -> dict[str, Any]:
-    """The fixed rules as they stand in the notebook now."""
-    b, c = nb.batch, nb.campaign
-    stop = {k: v for k, v in dataclasses.asdict(nb.stop).items() if k != "notes" and v is not None}
-    return {
-        "held_constant": c.held_constant,
-        "budget": {k: getattr(b, k) for k in ("updates", "epochs", "examples") if getattr(b, k) is not None},
-        "stop": stop,
-        "validation_every_updates": nb.validation.every_updates,
-        "quality_metric": c.quality_metric,
-        "higher_is_better": c.higher_is_better,
-    }
-
-
-def record(nb: nbm.Notebook) -> dict[str, Any]:
-    """What a new run writes into its run.toml: the revision and its rules."""
-    return {"revision": nb.campaign.protocol_revision, **rules(nb)}
+from .notebook.protocol import record as record  # the rules themselves live with the notebook
+from .notebook.protocol import rules as rules
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -115,8 +115,7 @@ def budget_overrides(updates: int | None) -> dict[str, Any]:
 
 def default_variants(nb: nbm.Notebook) -> list[str]:
     """The quality variants (memory variants are compared by their pilots); all if none is marked."""
-    quality = [v.id for v in nb.variants if v.kind == "quality"]
-    return quality or [v.id for v in nb.variants]
+    return nb.series_variants()
 
 
 def _latest_train(nb: nbm.Notebook, variant: str, seed: int) -> nbm.RunRow | None:

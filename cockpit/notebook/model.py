@@ -226,6 +226,12 @@ class Notebook:
                 return r
         raise NotebookError(f"{self._where()}: no run {rid!r} in [[runs]].")
 
+    def series_variants(self) -> list[str]:
+        """What a series trains by default: the quality variants (memory variants are compared by their
+        pilots); every variant if none is marked."""
+        quality = [v.id for v in self.variants if v.kind == "quality"]
+        return quality or [v.id for v in self.variants]
+
     def params(self, vid: str | None = None) -> dict[str, Any]:
         """The effective parameters of a variant: training, batch and task
         parameters, with the variant's overrides applied. Flat keys."""

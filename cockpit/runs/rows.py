@@ -86,7 +86,7 @@ def git_revision(where: Path) -> dict[str, Any]:
 
 
 def protocol_record(nb: nbm.Notebook) -> dict[str, Any]:
-    from ..protocol import record
+    from ..notebook.protocol import record
 
     return record(nb)
 
