@@ -139,7 +139,7 @@ def state(rdir: Path | str, evs: list[dict[str, Any]] | None = None) -> RunState
         brief = run_summary(rdir)
         evs, last_t = brief.events, brief.last_t
     else:
-        last_t = evs[-1].get("t") if evs else None
+        last_t = _time(evs[-1]) if evs else None
     start = next(ev.iter_kind(evs, ev.RUN_START), None)
     end = next(ev.iter_kind(evs, ev.RUN_END), None)
     gates = ev.gates(evs)
