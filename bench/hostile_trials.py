@@ -317,21 +317,30 @@ def disk_full_pilot(root: Path, n: int) -> None:
         try:
             camp = campaign(disk)
             rid, rdir = launch.new_run(camp, None, 0)
+            t_start = time.monotonic()
             phase = _wait_phase(rdir, ("save",) if i % 2 == 0 else ("export",))
+            if phase is None:
+                pid = int((runs.process_info(rdir) or {}).get("pid", 0))
+                child = launch._children.get(pid)
+                print(
+                    f"  (pilot {i} ended before its save/export after {time.monotonic() - t_start:.1f} s: "
+                    f"exit {child.poll() if child else '?'}, {runs.state(rdir).stop_reason})",
+                    flush=True,
+                )
             filler = disk / "filler"
             fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
             try:
-                while True:
-                    os.write(fd, b"\0" * (1 << 16))
+                while True:  # the disk is full to the last byte while the pilot saves or exports
+                    os.write(fd, b"\0" * 4096)
             except OSError:
                 pass
             os.close(fd)
-            os.truncate(filler, max(0, filler.stat().st_size - (16 << 10)))  # 16 KiB left
             launch.wait(rdir, timeout=300)
             st = runs.state(rdir)
             code = (st.run_end or {}).get("exit_code")
             ok = st.status == "error" and st.stop_reason.startswith("disk full") and code == 10
-            count("5 disk full in a pilot", ok, f"{phase}: {st.status} {code} {st.stop_reason[:160]}")
+            log = (rdir / runs.LOG_FILE).read_text(errors="replace")[-1500:] if not ok else ""
+            count("5 disk full in a pilot", ok, f"{phase}: {st.status} {code} {st.stop_reason[:160]}\n{log}")
             filler.unlink()
         finally:
             subprocess.run(["umount", "-l", str(disk)])
