@@ -287,14 +287,15 @@ def real_pilots(root: Path, n: int, sig: str) -> None:
             count("5 SIGTERM in a pilot's save/export", ok, f"{target} {phase} {said}: {st.status} {st.stop_reason}")
         else:
             before = fsutil.temporaries(rdir) + fsutil.temporaries(rdir / "artifact")
+            before = [p for p in before if not p.name.startswith(".disk-reserve")]  # always there after a kill
             left_mib = sum(p.stat().st_size for p in before) / 2**20
             quiet(lambda: runs.settle(camp))  # what the next writing command does
-            after = fsutil.temporaries(rdir) + fsutil.temporaries(rdir / "artifact")
+            after = fsutil.temporaries(rdir) + fsutil.temporaries(rdir / "artifact")  # the reserve included
             note = f"{target} {phase}: {st.status}, temporaries {len(before)} -> {len(after)}"
             count("6 SIGKILL in save/export, then settle", st.status == "crashed" and not after, note)
             if before:
                 print(f"  (a kill left {[p.name for p in before]}, {left_mib:.0f} MiB; settle swept them)", flush=True)
-                count("6 kills that left temporaries (swept)", not after, f"{left_mib:.0f} MiB")
+                count("6 kills that left checkpoint/export temporaries", not after, f"{left_mib:.0f} MiB")
 
     for i in range(0, n, 2):
         ts = [threading.Thread(target=one, args=(j,)) for j in range(i, min(n, i + 2))]
