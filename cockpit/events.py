@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 SCHEMA_VERSION = 1
 EVENTS_FILE = "events.jsonl"
@@ -176,11 +176,14 @@ def make(kind: str, **payload: Any) -> dict[str, Any]:
 
 
 class EventWriter:
-    """Append-only, line-buffered writer. Safe to share between threads.
+    """Append-only writer, one ``write`` per event. Safe to share between threads.
 
-    Each event is written with one ``write`` call on a file opened in append
-    mode, then flushed, so a concurrent reader never sees half of an event
-    except as a torn last line (which readers skip until it is complete).
+    Each event is one ``os.write`` of a whole line on a file opened with
+    ``O_APPEND`` (so ranks writing the same file never interleave inside a
+    line), so a concurrent reader never sees half of an event except as a torn
+    last line (which readers skip until it is complete). A write that failed
+    (a full disk) may have left part of a line: the next event starts with a
+    newline, so it is never glued to that fragment.
     """
 
     def __init__(self, path: Path | str, rank: int | None = None):
@@ -189,30 +192,41 @@ class EventWriter:
         self.path = Path(path)
         self.rank = rank
         self._lock = threading.Lock()
-        self._fh: TextIO = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - held open, closed by close()
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        self._fd: int | None = os.open(self.path, flags, 0o644)
+        self._torn = False
 
     def emit(self, kind: str, **payload: Any) -> dict[str, Any]:
         event = make(kind, **payload)
         if self.rank is not None and "rank" not in event:
             event["rank"] = self.rank
         line = json.dumps(event, separators=(",", ":"), allow_nan=False, default=_jsonable) + "\n"
+        data = line.encode("utf-8")
         with self._lock:
-            if not self._fh.closed:
-                self._fh.write(line)
-                self._fh.flush()
+            if self._fd is None:
+                return event
+            if self._torn:
+                data = b"\n" + data
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self._fd, view) :]
+            except OSError:
+                self._torn = True
+                raise
+            self._torn = False
         return event
 
     def sync(self) -> None:
         with self._lock:
-            if not self._fh.closed:
-                self._fh.flush()
-                os.fsync(self._fh.fileno())
+            if self._fd is not None:
+                os.fsync(self._fd)
 
     def close(self) -> None:
         with self._lock:
-            if not self._fh.closed:
-                self._fh.flush()
-                self._fh.close()
+            if self._fd is not None:
+                fd, self._fd = self._fd, None
+                os.close(fd)
 
     def __enter__(self) -> EventWriter:
         return self

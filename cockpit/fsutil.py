@@ -186,3 +186,41 @@ def sweep_all(folder: Path | str) -> list[Path]:
             tmp.unlink()
             gone.append(tmp)
     return gone
+
+
+# --------------------------------------------------------------------------- room for the last word
+
+_reserves: list[Path] = []
+
+
+def reserve(path: Path | str, size: int = 256 << 10) -> bool:
+    """Set ``size`` bytes of disk aside in ``path`` (a ``.*.tmp`` name, so a sweep removes it if left behind).
+
+    A run process keeps one from its start; when the disk fills, :func:`release` gives that room back
+    so the run can still write its final event and its notebook row. False when there is no room already.
+    """
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError:
+        return False
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except (AttributeError, OSError):
+            os.write(fd, b"\0" * size)
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return False
+    os.close(fd)
+    _reserves.append(path)
+    return True
+
+
+def release() -> None:
+    """Give back the room set aside by :func:`reserve` (a full disk: the run's last writes need it)."""
+    while _reserves:
+        with contextlib.suppress(OSError):
+            _reserves.pop().unlink()

@@ -130,6 +130,48 @@ def test_a_really_full_disk_when_creating_a_run(tmp_path: Path, capsys: pytest.C
         subprocess.run(["umount", str(disk)])
 
 
+def _fill(disk: Path, leave: int = 0) -> Path:
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    with pytest.raises(OSError):
+        while True:
+            os.write(fd, b"\0" * 4096)
+    os.close(fd)
+    if leave:
+        os.truncate(filler, max(0, filler.stat().st_size - leave))
+    return filler
+
+
+@pytest.mark.slow
+def test_a_run_whose_disk_fills_up_ends_as_disk_full_with_its_row(tmp_path: Path) -> None:
+    """A real training run on a small tmpfs that fills up while it trains: it ends with status error, reason
+    "disk full", exit 10, and its notebook row says so (the room it set aside at its start is given back)."""
+    from tests.test_series import tiny_campaign
+
+    disk = tmp_path / "disk"
+    if not _tmpfs(disk, "64m"):
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        camp = tiny_campaign(disk, "full")
+        nbm.mutate(camp, lambda nb: setattr(nb.batch, "updates", 100_000))
+        rid, rdir = launch.new_run(camp, None, 0, kind="train", env={"OMP_NUM_THREADS": "1"})
+        tail = ev.Tail(rdir / ev.EVENTS_FILE)
+        deadline = time.monotonic() + 300
+        while not any(e.get("kind") == ev.STEP for e in tail.read_new()):
+            assert time.monotonic() < deadline and runs.is_alive(rdir), (rdir / "output.log").read_text()[-2000:]
+            time.sleep(0.1)
+        filler = _fill(disk)
+        assert launch.wait(rdir, timeout=300)
+        st = runs.state(rdir)
+        assert (st.status, (st.run_end or {}).get("exit_code")) == ("error", 10), st.stop_reason
+        assert st.stop_reason.startswith("disk full")
+        assert nbm.load(camp).run(rid).stop_reason.startswith("disk full")
+        assert not fsutil.temporaries(rdir)  # the reserve and any half-written file are gone
+        filler.unlink()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)])
+
+
 def test_a_killed_series_run_in_its_final_save_says_save(tmp_path: Path) -> None:
     camp = make_campaign(tmp_path)
     rid, rdir = runs.create_run(camp, kind="train")

@@ -155,3 +155,33 @@ def test_a_run_folder_that_is_a_link_is_not_stopped(tmp_path: Path, capsys: pyte
     rdir.symlink_to(elsewhere)
     assert cli(["stop", str(camp), rid]) == 2
     assert "symbolic link" in capsys.readouterr().err
+
+
+def test_a_run_process_that_just_started_is_alive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Popen may return while the child is still inside its exec, when /proc shows an empty command line (one
+    start in four in a tight loop on this machine, and a pilot's follower polls at once): that is not "another
+    process", and the run is neither crashed nor unstoppable. The window is made certain here: the first reads
+    of the command line come back empty, as they do inside an exec."""
+    camp = make_campaign(tmp_path)
+    rid, rdir = runs.create_run(camp)
+    argv = [sys.executable, "-c", "import time; time.sleep(30)", "-m", "cockpit.pilot", str(rdir.resolve())]
+    real = psutil.Process.cmdline
+    trials = clean = 0
+    for empty_reads in (1, 2, 5):
+        calls = {"n": 0}
+
+        def cmdline(self: psutil.Process, calls: dict[str, int] = calls, empty: int = empty_reads) -> list[str]:
+            calls["n"] += 1
+            return [] if calls["n"] <= empty else real(self)
+
+        proc = subprocess.Popen(argv, start_new_session=True)
+        try:
+            runs.write_process(rdir, proc.pid, argv)
+            monkeypatch.setattr(psutil.Process, "cmdline", cmdline)
+            trials += 1
+            clean += runs.is_alive(rdir) and runs.state(rdir).status == "running"
+            monkeypatch.setattr(psutil.Process, "cmdline", real)
+        finally:
+            proc.kill()
+            proc.wait()
+    assert (trials, clean) == (3, 3)

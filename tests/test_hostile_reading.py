@@ -262,3 +262,24 @@ def test_a_long_curve_is_sampled_for_charts_and_agrees_with_reading_it_whole(
     by_step = dict(whole)
     close = [abs(v - by_step[s]) / by_step[s] < 0.02 for s, v in sampled if s in by_step]
     assert len(close) > len(sampled) * 0.9 and all(close)
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "not json",
+        '{"format": 1, "offset": "x"}',
+        '{"format": 1, "offset": 10, "kept": [[1, 2]]}',
+        '{"format": 1, "offset": 10, "steps": {"a": [1, 2]}}',
+        '{"format": 1, "offset": 10, "counts": {"step": "many"}}',
+        '{"format": 2}',
+        "[]",
+    ],
+)
+def test_a_planted_or_corrupt_summary_json_is_ignored(tmp_path: Path, planted: str) -> None:
+    (tmp_path / ev.EVENTS_FILE).write_bytes(_events(100))
+    (tmp_path / brief.SUMMARY_FILE).write_text(planted)
+    brief._memo.clear()
+    assert brief.cached(tmp_path) is None
+    s = runs.summary(tmp_path)
+    assert s.counts["step"] == 102 and s.offset == (tmp_path / ev.EVENTS_FILE).stat().st_size

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from .. import events as ev
-from .. import runs
+from .. import fsutil, runs
 from . import signals
 
 
@@ -55,7 +55,8 @@ def _env_int(name: str, default: int) -> int:
 
 
 def _end(rdir: Path, rank: int) -> None:
-    """The run's last acts (rank 0): its events' summary, its notebook row, no temporaries left behind."""
+    """The run's last acts (rank 0): its notebook row, its events' summary, no temporaries left behind."""
+    fsutil.release()
     if rank != 0:
         return
     try:
@@ -71,6 +72,8 @@ def run(rdir: Path, rank: int, world: int, resume: bool = False) -> int:
     from .training import TrainingRun
 
     kind = runs.read_run_toml(rdir)["run"].get("kind", "pilot")
+    # Room for the last word: if the disk fills, giving it back lets the run write its end and its row.
+    fsutil.reserve(rdir / f".disk-reserve-{rank}.tmp")
     # Every rank appends whole lines to the same file (one write per event, O_APPEND).
     path = rdir / ev.EVENTS_FILE
     writer = ev.EventWriter(path, rank=rank if world > 1 else None)
@@ -88,6 +91,8 @@ def run(rdir: Path, rank: int, world: int, resume: bool = False) -> int:
     except BaseException as exc:  # noqa: BLE001 - record the outcome before dying, whatever it is
         outcome = outcome_of(exc, "before the run started" if not path.exists() else "outside any phase")
         code = int(outcome.code)
+        if outcome.code == ev.ExitCode.DISK_FULL:
+            fsutil.release()
         try:
             writer.emit(
                 ev.RUN_END,

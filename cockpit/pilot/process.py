@@ -161,6 +161,8 @@ class RunProcess:
         finally:
             self.meter.stop_sampler()
         outcome = self.finish(outcome)
+        if outcome.code == ev.ExitCode.DISK_FULL:
+            fsutil.release()  # the room set aside at the start: enough for the final event and the row
         extra = self.end_fields(outcome)
         self.emit(
             ev.RUN_END,

@@ -112,14 +112,23 @@ class Summary:
             s = cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d and k != "refused"})
         except TypeError:
             return None
+        lists = (s.kept, s.evals, s.logs)
         ok = (
-            isinstance(s.offset, int)
-            and isinstance(s.kept, list)
+            _int(s.offset)
+            and (s.ino is None or _int(s.ino))
+            and isinstance(s.prefix, str)
+            and all(isinstance(x, list) for x in lists)
+            and all(_pair(x) for xs in lists for x in xs)
             and isinstance(s.steps, dict)
-            and isinstance(s.counts, dict)
+            and all(isinstance(p, list) and len(p) == 2 and _pair(p[0]) and _pair(p[1]) for p in s.steps.values())
             and isinstance(s.tails, dict)
-            and all(isinstance(x, list) and len(x) == 2 and isinstance(x[1], dict) for x in s.kept + s.evals + s.logs)
-            and all(isinstance(p, list) and len(p) == 2 for p in s.steps.values())
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in s.tails.items())
+            and isinstance(s.counts, dict)
+            and all(isinstance(k, str) and _int(v) for k, v in s.counts.items())
+            and _int(s.bad_lines)
+            and _int(s.dropped)
+            and (s.last_t is None or (isinstance(s.last_t, (int, float)) and not isinstance(s.last_t, bool)))
+            and (s.max_step is None or _int(s.max_step))
         )
         return s if ok else None
 
@@ -258,6 +267,15 @@ class Summary:
             if nl < 0:
                 break
             end = nl
+
+
+def _int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _pair(x: Any) -> bool:
+    """[byte offset, event] as a summary stores it."""
+    return isinstance(x, list) and len(x) == 2 and _int(x[0]) and isinstance(x[1], dict)
 
 
 def _key(e: dict[str, Any]) -> str:

@@ -68,7 +68,7 @@ def is_alive(rdir: Path | str) -> bool:
     unknown start time) makes the run look ended, never running: it is then
     settled as crashed instead of showing "running" for ever.
     """
-    return owned(rdir, wait_s=0.0) is not None
+    return owned(rdir, wait_s=1.0) is not None
 
 
 def owned(rdir: Path | str, wait_s: float = 2.0) -> Any:
@@ -77,8 +77,10 @@ def owned(rdir: Path | str, wait_s: float = 2.0) -> Any:
     Beyond pid and start time, its command line must be the one recorded at
     start, which runs ``cockpit.pilot`` on this very run folder: the only
     processes Cockpit ever signals are the ones it started for this run. A
-    process started a moment ago may not have replaced its parent's command
-    line yet: that is waited for, up to ``wait_s``.
+    process started a moment ago may still be inside its ``exec``, when the
+    kernel shows an empty command line (a launcher returns from starting it
+    before that ends): that, and only that, is waited for, up to ``wait_s``;
+    another command line is refused at once.
     """
     import time
 
@@ -93,13 +95,14 @@ def owned(rdir: Path | str, wait_s: float = 2.0) -> Any:
         if proc is None:
             return None
         try:
-            if list(proc.cmdline()) == recorded:
-                return proc
+            cmdline = list(proc.cmdline())
         except Exception:  # noqa: BLE001 - gone, or not ours to inspect
             return None
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.05)
+        if cmdline == recorded:
+            return proc
+        if cmdline or time.monotonic() >= deadline:
+            return None  # another command line: not this run's process
+        time.sleep(0.02)
 
 
 def _ours(cmdline: Any, rdir: Path) -> bool:

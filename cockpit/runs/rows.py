@@ -355,9 +355,13 @@ def settle_run(campaign: Path | str, rdir: Path) -> None:
 
 
 def finish_run(campaign: Path | str, rdir: Path) -> None:
-    """The run's own last acts (rank 0): its events' summary, its folder swept, its notebook row."""
-    brief.write(rdir)
-    st = state(rdir)
-    if st.final:  # every rank has ended: no writer of this folder is left
-        sweep(rdir)
-    settle_run(campaign, rdir)
+    """The run's own last acts (rank 0): its notebook row, its events' summary, its folder swept.
+
+    The row first: on a disk that filled up, the room the run set aside goes to what matters most.
+    """
+    try:
+        settle_run(campaign, rdir)
+    finally:
+        brief.write(rdir)
+        if state(rdir).final:  # every rank has ended: no writer of this folder is left
+            sweep(rdir)

@@ -151,7 +151,7 @@ def state(rdir: Path | str, evs: list[dict[str, Any]] | None = None) -> RunState
         brief = run_summary(rdir)
         evs, last_t = brief.events, brief.last_t
     else:
-        last_t = evs[-1].get("t") if evs else None
+        last_t = _time(evs[-1]) if evs else None
     first = next(ev.iter_kind(evs, ev.RUN_START), None)
     gates = ev.gates(evs)
     peak, counter = peak_of([g.get("mem") for g in gates] + [e.get("mem") for e in ev.iter_kind(evs, ev.RUN_END)])
