@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -35,7 +35,7 @@ def atomic_save(obj: Any, path: Path) -> int:
     return path.stat().st_size
 
 
-def safe_load(path: Path | str, map_location: str | torch.device = "cpu") -> Any:
+def safe_load(path: Path | str | IO[bytes], map_location: str | torch.device = "cpu") -> Any:
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
