@@ -590,10 +590,10 @@ def rebuild_and_replay(v: Verified) -> None:
     attr = entry.rpartition(":")[2]
     source = rev.get("task_source") if isinstance(rev, dict) else None
     campaign_dir = Path(str(v.manifest.get("source", ""))).parent.parent if v.manifest.get("source") else None
-    if source and Path(source).is_file():
-        where, base = f"{source}:{attr}", None
+    if entry.rpartition(":")[0].endswith(".py") and source and Path(source).is_file():
+        where, base = f"{source}:{attr}", None  # a task file: where the run found it
     else:
-        where, base = entry, campaign_dir
+        where, base = entry, campaign_dir  # a module: imported as the run imported it
     from .pilot import checkpoint as ck
     from .pilot import child, trainer  # torch and the task's code, only now
     from .pilot.task import TaskError, load_task
