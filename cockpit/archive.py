@@ -586,6 +586,9 @@ def rebuild_and_replay(v: Verified) -> None:
     except (OSError, ValueError, RecursionError, KeyError) as exc:
         v.problems.append(f"cannot read the run's configuration to rebuild it: {exc}")
         return
+    if not isinstance(art, dict) or "controls" not in art and "controls_in" not in art:
+        v.lines.append("the export recorded no control inputs: the model was not rebuilt or replayed")
+        return
     entry = str(frozen.get("task", {}).get("entry", ""))
     attr = entry.rpartition(":")[2]
     source = rev.get("task_source") if isinstance(rev, dict) else None
