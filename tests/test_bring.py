@@ -193,7 +193,7 @@ def gpt2(tokenizer: Any) -> Any:
     from transformers import GPT2Config
 
     return GPT2Config(vocab_size=len(tokenizer), n_positions=16, n_embd=32, n_layer=1, n_head=2, resid_pdrop=0.0,
-                      embd_pdrop=0.0, attn_pdrop=0.0)  # fmt: skip
+                      embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=2, eos_token_id=3)  # fmt: skip
 
 
 def lora(**kw: Any) -> Any:
