@@ -1,18 +1,23 @@
 """Archive a run for safekeeping, and load it back safely.
 
 ``gather`` copies what someone needs to trust and reuse a run without the
-campaign folder: the evaluation artifact (weights as a state_dict, the
-control outputs), the frozen run.toml and the notebook variant's
-configuration, the revisions (git commit of the task code, package
-versions), the raw metrics, a README with reload instructions, and a
-``manifest.json`` with the SHA-256 of every file. It writes into a temporary
-folder and renames it at the end, so a half-written archive never looks
-complete.
+campaign folder: the evaluation artifact (weights as a state_dict, never the
+optimizer state: a run without an export gives the model state of its final
+checkpoint; an adapter over a frozen base gives the adapter only, with the
+base's identity), the control outputs, the frozen run.toml and the notebook
+variant's configuration, the revisions (git commit and SHA-256 of the task
+code, package versions, the data revision), the raw metrics, a README with
+reload instructions, and a ``manifest.json`` with the SHA-256 of every file.
+It writes into a temporary folder and renames it at the end, so a
+half-written archive never looks complete.
 
-``load``/``verify`` check every hash first (a changed, missing or added file
-is refused before anything is unpickled), then load the weights with
+``load`` checks every hash first (a changed, missing or added file is refused
+before anything is unpickled), then loads the weights with
 ``cockpit.pilot.checkpoint.safe_load`` (``torch.load(weights_only=True)``),
-which refuses a pickled object. Only these functions import torch, lazily.
+which refuses a pickled object. ``verify`` does that, then rebuilds the model
+with the archived task reference and parameters (an adapter only over the
+recorded base) and replays the control inputs against the recorded outputs.
+Only these functions import torch, lazily.
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ FORMAT = "cockpit-archive/1"
 MANIFEST = "manifest.json"
 MODEL = "model/model.pt"
 CONTROL = "model/control.pt"
-CHECKPOINT = "model/checkpoint.pt"  # series runs: the final training checkpoint
+ARTIFACT_MANIFEST = "model/artifact_manifest.json"
+CHECKPOINT = "model/checkpoint.pt"  # archives written before the model state was taken out of the checkpoint
 METRIC_SUFFIXES = (".jsonl", ".csv")
 METRIC_JSON = ("metrics.json", "replay.json", "resume.json")
 
@@ -105,7 +111,12 @@ def task_source(entry: str, campaign_dir: Path | None) -> Path | None:
     return _module_file(where)
 
 
-def revisions(frozen: dict[str, Any], run_start: dict[str, Any], campaign_dir: Path | None) -> dict[str, Any]:
+def revisions(
+    frozen: dict[str, Any],
+    run_start: dict[str, Any],
+    campaign_dir: Path | None,
+    data_revision: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     entry = frozen.get("task", {}).get("entry", "")
     src = task_source(entry, campaign_dir)
     stack = run_start.get("stack") or {}
@@ -113,6 +124,8 @@ def revisions(frozen: dict[str, Any], run_start: dict[str, Any], campaign_dir: P
         "task_entry": entry,
         "task_source": str(src) if src else None,
         "task_code": git_revision(src),
+        "task_code_sha256": (frozen.get("revisions") or {}).get("task_code"),
+        "data_revision": data_revision or "not recorded (the run exported no data revision)",
         "cockpit_code": git_revision(Path(__file__).resolve().parent),
         "packages_at_run": frozen.get("stack", {}).get("packages", {}),
         "stack_at_run": {
@@ -191,21 +204,26 @@ Written by `cockpit archive` on {meta["created"]}. Status of the run: {meta["sta
 
 ## What is here
 
-- `model/model.pt`: the evaluation artifact, a state_dict of tensors (weights only, on the CPU);
-  for a series run without an export, `model/checkpoint.pt` instead: its final checkpoint, with the
-  state_dict under the key "model" (`state = torch.load(..., weights_only=True)["model"]`)
+- `model/model.pt`: the evaluation artifact, a state_dict of tensors (weights only, on the CPU, never
+  the optimizer state). {meta["weights"]}
 - `model/control.pt`: the outputs the model gave on its control inputs when it was exported
-  (ids, loss, predictions); the inputs themselves are in `model/artifact_manifest.json` ("controls")
-- `model/artifact_manifest.json`: the export's own manifest (task entry, parameters, step, seed)
+  (ids, loss, predictions, generated text); the inputs are in `model/artifact_manifest.json` ("controls")
+  or, when they hold tensors, in control.pt ("inputs")
+- `model/artifact_manifest.json`: the export's own manifest (task entry, parameters, step, seed, data
+  revision, task code hash, and for an adapter the base's identity)
 - `config/run.toml`: the run's frozen configuration (parameters actually used, seed, stack, command line)
 - `config/variant.toml`: the notebook's variant and campaign settings at archive time
-- `revisions.json`: git commit of the task code and of Cockpit, package versions at run and archive time
+- `revisions.json`: git commit and SHA-256 of the task code, git commit of Cockpit, package versions at
+  run and archive time, the data revision (a SHA-256 over every example's id and content)
 - `metrics/`: the raw records (events.jsonl and any CSV / JSON-lines files, output.log)
 - `manifest.json`: SHA-256 and size of every file above
 
 ## Check it
 
     cockpit archive --verify <this folder>
+
+checks every hash, loads the weights safely, then rebuilds the model with the task's code (found
+where the run found it) and replays the control inputs against `model/control.pt`.
 
 or, without Cockpit:
 
@@ -227,7 +245,7 @@ params = tomllib.load(open("config/run.toml", "rb"))["params"]
 state = torch.load("model/model.pt", map_location="cpu", weights_only=True)  # never weights_only=False
 task = load_task("{entry}")  # the task code at the commit in revisions.json
 model = task.build_model(params)
-model.load_state_dict(state)
+model.load_state_dict(state)  # an adapter: strict=False, over the base manifest.json's "base" names
 model.eval()
 ```
 
@@ -313,6 +331,13 @@ def gather(rdir: Path | str, out: Path | str | None = None) -> Path:
         "created": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "source": str(rdir),
     }
+    export_manifest = _export_manifest(src_manifest)
+    meta["weights"] = _weights_said(exported, export_manifest)
+    if export_manifest.get("base"):
+        meta["base"] = export_manifest["base"]
+    data_rev = (
+        export_manifest.get("data_revision") or runs.read_metrics(rdir).get("data_revision") or _pilot_data(brief)
+    )
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
     try:
@@ -321,8 +346,8 @@ def gather(rdir: Path | str, out: Path | str | None = None) -> Path:
         (tmp / "metrics").mkdir()
         if exported:
             _copy(adir / "model.pt", tmp / MODEL)
-        else:  # a series run: its final checkpoint holds the weights under "model"
-            _copy(rdir / "checkpoint.pt", tmp / CHECKPOINT)
+        else:  # a run without an export: the model state of its final checkpoint, the optimizer state left out
+            meta["weights_from"] = _model_from_checkpoint(rdir / runs.CHECKPOINT, tmp / MODEL)
         if fsutil.is_regular(adir / "control.pt"):
             _copy(adir / "control.pt", tmp / CONTROL)
         if fsutil.is_regular(src_manifest):
@@ -331,7 +356,7 @@ def gather(rdir: Path | str, out: Path | str | None = None) -> Path:
         variant_cfg = _variant_config(nb, meta["variant"]) if nb else _variant_config(None, "")
         (tmp / "config" / "variant.toml").write_text(tomli_w.dumps(variant_cfg, multiline_strings=True), "utf-8")
         (tmp / "revisions.json").write_text(
-            json.dumps(revisions(frozen, run_start, campaign_dir), indent=2, default=str), "utf-8"
+            json.dumps(revisions(frozen, run_start, campaign_dir, data_rev), indent=2, default=str), "utf-8"
         )
         for p in sorted(rdir.iterdir()):
             if not (p.suffix in METRIC_SUFFIXES or p.name in METRIC_JSON or p.name == runs.LOG_FILE):
@@ -355,6 +380,63 @@ def gather(rdir: Path | str, out: Path | str | None = None) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def _export_manifest(path: Path) -> dict[str, Any]:
+    if not fsutil.is_regular(path):
+        return {}
+    try:
+        doc = json.loads(fsutil.read_regular(path, 64 << 20))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _weights_said(exported: bool, manifest: dict[str, Any]) -> str:
+    if not exported:
+        return (
+            "The run exported no artifact (it did not complete): this is the model state of its final checkpoint, "
+            "the optimizer state left out."
+        )
+    if manifest.get("weights") == "adapter":
+        base = manifest.get("base") or {}
+        return (
+            f"The adapter's tensors only ({(manifest.get('adapter') or {}).get('describe', 'an adapter')}); the base "
+            f'model is recorded by its identity in manifest.json ("base": SHA-256 {str(base.get("sha256"))[:12]}… '
+            f"over its {base.get('tensors')} frozen tensors, {base.get('name_or_path') or base.get('class')}), "
+            "rebuilt by the task's build_model and checked against it before the adapter is loaded."
+        )
+    return "The whole model's state_dict."
+
+
+def _pilot_data(brief: Any) -> dict[str, Any] | None:
+    """The data revision a pilot's data gate recorded (pilots before exports carried it)."""
+    for e in ev.iter_kind(brief.events, ev.GATE):
+        if e.get("phase") == "data" and isinstance(e.get("data_revision"), dict):
+            return dict(e["data_revision"])
+    return None
+
+
+def _model_from_checkpoint(src: Path, dst: Path) -> str:
+    """Write the model state of a training checkpoint (safe loading) as a state_dict; say what it holds."""
+    from .pilot.checkpoint import UnsafeArtifact, atomic_save, safe_load  # torch, only here
+
+    try:
+        with fsutil.open_regular(src) as fh:
+            state = safe_load(fh)
+    except UnsafeArtifact as exc:
+        raise ArchiveError(f"{src}: {exc}; nothing archived.") from None
+    except Exception as exc:  # noqa: BLE001 - a torn or foreign file: said plainly
+        raise ArchiveError(
+            f"{src}: cannot be read as a checkpoint ({type(exc).__name__}: {exc}); nothing archived."
+        ) from None
+    model = state.get("model") if isinstance(state, dict) else None
+    if not isinstance(model, dict) or not model:
+        raise ArchiveError(f"{src}: holds no model state (no 'model' state_dict); nothing archived.")
+    atomic_save(model, dst)
+    step = state.get("step")
+    part = "trainable parameters only" if state.get("model_trainable_only") else "the whole model"
+    return f"final checkpoint at update {step}: {part}; optimizer, scheduler and RNG state left out"
 
 
 # --------------------------------------------------------------------------- verify and load
@@ -479,5 +561,76 @@ def load(folder: Path | str, map_location: str = "cpu") -> Verified:
     return v
 
 
-def verify(folder: Path | str) -> Verified:
-    return load(folder)
+def verify(folder: Path | str, replay: bool = True) -> Verified:
+    """Hashes, safe loading, then (``replay``) the model rebuilt by the task and its control inputs replayed."""
+    v = load(folder)
+    if v.ok and replay:
+        rebuild_and_replay(v)
+    return v
+
+
+def rebuild_and_replay(v: Verified) -> None:
+    """Rebuild the model from the archived task reference and parameters, load the weights, replay the controls.
+
+    The task's code runs here (found where the run found it: ``revisions.json`` task_source, else the entry
+    beside the run's campaign); a task code whose SHA-256 differs from the run's is said, not refused.
+    """
+    folder, files = v.folder, v.manifest["files"]
+    if MODEL not in files or CONTROL not in files or ARTIFACT_MANIFEST not in files:
+        v.lines.append("no control outputs archived (no export): the model was not rebuilt or replayed")
+        return
+    try:
+        frozen = runs.read_run_toml(folder / "config")
+        art = json.loads(fsutil.read_regular(folder / ARTIFACT_MANIFEST, 64 << 20))
+        rev = json.loads(fsutil.read_regular(folder / "revisions.json", 16 << 20))
+    except (OSError, ValueError, RecursionError, KeyError) as exc:
+        v.problems.append(f"cannot read the run's configuration to rebuild it: {exc}")
+        return
+    if not isinstance(art, dict) or "controls" not in art and "controls_in" not in art:
+        v.lines.append("the export recorded no control inputs: the model was not rebuilt or replayed")
+        return
+    entry = str(frozen.get("task", {}).get("entry", ""))
+    attr = entry.rpartition(":")[2]
+    source = rev.get("task_source") if isinstance(rev, dict) else None
+    campaign_dir = Path(str(v.manifest.get("source", ""))).parent.parent if v.manifest.get("source") else None
+    if entry.rpartition(":")[0].endswith(".py") and source and Path(source).is_file():
+        where, base = f"{source}:{attr}", None  # a task file: where the run found it
+    else:
+        where, base = entry, campaign_dir  # a module: imported as the run imported it
+    from .pilot import checkpoint as ck
+    from .pilot import child, trainer  # torch and the task's code, only now
+    from .pilot.task import TaskError, load_task
+
+    recorded_code = rev.get("task_code_sha256") if isinstance(rev, dict) else None
+    now = runs.task_revision(where, base or Path(".")).get("task_code")
+    if recorded_code and now and now != recorded_code:
+        v.lines.append(
+            f"the task code changed since the run (SHA-256 {str(now)[:12]}… now, {str(recorded_code)[:12]}… then): "
+            "a replay that differs may come from that"
+        )
+    params = dict(frozen.get("params") or {})
+    seed = int((frozen.get("run") or {}).get("seed", 0))
+    try:
+        task = load_task(where, base)
+        recorded = ck.safe_load(folder / CONTROL)
+        controls = ck.controls_of(art, recorded)
+        tr = trainer.Trainer(
+            task,
+            params,
+            seed,
+            trainer.resolve_device(params.get("device")),
+            splits={"train": controls, "val": controls},
+        )
+        tr.load_data()
+        tr.build()
+        result = child.replay_into(tr, folder / MODEL, folder / CONTROL, art)
+    except (TaskError, trainer.UserCodeError, ck.UnsafeArtifact) as exc:
+        v.problems.append(f"rebuilding the model from {where} failed: {exc}")
+        return
+    except Exception as exc:  # noqa: BLE001 - the task's code raising anything: said plainly, never a traceback
+        v.problems.append(f"rebuilding the model from {where} failed: {type(exc).__name__}: {exc}")
+        return
+    if result["equal"]:
+        v.lines.append(f"rebuilt with {where} and replayed: {result['detail']}")
+    else:
+        v.problems.append(f"rebuilt with {where}, but the replay does not reproduce the archive: {result['detail']}")

@@ -136,6 +136,7 @@ class Sheet:
     expected_result: str = ""
     same_experiment: bool = True
     truncation: str = ""
+    optimizer_state: str = ""  # what the optimizer held after its first step, and for which parameters
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -367,6 +368,7 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
     rows = phase_rows(pilot)
     sheet.phases = rows
     sheet.max_dimensions = _max_dimensions(pilot)
+    sheet.optimizer_state = _optimizer_state(pilot)
 
     gpu_rows = [r for r in rows if r["peak_reserved"] is not None]
     rss_rows = [r for r in rows if r["rss_peak"] is not None]
@@ -434,6 +436,24 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
     return sheet
 
 
+def _optimizer_state(pilot: RunFiles) -> str:
+    """The optimizer state the first step allocated, counted over the parameters that train (an adapter's only)."""
+    gate = pilot.gate("update_first") or {}
+    st = gate.get("optimizer_state")
+    if not isinstance(st, dict) or not isinstance(st.get("bytes"), (int, float)):
+        return ""
+    train, total = st.get("trainable_values") or 0, st.get("parameter_values") or 0
+    out = (
+        f"{st['bytes'] / MIB:,.2f} MiB after the first step ({st.get('tensors')} tensors for "
+        f"{st.get('parameters_with_state')} parameters), for the {train:,} trainable parameter values only"
+    )
+    if st.get("adapter"):
+        out += f": {st['adapter']}, and the frozen base ({total - train:,} values) holds none"
+    elif total and train < total:
+        out += f" ({total - train:,} frozen values hold none)"
+    return out + "; already inside the measured peaks"
+
+
 def _recommend(s: Sheet) -> str:
     if not s.measured_gpu:
         return (
@@ -493,6 +513,8 @@ def render(s: Sheet) -> list[str]:
                 f"- process RSS peaked at {_mib(s.rss_peak_mib)} in phase **{s.rss_phase}** with "
                 f"inputs {_inputs_text(s.rss_inputs)} (host memory, not GPU memory)"
             )
+    if s.optimizer_state:
+        out.append(f"- optimizer state: {s.optimizer_state}")
     out.append(f"- maximum dimensions tested: {s.max_dimensions}")
     out.append(
         f"- precision {s.precision}, microbatch {s.microbatch}, accumulation {s.accumulation}, "

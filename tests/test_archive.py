@@ -143,14 +143,40 @@ def test_revisions_outside_git(tmp_path: Path) -> None:
     assert ar.task_source("cockpit.tasks.tinylm:task", None).name == "tinylm.py"
 
 
-def test_a_series_run_is_archived_from_its_final_checkpoint(run_dir: Path, tmp_path: Path) -> None:
+def test_a_run_without_an_export_is_archived_as_its_checkpoints_model_state(run_dir: Path, tmp_path: Path) -> None:
+    """The evaluation artifact, never the optimizer state: a stopped run gives its final checkpoint's model."""
     series = tmp_path / "runs" / "r0100"
     shutil.copytree(run_dir, series, ignore=shutil.ignore_patterns("artifact"))
     state = torch.load(run_dir / "artifact" / "model.pt", weights_only=True)
-    torch.save({"model": state, "step": 40, "status": "completed"}, series / "checkpoint.pt")
+    optimizer = {"state": {0: {"exp_avg": torch.ones(3)}}, "param_groups": []}
+    torch.save({"model": state, "optimizer": optimizer, "step": 40, "status": "stopped"}, series / "checkpoint.pt")
     out = ar.gather(series, tmp_path / "arch")
-    assert (out / "model" / "checkpoint.pt").is_file() and not (out / "model" / "model.pt").exists()
-    v = ar.load(out)
+    assert (out / "model" / "model.pt").is_file() and not (out / "model" / "checkpoint.pt").exists()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "optimizer, scheduler and RNG state left out" in manifest["weights_from"]
+    v = ar.verify(out)
     assert v.ok, v.problems
-    assert all(torch.equal(v.state[k], state[k]) for k in state)
-    assert any(line.startswith("model/checkpoint.pt: loaded with torch.load(weights_only=True)") for line in v.lines)
+    assert set(v.state) == set(state) and all(torch.equal(v.state[k], state[k]) for k in state)
+    assert any("not rebuilt or replayed" in line for line in v.lines)  # no control outputs without an export
+
+
+def test_verify_rebuilds_the_model_and_replays_the_control_inputs(archived: Path) -> None:
+    v = ar.verify(archived)
+    assert v.ok, v.problems
+    line = next(x for x in v.lines if x.startswith("rebuilt with cockpit.tasks.tinylm:task and replayed"))
+    assert "bit-identical" in line
+    rev = json.loads((archived / "revisions.json").read_text())
+    assert len(rev["task_code_sha256"]) == 64 and len(rev["data_revision"]["sha256"]) == 64
+    hashes_only = ar.verify(archived, replay=False)
+    assert hashes_only.ok and not any(x.startswith("rebuilt") for x in hashes_only.lines)
+
+
+def test_verify_refuses_weights_that_do_not_replay(archived: Path) -> None:
+    """Other weights with a matching hash in the manifest: safe to load, but not the model that was exported."""
+    state = torch.load(archived / "model" / "model.pt", weights_only=True)
+    name = next(k for k, t in state.items() if t.is_floating_point())
+    state[name] = state[name] + 0.5
+    torch.save(state, archived / "model" / "model.pt")
+    _rehash(archived, "model/model.pt")
+    v = ar.verify(archived)
+    assert not v.ok and any("does not reproduce the archive" in p for p in v.problems), v.problems

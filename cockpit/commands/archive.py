@@ -13,13 +13,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--out", default=None, help="where to write the archive (default: campaigns/<c>/report/archive/<run>)"
     )
     p.add_argument(
-        "--verify", action="store_true", help="check an archive's hashes and load its weights with safe loading only"
+        "--verify",
+        action="store_true",
+        help="check an archive's hashes, load its weights with safe loading only, then rebuild the model with the "
+        "task's code and replay the control inputs",
+    )
+    p.add_argument(
+        "--no-replay", action="store_true", help="with --verify: hashes and safe loading only (runs no task code)"
     )
 
 
 def run(args: argparse.Namespace) -> int:
     if args.verify:
-        v = ar.verify(args.path)
+        v = ar.verify(args.path, replay=not args.no_replay)
         for line in v.lines:
             print(line)
         if not v.ok:

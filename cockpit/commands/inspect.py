@@ -219,6 +219,9 @@ def render(doc: dict[str, Any], rdir: Path, gate: dict[str, Any] | None, split: 
         body: list[Any] = [Text.assemble(("text   ", "bold"), text_of(e))]
         if e.get("target") is not None:
             body.append(Text.assemble(("target ", "bold"), (str(e["target"]), "green")))
+        if e.get("generated") is not None:  # what the model generated from the prompt, after the pilot's updates
+            at = f" (after update {e['generated_step']})" if e.get("generated_step") is not None else ""
+            body.append(Text.assemble(("generated ", "bold"), str(e["generated"]), (at, "dim")))
         if e.get("label_name") is not None:
             body.append(Text.assemble(("label  ", "bold"), str(e["label_name"])))
         row = e.get("row") or {}

@@ -1,4 +1,9 @@
-"""``cockpit new NAME``: create ``campaigns/NAME/campaign.toml`` from the template."""
+"""``cockpit new NAME``: create ``campaigns/NAME/campaign.toml`` from the template.
+
+``--from-training-args FILE.json`` fills ``[batch]``, ``[training]``, ``[validation]`` and ``[checkpoints]``
+from a Hugging Face ``TrainingArguments`` JSON, so the pilot tests what the user would have run;
+``--task ENTRY`` names the task.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +25,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="folder that holds the campaigns (default: campaigns)",
     )
+    parser.add_argument(
+        "--from-training-args",
+        metavar="FILE.json",
+        type=Path,
+        default=None,
+        help="take [batch] and [training] from a Hugging Face TrainingArguments JSON (training_args.to_json_string())",
+    )
+    parser.add_argument(
+        "--dataset-size",
+        type=int,
+        default=None,
+        help="with --from-training-args: training examples per epoch (turns a warm-up ratio or epoch evaluation "
+        "into updates)",
+    )
+    parser.add_argument("--task", default=None, help="the task entry, e.g. task.py:task (default: the demo's)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,12 +57,77 @@ def run(args: argparse.Namespace) -> int:
             f"{target} already exists; Cockpit never overwrites a notebook. Choose another name, "
             f"or check the existing one with `cockpit check {folder}`."
         )
+    text = notebook.template(name)
+    notes: list[str] = []
+    if args.from_training_args is not None or args.task:
+        text, notes = _filled(text, args)
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        notebook.create(target, notebook.template(name))
+        notebook.create(target, text)
     except notebook.ConflictError:
         raise UsageError(f"{target} appeared while it was being created; nothing was overwritten.") from None
+    except notebook.NotebookError as exc:
+        raise UsageError(f"{target}: the settings do not make a valid notebook: {exc}") from None
     print(f"Created {target}.")
+    if args.from_training_args is not None:
+        print(f"[batch], [training], [validation] and [checkpoints] come from {args.from_training_args}.")
+    for note in notes:
+        print(f"  not carried over: {note}")
     print("Next: write the question, the task and the variants in it, then run")
     print(f"  cockpit check {folder}")
     return 0
+
+
+def _filled(text: str, args: argparse.Namespace) -> tuple[str, list[str]]:
+    """The template with the task and the TrainingArguments' settings in place (comments are not kept)."""
+    import tomli_w
+    import tomllib
+
+    from ..integrations import training_args as ta
+
+    doc = tomllib.loads(text)
+    notes: list[str] = []
+    if args.task:
+        doc["task"] = {"entry": args.task, "extensions": []}
+        doc["task"]["params"] = {}
+    if args.from_training_args is not None:
+        try:
+            c = ta.convert(ta.read(args.from_training_args), str(args.from_training_args), args.dataset_size)
+        except ta.TrainingArgsError as exc:
+            raise UsageError(str(exc)) from None
+        keep = {k: v for k, v in doc["batch"].items() if k in ("data_replicas",)}
+        doc["batch"] = {**keep, **c.batch}
+        doc["training"] = {"device": doc["training"].get("device", "auto"), **c.training}
+        if c.validation:
+            doc["validation"] = {**doc.get("validation", {}), **c.validation}
+        if c.checkpoints:
+            doc["checkpoints"] = {**doc.get("checkpoints", {}), **c.checkpoints}
+        lr = float(c.training["lr"])
+        doc["variants"] = [
+            {
+                "id": "as-trained",
+                "reference": True,
+                "differs": "reference",
+                "why": f"the settings of {args.from_training_args.name}, as the user would have run them",
+            },
+            {
+                "id": "lr-half",
+                "set": {"lr": lr / 2},
+                "differs": "learning rate halved",
+                "why": "is the rate too aggressive for this budget?",
+            },
+            {
+                "id": "lr-double",
+                "set": {"lr": lr * 2},
+                "differs": "learning rate doubled",
+                "why": "does this budget reward a larger step?",
+            },
+        ]
+        notes = list(c.notes)
+        said = f"[batch] and [training] converted from {args.from_training_args.name}"
+        if c.seed is not None:
+            said += f" (its seed {c.seed}: give it to the series, `--seeds {c.seed}`)"
+        if notes:
+            said += ". Not carried over: " + " ".join(notes)
+        doc["campaign"]["notes"] = said
+    return tomli_w.dumps(doc), notes

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -35,7 +35,7 @@ def atomic_save(obj: Any, path: Path) -> int:
     return path.stat().st_size
 
 
-def safe_load(path: Path | str, map_location: str | torch.device = "cpu") -> Any:
+def safe_load(path: Path | str | IO[bytes], map_location: str | torch.device = "cpu") -> Any:
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
@@ -57,6 +57,114 @@ def export_artifact(model: torch.nn.Module, out_dir: Path, meta: dict[str, Any])
         "load": "state = torch.load('model.pt', weights_only=True); model = build_model(params); model.load_state_dict(state)",
     }
     return manifest
+
+
+def export_trained(tr: Any, out_dir: Path, meta: dict[str, Any], controls: list[dict[str, Any]]) -> dict[str, Any]:
+    """Export a trainer's model with its control outputs, and write the manifest.
+
+    An adapter over a frozen base (``cockpit.pilot.adapter``) is exported as its
+    trainable tensors only, with the base's identity recorded; any other model as
+    its whole state_dict. The control inputs' outputs (loss, predictions, and the
+    generated text when the task generates) are what a reload must reproduce.
+    """
+    from . import adapter as adapter_
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ad = tr.adapter
+    frozen = tr.frozen_keys() if ad is not None else set()
+    state = {k: v.detach().to("cpu").clone() for k, v in tr.model.state_dict().items() if k not in frozen}
+    size = atomic_save(state, out_dir / MODEL_FILE)
+    manifest: dict[str, Any] = {**meta, "files": {MODEL_FILE: {"sha256": sha256(out_dir / MODEL_FILE), "bytes": size}}}
+    if ad is not None:
+        manifest["weights"] = "adapter"
+        manifest["adapter"] = {
+            "kind": ad.kind,
+            "adapters": ad.adapters,
+            "tensors": len(state),
+            "values": sum(int(t.numel()) for t in state.values()),
+            "describe": ad.describe(),
+        }
+        manifest["base"] = adapter_.base_identity(tr.model, frozen)
+        manifest["load"] = (
+            "model = build_model(params)  # the base: its identity must equal manifest['base']; then "
+            "model.load_state_dict(torch.load('model.pt', weights_only=True), strict=False)"
+        )
+    else:
+        manifest["weights"] = "whole model"
+        manifest["load"] = (
+            "state = torch.load('model.pt', weights_only=True); model = build_model(params); model.load_state_dict(state)"
+        )
+    outputs = tr.control_outputs(controls)
+    recorded = {"ids": [c.get("id") if isinstance(c, dict) else None for c in controls], **outputs}
+    try:
+        json.dumps(controls)
+        manifest["controls"] = controls
+    except (TypeError, ValueError):  # examples holding tensors (a Lightning dataset): kept in control.pt
+        recorded["inputs"] = controls
+        manifest["controls_in"] = CONTROL_FILE
+    csize = atomic_save(recorded, out_dir / CONTROL_FILE)
+    manifest["files"][CONTROL_FILE] = {"sha256": sha256(out_dir / CONTROL_FILE), "bytes": csize}
+    write_manifest(out_dir, manifest)
+    return manifest
+
+
+def controls_of(manifest: dict[str, Any], recorded: dict[str, Any]) -> list[dict[str, Any]]:
+    """The control inputs an export recorded: in its manifest (JSON), or in control.pt when they hold tensors."""
+    controls = manifest.get("controls")
+    if controls is None:
+        controls = recorded.get("inputs")
+    if not isinstance(controls, list):
+        raise UnsafeArtifact("the export records no control inputs (neither in its manifest nor in control.pt)")
+    return controls
+
+
+def load_exported(tr: Any, state: dict[str, Any], manifest: dict[str, Any]) -> tuple[bool, str]:
+    """Load exported weights into the model ``build_model`` made; an adapter only over the recorded base.
+
+    Returns (loaded, what was checked, in words).
+    """
+    from . import adapter as adapter_
+
+    if manifest.get("weights") != "adapter":
+        tr.model.load_state_dict(state)
+        return True, "whole model loaded"
+    frozen = tr.frozen_keys()
+    recorded = manifest.get("base") or {}
+    same, said = adapter_.same_base(recorded, adapter_.base_identity(tr.model, frozen))
+    if not same:
+        return False, said
+    got = tr.model.load_state_dict(state, strict=False)
+    missing = sorted(set(got.missing_keys) - frozen)
+    if missing or got.unexpected_keys:
+        return False, (
+            "the adapter does not fit the model build_model made: "
+            + (f"missing {missing[:4]}" if missing else "")
+            + (f" unexpected {list(got.unexpected_keys)[:4]}" if got.unexpected_keys else "")
+        )
+    return True, f"{said}; adapter loaded ({len(state)} tensors)"
+
+
+def compare_controls(got: dict[str, Any], recorded: dict[str, Any], n: int, exact: bool) -> tuple[bool, str]:
+    """Whether replayed control outputs reproduce the recorded ones: bit-identical (CPU) or within 1e-5 (GPU)."""
+    same_pred = bool(torch.equal(got["predictions"], recorded["predictions"]))
+    a, b = float(got["loss"]), float(recorded["loss"])
+    same_loss = a == b if exact else abs(a - b) <= 1e-5 * max(1.0, abs(b))
+    how = "bit-identical" if exact else "predictions identical, loss within 1e-5"
+    gen_a, gen_b = got.get("generated"), recorded.get("generated")
+    same_gen = gen_a == gen_b
+    gen_note = f", {len(gen_b)} generated texts identical" if gen_b is not None and same_gen else ""
+    if same_pred and same_loss and same_gen:
+        return True, f"{n} control inputs, {how}: loss {a:.6f} vs {b:.6f}{gen_note}"
+    parts = [f"replayed loss {a:.6f} vs recorded {b:.6f}", f"predictions {'equal' if same_pred else 'differ'}"]
+    if not same_gen:
+        rows = [i for i, (x, y) in enumerate(zip(gen_a or [], gen_b or [], strict=False)) if x != y]
+        first = rows[0] if rows else 0
+        parts.append(
+            f"generated text differs (row {first}: {(gen_a or [''])[first]!r} vs recorded {(gen_b or [''])[first]!r})"
+            if rows
+            else "generated text missing on one side"
+        )
+    return False, "; ".join(parts)
 
 
 def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:

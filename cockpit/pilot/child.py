@@ -68,23 +68,24 @@ def replay_with(
     adir = Path(rdir) / runs.ARTIFACT_DIR
     manifest = ck.verify_manifest(adir)
     tr = _trainer(task, params, seed, device)
-    tr.model.load_state_dict(ck.safe_load(adir / ck.MODEL_FILE, map_location=tr.device))
-    recorded = ck.safe_load(adir / ck.CONTROL_FILE)
-    got = tr.control_outputs(manifest["controls"])
-    same_pred = bool(torch.equal(got["predictions"], recorded["predictions"]))
-    a, b = float(got["loss"]), float(recorded["loss"])
-    if tr.device.type == "cpu":
-        equal = same_pred and a == b
-        how = "bit-identical"
-    else:
-        equal = same_pred and abs(a - b) <= 1e-5 * max(1.0, abs(b))
-        how = "predictions identical, loss within 1e-5"
-    detail = (
-        f"{len(manifest['controls'])} control inputs, {how}: loss {a:.6f} vs {b:.6f}"
-        if equal
-        else f"replayed loss {a:.6f} vs recorded {b:.6f}; predictions {'equal' if same_pred else 'differ'}"
-    )
-    return {"pid": os.getpid(), "safe": True, "equal": equal, "detail": detail}
+    return {"pid": os.getpid(), "safe": True, **replay_into(tr, adir / ck.MODEL_FILE, adir / ck.CONTROL_FILE, manifest)}
+
+
+def replay_into(tr: Trainer, model_file: Path, control_file: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Load the exported weights (safely; an adapter only over its recorded base) and replay the control inputs."""
+    loaded, said = ck.load_exported(tr, ck.safe_load(model_file, map_location=tr.device), manifest)
+    out: dict[str, Any] = {"weights": manifest.get("weights", "whole model"), "loaded": said}
+    if not loaded:
+        return {**out, "equal": False, "detail": said}
+    recorded = ck.safe_load(control_file)
+    controls = ck.controls_of(manifest, recorded)
+    got = tr.control_outputs(controls)
+    equal, detail = ck.compare_controls(got, recorded, len(controls), tr.device.type == "cpu")
+    if manifest.get("weights") == "adapter":
+        detail = f"{detail}; {said}"
+    if got.get("generated") is not None:
+        out["generated"] = got["generated"]
+    return {**out, "equal": equal, "detail": detail}
 
 
 def main(argv: list[str]) -> int:

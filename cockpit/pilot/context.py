@@ -51,6 +51,7 @@ class Context:
     steps: dict[str, Any] = field(default_factory=dict)  # state handed from forward to backward to update_first
     spawn: Spawn | None = None
     phase: str = ""
+    data_revision: dict[str, Any] = field(default_factory=dict)  # the data gate's hash over every example
 
     # ---- building
 

@@ -95,3 +95,32 @@ def write(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
     g.extra["inspect"] = {"file": runs.INSPECT_FILE, "examples": len(examples)}
     if doc.get("class_counts"):
         g.extra["class_counts"] = doc["class_counts"]
+
+
+def add_generated(ctx: Context) -> int:
+    """Put the text the model now generates beside each inspected example's target (a task with ``generate``).
+
+    Run by the validation phase, after the first updates: the data view then shows prompt, target
+    and what the model generates side by side. Returns how many examples got a generated text.
+    """
+    tr = ctx.trainer
+    path = ctx.rdir / runs.INSPECT_FILE
+    if tr.task.generate is None or not fsutil.is_regular(path):
+        return 0
+    doc = json.loads(fsutil.read_regular(path, 64 << 20))
+    entries = [e for e in doc.get("examples", []) if isinstance(e, dict)]
+    done = 0
+    for split in ("train", "val"):
+        mine = [e for e in entries if e.get("split") == split]
+        chosen = list(tr.splits.get(split, [])[: len(mine)])
+        if not mine or not chosen:
+            continue
+        texts = tr.generated(tr.collate(chosen)) or []
+        by_id = {str(ex.get("id")): t for ex, t in zip(chosen, texts, strict=False)}
+        for e in mine:
+            if str(e.get("id")) in by_id:
+                e["generated"] = by_id[str(e.get("id"))]
+                e["generated_step"] = tr.step
+                done += 1
+    fsutil.write_text(path, json.dumps(doc, indent=1))
+    return done

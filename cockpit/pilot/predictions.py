@@ -14,13 +14,17 @@ import torch
 from .task import Task
 from .trainer import Trainer, UserCodeError, user
 
+GENERATE_ROWS = 16  # a task that generates: free-running text for the first validation examples (whole batches)
+
 
 @torch.no_grad()
 def predict_pass(tr: Trainer) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """Metrics and one row per validation example from the task's ``predict`` (if it has one).
 
     Predictions of a causal LM are teacher-forced next tokens at the supervised
-    positions, not free generation; each row says so.
+    positions, not free generation; each row says so. A task with ``generate``
+    adds the text the model generates from the prompt (greedy, free-running) to
+    the rows of the first ``GENERATE_ROWS`` examples, beside the target.
     """
     task = tr.task
     data = list(tr.splits["val"])
@@ -35,6 +39,8 @@ def predict_pass(tr: Trainer) -> tuple[dict[str, float], list[dict[str, Any]]]:
             batch = tr.collate(chunk)
             ids = list(batch.get("ids", [e.get("id") for e in chunk]))
             pred = tr.predictions(batch)  # the task's predict(), else the argmax of its logits
+            texts = tr.generated(batch) if i < GENERATE_ROWS else None
+            first = len(rows)
             lab = batch.get(task.label_key)
             if pred is None:
                 rows.extend(
@@ -60,6 +66,10 @@ def predict_pass(tr: Trainer) -> tuple[dict[str, float], list[dict[str, Any]]]:
             per_row = counts.view(len(ids), -1).sum(1)
             exact += int(((hit.view(len(ids), -1).sum(1) == per_row) & (per_row > 0)).sum())
             n_rows += len(ids)
+            if texts is not None:
+                for row, text in zip(rows[first:], texts, strict=False):
+                    row["generated"] = text
+                    row["generated_mode"] = "free-running greedy generation from the prompt"
     finally:
         tr.model.train(was)
     metrics: dict[str, float] = {}

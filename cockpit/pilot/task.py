@@ -59,6 +59,9 @@ Optional:
 ``decode(batch, row)``    readable text of one batch row (a str, or a list of (text, supervised: bool) spans)
 ``predict(model, batch)`` predictions per row, comparable to the targets; without it Cockpit takes
                     the argmax of the model's logits, aligned by ``label_convention``
+``generate(model, batch)`` generation: the text the model generates from each row's prompt (free-running,
+                    greedy: a list of str, one per row); recorded in the validation predictions,
+                    the inspected examples and the replay of the control inputs
 ``trainable(model)``      names of the parameters meant to train: *checked* against what requires
                     grad after ``build_model``, never forced (a disagreement fails the backward gate)
 ``optimizer(model, params)``  the user's optimizer (parameter groups, betas, ...); default: Cockpit's
@@ -111,6 +114,7 @@ class Task:
     vocab_size: Callable[[dict[str, Any]], int] | None = None
     decode: Callable[[dict[str, Any], int], Any] | None = None
     predict: Callable[[Any, dict[str, Any]], Any] | None = None
+    generate: Callable[[Any, dict[str, Any]], list[str]] | None = None
     trainable: Callable[[Any], Sequence[str]] | None = None
     optimizer: Callable[[Any, dict[str, Any]], Any] | None = None
     scheduler: Callable[[Any, dict[str, Any]], Any] | None = None
@@ -125,7 +129,16 @@ class Task:
         for req in ("build_model", "datasets", "collate"):
             if not callable(getattr(self, req)):
                 raise TaskError(f"Task.{req} must be callable, got {type(getattr(self, req)).__name__}")
-        for opt in ("loss", "optimizer", "scheduler", "checkpointing", "trainable", "predict", "decode"):
+        for opt in (
+            "loss",
+            "optimizer",
+            "scheduler",
+            "checkpointing",
+            "trainable",
+            "predict",
+            "decode",
+            "generate",
+        ):
             if getattr(self, opt) is not None and not callable(getattr(self, opt)):
                 raise TaskError(f"Task.{opt} must be callable or left out, got {type(getattr(self, opt)).__name__}")
         if self.kind not in KINDS:
@@ -159,6 +172,9 @@ def load_task(entry: str, base: Path | None = None) -> Task:
         path = next((p for p in candidates if p.is_file()), None)
         if path is None:
             raise TaskError(f"task file {where!r} not found (looked in {', '.join(str(c) for c in candidates)})")
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:  # the task file imports the modules beside it, as `python task.py` would
+            sys.path.insert(0, folder)
         name = f"cockpit_task_{abs(hash(str(path.resolve())))}"
         spec = importlib.util.spec_from_file_location(name, path)
         assert spec and spec.loader

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from . import adapter as adapter_
 from . import outputs, splits
 from .order import DataOrder
 from .rng import rng_state, seed_everything, set_rng_state
@@ -85,6 +86,7 @@ class Trainer:
         self.optimizer_source = ""
         self.scheduler_source = ""
         self.checkpointing = ""  # how activation checkpointing was applied ("" = not asked, or no hook)
+        self.adapter: adapter_.Adapter | None = None  # an adapter over a frozen base (PEFT, or a small trainable set)
 
     @property
     def splits(self) -> dict[str, Sequence[dict[str, Any]]]:
@@ -127,6 +129,7 @@ class Trainer:
             if unknown:
                 raise UserCodeError("trainable", ValueError(f"names no parameter of the model: {sorted(unknown)[:5]}"))
             self.declared = declared
+        self.adapter = adapter_.detect(self.model, self.trainable_names)
         self._apply_checkpointing()
         self._build_optimizer()
         if self.world > 1:
@@ -169,7 +172,10 @@ class Trainer:
                 raise UserCodeError(
                     "scheduler", TypeError(f"returned a {type(self.scheduler).__name__}, not a scheduler")
                 )
-            self.scheduler_source = f"the task's scheduler ({type(self.scheduler).__name__})"
+            said = getattr(self.scheduler, "description", None)
+            self.scheduler_source = (
+                f"the task's scheduler ({said if isinstance(said, str) else type(self.scheduler).__name__})"
+            )
         else:
             kind = self.params.get("schedule") or "constant"
             warmup = int(self.params.get("warmup_updates") or 0)
@@ -367,8 +373,26 @@ class Trainer:
         return {"loss": loss, "ids": ids, "n": n_rows, "was_training": was_training}
 
     @torch.no_grad()
+    def generated(self, batch: dict[str, Any]) -> list[str] | None:
+        """The text the model generates for each row of the batch (the task's ``generate``), or None."""
+        if self.task.generate is None:
+            return None
+        was = self.model.training
+        self.model.eval()
+        try:
+            with self.autocast():
+                texts = user("generate", self.task.generate, self.model, batch)
+        finally:
+            self.model.train(was)
+        if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
+            raise UserCodeError(
+                "generate", TypeError(f"must return a list of str (one per row), got {type(texts).__name__}")
+            )
+        return list(texts)
+
+    @torch.no_grad()
     def control_outputs(self, controls: list[dict[str, Any]]) -> dict[str, Any]:
-        """Loss and predictions of the control inputs in eval mode: what an export must reproduce."""
+        """Loss, predictions (and generated text) of the control inputs in eval mode: what an export must reproduce."""
         was = self.model.training
         self.model.eval()
         try:
@@ -376,12 +400,16 @@ class Trainer:
             value, count = self.loss_of(batch, net=self.model)
             loss = float(value) / float(count) if count is not None else float(value)
             pred = self.predictions(batch)
+            texts = self.generated(batch)
         finally:
             self.model.train(was)
-        return {
+        out: dict[str, Any] = {
             "loss": torch.tensor(loss, dtype=torch.float64),
             "predictions": pred.detach().cpu() if pred is not None else torch.tensor([]),
         }
+        if texts is not None:
+            out["generated"] = texts
+        return out
 
     # ---- state
 

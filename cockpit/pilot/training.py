@@ -443,8 +443,13 @@ class TrainingRun(RunProcess):
         assert tr is not None and task is not None
         adir = self.rdir / runs.ARTIFACT_DIR
         t0 = time.perf_counter()
-        manifest = ck.export_artifact(
-            tr.model,
+        controls = (
+            user("control_inputs", task.control_inputs, self.params)
+            if task.control_inputs
+            else [tr.splits["val"][i] for i in range(min(4, len(tr.splits["val"])))]
+        )
+        manifest = ck.export_trained(
+            tr,
             adir,
             {
                 "run": self.frozen["run"]["id"],
@@ -455,17 +460,8 @@ class TrainingRun(RunProcess):
                 "data_revision": self.data_revision,
                 "task_code": (self.frozen.get("revisions") or {}).get("task_code"),
             },
+            controls,
         )
-        controls = (
-            user("control_inputs", task.control_inputs, self.params)
-            if task.control_inputs
-            else [tr.splits["val"][i] for i in range(min(4, len(tr.splits["val"])))]
-        )
-        outputs = tr.control_outputs(controls)
-        size = ck.atomic_save({"ids": [c["id"] for c in controls], **outputs}, adir / ck.CONTROL_FILE)
-        manifest["files"][ck.CONTROL_FILE] = {"sha256": ck.sha256(adir / ck.CONTROL_FILE), "bytes": size}
-        manifest["controls"] = controls
-        ck.write_manifest(adir, manifest)
         export_s = time.perf_counter() - t0
         ctx = Context(
             params=self.params,
@@ -479,10 +475,15 @@ class TrainingRun(RunProcess):
         data, said = subprocess_child("replay", ctx, False)
         result: dict[str, Any] = {
             "export_s": round(export_s, 3),
+            "weights": manifest["weights"],
             "weights_bytes": manifest["files"][ck.MODEL_FILE]["bytes"],
             "equal": bool(data and data.get("equal")),
             "detail": (data or {}).get("detail") or said,
         }
+        if manifest.get("base"):
+            result["base"] = {k: manifest["base"].get(k) for k in ("sha256", "name_or_path", "revision", "values")}
+        if data and data.get("generated") is not None:
+            result["generated"] = data["generated"]
         self.log(
             f"exported {result['weights_bytes'] / 2**20:.1f} MiB and replayed in a new process: "
             f"{'reproduced' if result['equal'] else 'NOT reproduced'} ({result['detail']})",

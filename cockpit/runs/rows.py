@@ -54,8 +54,22 @@ def _sweep_partial(rd: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
+# the libraries a task brings (Hugging Face, PEFT, Lightning): recorded when installed, left out when not
+OPTIONAL_PACKAGES = (
+    "transformers",
+    "tokenizers",
+    "safetensors",
+    "peft",
+    "accelerate",
+    "lightning",
+    "pytorch-lightning",
+    "torchvision",
+)
+
+
 def package_versions(
     names: tuple[str, ...] = ("torch", "cockpit", "numpy", "nvidia-ml-py", "psutil"),
+    optional: tuple[str, ...] = OPTIONAL_PACKAGES,
 ) -> dict[str, str]:
     """Installed versions, read from metadata: no import of torch needed."""
     from importlib import metadata
@@ -66,6 +80,11 @@ def package_versions(
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = "absent"
+    for name in optional:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
     return out
 
 

@@ -78,7 +78,8 @@ def data_gate(ctx: Context, g: Gate) -> None:
         f"{len(s.ids)}/{s.total} {n}" if len(s.ids) < s.total else f"{s.total} {n}" for n, s in scans.items()
     )
     inspection.write(ctx, g, scans)
-    g.extra["data_revision"] = data_revision(splits)  # the examples as the task produced them, hashed
+    ctx.data_revision = data_revision(splits)  # the examples as the task produced them, hashed
+    g.extra["data_revision"] = ctx.data_revision
 
 
 def _identifier_checks(ctx: Context, g: Gate) -> None:

@@ -18,8 +18,12 @@ def run(ctx: Context, g: Gate) -> None:
         return
     adir = ctx.rdir / runs.ARTIFACT_DIR
     t0 = time.perf_counter()
-    manifest = ck.export_artifact(
-        tr.model,
+    task = tr.task
+    controls = (
+        user("control_inputs", task.control_inputs, ctx.params) if task.control_inputs else list(tr.splits["val"][:4])
+    )
+    manifest = ck.export_trained(
+        tr,
         adir,
         {
             "run": ctx.frozen["run"]["id"],
@@ -27,20 +31,22 @@ def run(ctx: Context, g: Gate) -> None:
             "params": ctx.params,
             "step": tr.step,
             "seed": ctx.seed,
+            "data_revision": ctx.data_revision,
+            "task_code": (ctx.frozen.get("revisions") or {}).get("task_code"),
         },
+        controls,
     )
-    task = tr.task
-    controls = (
-        user("control_inputs", task.control_inputs, ctx.params) if task.control_inputs else list(tr.splits["val"][:4])
-    )
-    outputs = tr.control_outputs(controls)
-    size = ck.atomic_save({"ids": [c["id"] for c in controls], **outputs}, adir / ck.CONTROL_FILE)
-    manifest["files"][ck.CONTROL_FILE] = {"sha256": ck.sha256(adir / ck.CONTROL_FILE), "bytes": size}
-    manifest["controls"] = controls
-    ck.write_manifest(adir, manifest)
-    g.inputs.update({"controls": len(controls), "step": tr.step})
+    g.inputs.update({"controls": len(controls), "step": tr.step, "weights": manifest["weights"]})
     mb = manifest["files"][ck.MODEL_FILE]["bytes"]
-    g.check("artifact written", mb > 0, f"{mb / 2**20:.2f} MiB weights in {time.perf_counter() - t0:.2f} s")
+    what = "weights"
+    if manifest["weights"] == "adapter":
+        base = manifest["base"]
+        what = (
+            f"adapter weights ({manifest['adapter']['values']:,} values; the base's "
+            f"{base['values']:,} recorded by identity, SHA-256 {base['sha256'][:12]}…)"
+        )
+        g.extra["base"] = base
+    g.check("artifact written", mb > 0, f"{mb / 2**20:.2f} MiB {what} in {time.perf_counter() - t0:.2f} s")
     g.extra["bytes"] = sum(int(f["bytes"]) for f in manifest["files"].values())
     data, said = ctx.child("replay")
     if data is None:

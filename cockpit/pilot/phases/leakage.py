@@ -19,7 +19,8 @@ def run(ctx: Context, g: Gate) -> None:
     for name, data in splits.items():
         m: dict[Any, list[Any]] = defaultdict(list)
         for ex in data:
-            if isinstance(ex, dict):
+            # an example without a group is its own (as the task contract says): it can share nothing
+            if isinstance(ex, dict) and ex.get("group") not in (None, ""):
                 m[_hashable(ex.get("group"))].append(ex.get("id"))
         members[name] = m
     names = list(members)

@@ -206,13 +206,21 @@ def trainable_as_declared(ctx: Context, g: Gate) -> None:
 
 
 def _names(names: list[str], k: int = 4) -> str:
-    """A few parameter names, grouped by their first two components when there are many."""
+    """A few parameter names; when there are many, grouped by their first two components, or, when that
+    says nothing (every name under one wrapper, as PEFT's base_model.model), by the name with its layer
+    numbers as ``*``."""
     if len(names) <= k:
         return ", ".join(names)
     heads: dict[str, int] = {}
     for n in names:
         head = ".".join(n.split(".")[:2])
         heads[head] = heads.get(head, 0) + 1
+    if len(heads) == 1:
+        heads = {}
+        for n in sorted(names):
+            head = ".".join("*" if part.isdigit() else part for part in n.split("."))
+            heads[head] = heads.get(head, 0) + 1
+        return ", ".join(f"{h} ({c})" for h, c in list(heads.items())[:k]) + (" ..." if len(heads) > k else "")
     return ", ".join(f"{h}.* ({c})" for h, c in list(heads.items())[:k]) + (" ..." if len(heads) > k else "")
 
 
@@ -262,6 +270,13 @@ def update_first(ctx: Context, g: Gate) -> None:
     changed = [n_ for n_ in tr.trainable_names if after[n_] != before[n_]]
     frozen_changed = [n_ for n_ in after if n_ not in tr.trainable_names and after[n_] != before[n_]]
     unchanged = sorted(set(tr.trainable_names) - set(changed))
+    # A parameter whose whole gradient was exactly zero in this update cannot move under a plain step: LoRA's A
+    # while its partner B is still zero-initialised. It is not a failure here; update_second checks it moved since.
+    grads = dict(tr.model.named_parameters())
+    zero = [n_ for n_ in unchanged if grads[n_].grad is None or not bool(grads[n_].grad.any())]
+    if not skipped:
+        st["zero_first"] = {n_: after[n_] for n_ in zero}
+        unchanged = [n_ for n_ in unchanged if n_ not in st["zero_first"]]
     if skipped and tr.scaler is not None:
         # fp16: gradients overflowed at the scaler's initial scale, so it skipped this step and
         # halved the scale. Normal for a few steps; a warning, since nothing was updated yet.
@@ -279,13 +294,22 @@ def update_first(ctx: Context, g: Gate) -> None:
             "targeted parameters changed",
             not unchanged,
             f"{len(changed)}/{len(tr.trainable_names)} changed"
-            + (f"; unchanged: {', '.join(unchanged[:4])}" if unchanged else ""),
+            + (f"; unchanged: {', '.join(unchanged[:4])}" if unchanged else "")
+            + (
+                f"; {len(zero)} had an exactly zero gradient in this update, so no step could move them "
+                f"({_names(zero)}: a factor multiplied by a zero-initialised one, as LoRA's A while B is zero); "
+                "the next updates must move them"
+                if zero
+                else ""
+            ),
         )
     g.check(
         "frozen parameters unchanged",
         not frozen_changed,
         "unchanged" if not frozen_changed else f"changed: {', '.join(frozen_changed[:4])}",
     )
+    base_unchanged(ctx, g, before, after)
+    optimizer_state(ctx, g)
     g.check("step counted", tr.step == 1, f"step {tr.step}")
     n_state = len(tr.optimizer.state)
     if not skipped:
@@ -308,6 +332,50 @@ def update_first(ctx: Context, g: Gate) -> None:
             if not overlap
             else f"{len(overlap)} examples on several ranks: {sorted(overlap)[:4]}",
         )
+
+
+def base_unchanged(ctx: Context, g: Gate, before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Under a PEFT adapter, the base model's weights must not move: the adapter is what trains.
+
+    PEFT freezes the base itself; a base parameter that changed was set trainable again by the
+    code around it (unless ``Task.trainable`` names it: training it beside the adapter is then meant).
+    """
+    ad = ctx.trainer.adapter
+    if ad is None or ad.kind != "peft":
+        return
+    declared = ctx.trainer.declared or set()
+    base = [n for n in ad.base_names if n not in declared]
+    moved = sorted(n for n in base if after.get(n) != before.get(n))
+    trainable = sorted(n for n in base if n in ctx.trainer.trainable_names)
+    g.check(
+        "base model unchanged",
+        not moved,
+        f"the {len(base)} base parameters under the PEFT adapter {', '.join(ad.adapters)} did not change; "
+        f"{ad.describe()}"
+        if not moved
+        else f"{len(moved)} parameters of the base model under the PEFT adapter changed in the first update "
+        f"({_names(moved)}): {len(trainable)} base parameters require grad, so the base trains with the adapter, "
+        "and an adapter's checkpoint or export would not hold what changed. Keep the base frozen after "
+        "get_peft_model (something set requires_grad on it again), or name those parameters in Task.trainable "
+        "if training them beside the adapter is meant",
+    )
+
+
+def optimizer_state(ctx: Context, g: Gate) -> None:
+    """What the optimizer holds after its first step: state tensors and bytes, for the parameters that train."""
+    tr = ctx.trainer
+    tensors = [t for s in tr.optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
+    nbytes = sum(int(t.numel()) * t.element_size() for t in tensors)
+    trainable = sum(p.numel() for n, p in tr.model.named_parameters() if n in tr.trainable_names)
+    total = sum(p.numel() for p in tr.model.parameters())
+    g.extra["optimizer_state"] = {
+        "parameters_with_state": len(tr.optimizer.state),
+        "tensors": len(tensors),
+        "bytes": nbytes,
+        "trainable_values": trainable,
+        "parameter_values": total,
+        "adapter": tr.adapter.describe() if tr.adapter is not None else None,
+    }
 
 
 def optimizer_holds_trainable(ctx: Context, g: Gate) -> None:
@@ -391,6 +459,19 @@ def update_second(ctx: Context, g: Gate) -> None:
         losses.append(out["loss"])
     g.inputs["timed_updates"] = k
     g.check("step counted", tr.step == 1 + k, f"step {tr.step}")
+    zero_first = ctx.steps.get("zero_first") or {}
+    if zero_first:
+        now = param_fingerprint(tr.model)
+        still = sorted(n for n, fp in zero_first.items() if now[n] == fp)
+        g.check(
+            "zero-gradient parameters moved since",
+            not still,
+            f"the {len(zero_first)} parameters whose first gradient was exactly zero changed in the next {k} updates"
+            if not still
+            else f"{len(still)} trainable parameters never changed in {k + 1} updates, their gradient staying "
+            f"zero ({_names(still)}): they are cut off from the loss (detached, multiplied by something that "
+            "never moves, or unused); fix the graph or freeze them",
+        )
     bad = [i + 2 for i, v in enumerate(losses) if not math.isfinite(v)]
     g.check("finite loss", not bad, f"loss {losses[-1]:.4f}" if not bad else f"non-finite at update {bad[0]}")
     if ctx.dist:
@@ -445,6 +526,7 @@ UPDATE_FIRST = Phase(
         "frozen parameters unchanged",
         "step counted",
         "optimizer state allocated",
+        "base model unchanged",
         "gradient accumulation",
         "effective batch",
         "parameters identical on every rank",
@@ -457,7 +539,12 @@ UPDATE_SECOND = Phase(
     "update_second",
     update_second,
     remedy="inspect the optimizer and accumulation; compare with the first step's memory",
-    checks=("step counted", "finite loss", "parameters identical on every rank"),
+    checks=(
+        "step counted",
+        "zero-gradient parameters moved since",
+        "finite loss",
+        "parameters identical on every rank",
+    ),
     inputs=base_inputs,
     after=_second_vs_first,
     doc="a later step: optimizer state resident",

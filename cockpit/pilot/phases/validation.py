@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ... import events as ev
+from .. import inspection
 from ..context import Context
 from ..gate import Gate, Phase
 from ..predictions import predict_pass
@@ -84,6 +85,14 @@ def run(ctx: Context, g: Gate) -> None:
     t0 = time.perf_counter()
     metrics, rows = predict_pass(tr)
     g.extra["predictions"] = {"rows": len(rows), "seconds": round(time.perf_counter() - t0, 4), "metrics": metrics}
+    generated = [r for r in rows if "generated" in r]
+    if generated:
+        g.extra["predictions"]["generated"] = len(generated)
+        g.extra["generated"] = [
+            {k: r.get(k) for k in ("id", "input", "target", "generated") if r.get(k) is not None} for r in generated[:3]
+        ]
+        if ctx.rank == 0:
+            inspection.add_generated(ctx)  # the data view shows it beside the target
     g.extra["val_loss"] = out["loss"]
     ctx.emit(
         ev.EVAL,

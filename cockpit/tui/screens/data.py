@@ -104,6 +104,9 @@ def example_text(e: dict[str, Any]) -> Text:
     if e.get("target") is not None:
         out.append("\ntarget ", style="bold")
         out.append(str(e["target"]))
+    if e.get("generated") is not None:  # a task that generates: the model's text, beside the target
+        out.append("\ngenerated ", style="bold")
+        out.append(str(e["generated"]))
     if e.get("label_name") is not None:
         out.append("\nlabel  ", style="bold")
         out.append(str(e["label_name"]))

@@ -1,0 +1,467 @@
+"""Bring your code: the Hugging Face, PEFT and Lightning helpers, TrainingArguments, adapters, in this process.
+
+Tiny random-init models (GPT-2 from a config, a Lightning MLP), a word-level tokenizer built here with the
+``tokenizers`` library, data made here: nothing is downloaded. The example campaigns themselves are piloted,
+trained, compared and archived as real processes in ``tests/test_bring_campaigns.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import tests.shelf  # noqa: F401 - torchvision made importable before transformers imports it
+from cockpit.cli import main as cli
+from cockpit.integrations import training_args as ta
+from cockpit.pilot import checkpoint as ck
+from cockpit.pilot.context import Context
+from cockpit.pilot.gate import Gate
+from cockpit.pilot.phases import PHASES
+from cockpit.pilot.pilot import run_phase
+from cockpit.pilot.task import Task
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = {"hf-lora": "task.py", "hf-classifier": "task.py", "lightning": "task.py"}
+PARAMS = {"microbatch": 4, "accumulation": 2, "lr": 3e-3, "device": "cpu", "updates": 20, "eval_microbatch": 8}
+
+
+def code_lines(path: Path) -> int:
+    """Lines of code in a file: no blank lines, comments or docstrings (what a user writes and reads)."""
+    source = path.read_text()
+    tree = ast.parse(source)
+    doc_lines: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            value = body[0].value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                doc_lines.update(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
+    return sum(
+        1
+        for i, line in enumerate(source.splitlines(), 1)
+        if line.strip() and not line.strip().startswith("#") and i not in doc_lines
+    )
+
+
+# --------------------------------------------------------------------------- no import cost, few lines
+
+
+def test_import_cockpit_never_imports_transformers_peft_or_lightning() -> None:
+    code = (
+        "import sys\n"
+        "import cockpit, cockpit.cli, cockpit.integrations, cockpit.integrations.hf\n"
+        "import cockpit.integrations.lightning, cockpit.integrations.training_args, cockpit.pilot.task\n"
+        "print([m for m in ('transformers', 'peft', 'lightning', 'pytorch_lightning') if m in sys.modules])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("campaign", sorted(EXAMPLES))
+def test_each_example_is_at_most_15_lines_of_user_code(campaign: str) -> None:
+    n = code_lines(ROOT / "campaigns" / campaign / EXAMPLES[campaign])
+    assert n <= 15, f"campaigns/{campaign}/{EXAMPLES[campaign]}: {n} lines of code"
+
+
+def test_example_data_is_what_make_examples_writes() -> None:
+    from tests import make_examples as mk
+
+    for folder, data in ((mk.LORA, mk.lora_data()), (mk.CLASSIFIER, mk.classifier_data())):
+        for split, rows in data.items():
+            written = (folder / "data" / f"{split}.jsonl").read_text().splitlines()
+            assert [json.loads(x) for x in written] == rows, (folder, split)
+
+
+# --------------------------------------------------------------------------- TrainingArguments
+
+
+def test_training_arguments_become_batch_and_training() -> None:
+    c = ta.convert(
+        {
+            "per_device_train_batch_size": 4,
+            "per_device_eval_batch_size": 16,
+            "gradient_accumulation_steps": 8,
+            "learning_rate": 2e-4,
+            "weight_decay": 0.01,
+            "lr_scheduler_type": "cosine",
+            "warmup_ratio": 0.1,
+            "bf16": True,
+            "gradient_checkpointing": True,
+            "max_steps": 300,
+            "max_grad_norm": 0.5,
+            "eval_strategy": "steps",
+            "eval_steps": 50,
+            "save_steps": 100,
+            "save_total_limit": 3,
+            "seed": 7,
+            "output_dir": "out",
+        }
+    )
+    assert c.batch == {"microbatch": 4, "accumulation": 8, "eval_microbatch": 16, "drop_last": False, "updates": 300}
+    assert c.training == {
+        "lr": 2e-4,
+        "weight_decay": 0.01,
+        "optimizer": "adamw",
+        "schedule": "cosine",
+        "warmup_updates": 30,
+        "precision": "bf16",
+        "activation_checkpointing": True,
+        "grad_clip": 0.5,
+    }
+    assert c.validation == {"every_updates": 50} and c.checkpoints == {"every_updates": 100, "keep": 3}
+    assert c.seed == 7 and c.notes == []
+
+
+def test_what_training_arguments_cannot_carry_is_named() -> None:
+    c = ta.convert(
+        {
+            "num_train_epochs": 2,
+            "warmup_ratio": 0.05,
+            "lr_scheduler_type": "polynomial",
+            "optim": "adafactor",
+            "label_smoothing_factor": 0.1,
+            "adam_beta2": 0.95,
+        }
+    )
+    assert c.batch["epochs"] == 2 and c.batch["microbatch"] == 8  # Hugging Face's defaults where unset
+    said = " ".join(c.notes)
+    for word in ("warmup_ratio", "polynomial", "adafactor", "label_smoothing_factor", "adam_beta2"):
+        assert word in said, (word, said)
+    assert ta.convert({"num_train_epochs": 2, "warmup_ratio": 0.05}, dataset_size=160).training["warmup_updates"] == 2
+    with pytest.raises(ta.TrainingArgsError, match="bf16 and fp16"):
+        ta.convert({"bf16": True, "fp16": True})
+
+
+def test_cockpit_new_from_training_args(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"per_device_train_batch_size": 2, "gradient_accumulation_steps": 4, "max_steps": 40}))
+    assert cli(["new", "ft", "--dir", str(tmp_path), "--from-training-args", str(args), "--task", "task.py:task"]) == 0
+    from cockpit import notebook
+
+    nb = notebook.load(tmp_path / "ft")
+    assert nb.task.entry == "task.py:task"
+    assert (nb.batch.microbatch, nb.batch.accumulation, nb.batch.updates) == (2, 4, 40)
+    assert nb.training.lr == 5e-5 and nb.training.schedule == "linear"  # Hugging Face's defaults
+    assert [v.id for v in nb.variants] == ["as-trained", "lr-half", "lr-double"]
+    (tmp_path / "bad.json").write_text("{not json")
+    assert cli(["new", "ft2", "--dir", str(tmp_path), "--from-training-args", str(tmp_path / "bad.json")]) == 2
+    err = capsys.readouterr().err
+    assert "bad.json: not JSON" in err and "Traceback" not in err
+    assert not (tmp_path / "ft2" / "campaign.toml").exists()
+
+
+# --------------------------------------------------------------------------- Hugging Face: causal LM, LoRA
+
+WORDS = ["one", "two", "three", "four", "five", "six", "un", "deux", "trois", "quatre", "cinq", "six6", "say", ":"]
+EN_FR = dict(zip(WORDS[:6], WORDS[6:12], strict=True))
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "<s>", "</s>", *WORDS])}
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tk.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 2)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk, pad_token="[PAD]", unk_token="[UNK]", bos_token="<s>", eos_token="</s>"
+    )
+
+
+def pairs() -> dict[str, list[dict[str, Any]]]:
+    rows = [
+        {"id": f"{a}-{b}", "prompt": f"say : {a} {b}", "answer": f"{EN_FR[a]} {EN_FR[b]}"}
+        for a in EN_FR
+        for b in EN_FR
+        if a != b
+    ]
+    return {"train": rows[:24], "validation": rows[24:]}
+
+
+def gpt2(tokenizer: Any) -> Any:
+    from transformers import GPT2Config
+
+    return GPT2Config(vocab_size=len(tokenizer), n_positions=16, n_embd=32, n_layer=1, n_head=2, resid_pdrop=0.0,
+                      embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=2, eos_token_id=3)  # fmt: skip
+
+
+def lora(**kw: Any) -> Any:
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=4, lora_alpha=8, target_modules=["c_attn", "c_proj"], fan_in_fan_out=True, task_type="CAUSAL_LM", **kw
+    )
+
+
+def through(task: Task, last: str, tmp: Path, params: dict[str, Any] | None = None) -> tuple[Context, dict[str, Gate]]:
+    ctx = Context.in_memory(task, {**PARAMS, **(params or {})}, rdir=tmp)
+    gates: dict[str, Gate] = {}
+    for phase in PHASES:
+        gates[phase.name], ended = run_phase(ctx, phase)
+        if ended is not None or phase.name == last:
+            break
+    return ctx, gates
+
+
+def check(g: Gate, name: str) -> dict[str, Any]:
+    return next(c for c in g.checks if c["name"] == name)
+
+
+def test_causal_lm_masks_the_prompt_and_decodes_spans(tokenizer: Any) -> None:
+    from cockpit.integrations import hf
+
+    task = hf.causal_lm(gpt2(tokenizer), tokenizer, pairs(), max_length=16)
+    data = task.datasets({})
+    assert set(data) == {"train", "val"}  # "validation" is Cockpit's "val"
+    batch = task.collate([data["train"][0], {"prompt": "say : one", "answer": "un"}], {})
+    eos = tokenizer.eos_token_id
+    assert batch["input_ids"][0].tolist() == tokenizer("say : one two")["input_ids"] + tokenizer(
+        "un deux", add_special_tokens=False
+    )["input_ids"] + [eos]
+    assert (
+        batch["labels"][0].tolist()[:5] == [-100] * 5
+        and batch["labels"][0].tolist()[5:] == batch["input_ids"][0].tolist()[5:]
+    )
+    assert batch["labels"][1].tolist()[-2:] == [-100, -100] and batch["attention_mask"][1].tolist()[-2:] == [0, 0]
+    assert task.decode(batch, 0) == [("<s> say : one two", False), (" un deux </s>", True)]
+    with pytest.raises(hf.HelperError, match="no field 'answer'"):
+        task.collate([{"id": "x", "prompt": "say : one"}], {})
+
+
+def test_causal_lm_with_lora_passes_the_update_gates_and_generates(tokenizer: Any, tmp_path: Path) -> None:
+    """LoRA's A gets an exactly zero gradient while B is zero: not a failure at the first step, and it moves later."""
+    from cockpit.integrations import hf
+
+    task = hf.causal_lm(gpt2(tokenizer), tokenizer, pairs(), adapter=lora(), max_length=16)
+    ctx, gates = through(task, "update_second", tmp_path, {"weight_decay": 0.0})
+    first, second = gates["update_first"], gates["update_second"]
+    assert first.verdict.value == "pass", first.checks
+    assert "exactly zero gradient" in check(first, "targeted parameters changed")["detail"]
+    assert "lora_A" in check(first, "targeted parameters changed")["detail"]
+    assert check(first, "base model unchanged")["ok"]
+    assert check(second, "zero-gradient parameters moved since")["ok"], second.checks
+    st = first.extra["optimizer_state"]
+    assert st["trainable_values"] < st["parameter_values"] / 5 and st["adapter"].startswith("PEFT adapter default")
+    texts = ctx.trainer.generated(ctx.trainer.collate(list(ctx.trainer.splits["val"][:3])))
+    assert isinstance(texts, list) and len(texts) == 3 and all(isinstance(t, str) for t in texts)
+
+
+def test_base_weights_left_trainable_fail_the_update_gate(tokenizer: Any, tmp_path: Path) -> None:
+    from peft import get_peft_model
+    from transformers import GPT2LMHeadModel
+
+    from cockpit.integrations import hf
+
+    def model(params: dict[str, Any]) -> Any:
+        m = get_peft_model(GPT2LMHeadModel(gpt2(tokenizer)), lora())
+        for p in m.parameters():
+            p.requires_grad = True  # "make sure everything trains": the base trains too
+        return m
+
+    _, gates = through(hf.causal_lm(model, tokenizer, pairs(), max_length=16), "update_first", tmp_path)
+    c = check(gates["update_first"], "base model unchanged")
+    assert gates["update_first"].verdict.value == "fail" and not c["ok"]
+    assert "parameters of the base model under the PEFT adapter changed" in c["detail"]
+    assert "require grad" in c["detail"] and "get_peft_model" in c["detail"]
+
+
+def test_the_adapter_is_exported_alone_and_reloads_only_over_its_base(tokenizer: Any, tmp_path: Path) -> None:
+    from cockpit.integrations import hf
+
+    task = hf.causal_lm(gpt2(tokenizer), tokenizer, pairs(), adapter=lora(), max_length=16)
+    ctx, _ = through(task, "update_second", tmp_path)
+    tr = ctx.trainer
+    controls = list(tr.splits["val"][:3])
+    manifest = ck.export_trained(tr, tmp_path / "artifact", {"run": "r0001"}, controls)
+    state = torch.load(tmp_path / "artifact" / "model.pt", weights_only=True)
+    assert manifest["weights"] == "adapter" and state and all("lora_" in k for k in state)
+    # every frozen tensor is in the base's identity (tied weights under each of their names)
+    assert manifest["base"]["values"] + manifest["adapter"]["values"] >= sum(p.numel() for p in tr.model.parameters())
+    assert manifest["adapter"]["values"] == sum(p.numel() for p in tr.model.parameters() if p.requires_grad)
+    recorded = torch.load(tmp_path / "artifact" / "control.pt", weights_only=True)
+    assert len(recorded["generated"]) == 3
+
+    from cockpit.pilot.trainer import Trainer
+
+    fresh = Trainer(task, dict(ctx.params), 0, torch.device("cpu"), splits={"train": controls, "val": controls})
+    fresh.load_data()
+    fresh.build()
+    ok, said = ck.load_exported(fresh, state, manifest)
+    assert ok, said
+    equal, detail = ck.compare_controls(fresh.control_outputs(controls), recorded, 3, exact=True)
+    assert equal and "3 generated texts identical" in detail, detail
+
+    other = Trainer(task, dict(ctx.params), 1, torch.device("cpu"), splits={"train": controls, "val": controls})
+    other.load_data()
+    other.build()  # another seed: another random base
+    ok, said = ck.load_exported(other, state, manifest)
+    assert not ok and "not the one the adapter was trained on" in said
+
+
+# --------------------------------------------------------------------------- Hugging Face: classification
+
+
+def test_sequence_classification_takes_label_names_from_the_config(tokenizer: Any) -> None:
+    from transformers import BertConfig
+
+    from cockpit.integrations import hf
+
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, id2label={0: "small", 1: "large"})  # fmt: skip
+    data = {"train": [{"text": "one two", "label": "small"}, {"text": "five six", "label": 1}]}
+    task = hf.sequence_classification(config, tokenizer, data)
+    assert task.label_names == ["small", "large"] and task.kind == "classification"
+    batch = task.collate(task.datasets({})["train"], {})
+    assert batch["labels"].tolist() == [0, 1] and batch["input_ids"].shape[0] == 2
+    assert task.decode(batch, 0) == "one two"
+    with pytest.raises(hf.HelperError, match="'medium' is none of the label names"):
+        task.collate([{"id": "x", "text": "one", "label": "medium"}], {})
+    with pytest.raises(hf.HelperError, match="no label names"):
+        hf.sequence_classification(lambda p: None, tokenizer, data)
+    with pytest.raises(hf.HelperError, match="downloads nothing"):
+        hf.sequence_classification("no/such/folder", tokenizer, data)
+
+
+# --------------------------------------------------------------------------- Lightning
+
+
+class _Scheduled:
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def step(self) -> None:
+        self.steps += 1
+
+    def state_dict(self) -> dict[str, int]:
+        return {"steps": self.steps}
+
+    def load_state_dict(self, st: dict[str, int]) -> None:
+        self.steps = st["steps"]
+
+
+def test_configure_optimizers_forms_and_an_epoch_scheduler() -> None:
+    from cockpit.integrations import lightning as lt
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    sched = _Scheduled()
+    assert lt._read_optimizers(opt)[:3] == (opt, None, "epoch")
+    assert lt._read_optimizers(([opt], [sched]))[:3] == (opt, sched, "epoch")
+    assert (
+        lt._read_optimizers({"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}})[2] == "step"
+    )
+    with pytest.raises(lt.LightningHelperError, match="2 optimizers"):
+        lt._read_optimizers([opt, opt])
+    every = lt._Every(sched, 5, "per epoch")
+    for _ in range(12):
+        every.step()
+    assert sched.steps == 2 and every.state_dict()["count"] == 12
+    again = lt._Every(_Scheduled(), 5, "per epoch")
+    again.load_state_dict(every.state_dict())
+    assert again.count == 12 and again.inner.steps == 2
+
+
+def test_lightning_steps_logs_and_refusals() -> None:
+    import lightning.pytorch as L
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from cockpit.integrations.lightning import LightningHelperError, lightning_task
+
+    class Lit(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(3, 2)
+
+        def training_step(self, batch: Any, i: int) -> Any:
+            x, y = batch
+            return {"loss": F.cross_entropy(self.net(x), y)}
+
+        def validation_step(self, batch: Any, i: int) -> None:
+            x, y = batch
+            self.log("val_loss", F.cross_entropy(self.net(x), y) * 0 + 7.0)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    class Data(L.LightningDataModule):
+        def setup(self, stage: str | None = None) -> None:
+            g = torch.Generator().manual_seed(0)
+            self.ds = TensorDataset(torch.randn(12, 3, generator=g), torch.randint(0, 2, (12,), generator=g))
+
+        def train_dataloader(self) -> Any:
+            return DataLoader(self.ds, batch_size=4)
+
+        def val_dataloader(self) -> Any:
+            return DataLoader(self.ds, batch_size=4)
+
+    task = lightning_task(Lit, Data, kind="classification", label_names=["a", "b"])
+    splits = task.datasets({})
+    assert len(splits["train"]) == 12 and splits["train"][3]["id"] == "train-00003" and "test" not in splits
+    batch = task.collate(list(splits["train"][:4]), {})
+    assert set(batch) == {"inputs", "labels"}
+    model = task.build_model({})
+    assert task.loss is not None
+    assert task.loss(model, batch)["loss"].requires_grad  # training_step, as written
+    with torch.no_grad():
+        assert float(task.loss(model, batch)) == 7.0  # validation_step's logged val_loss
+    assert task.optimizer is not None and task.scheduler is not None
+    opt = task.optimizer(model, {"microbatch": 4})
+    assert "constant" in task.scheduler(opt, {"microbatch": 4}).description
+
+    class Manual(Lit):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+
+    with pytest.raises(LightningHelperError, match="manual optimisation"):
+        lightning_task(Manual, Data).build_model({})
+
+
+@pytest.mark.slow
+def test_example_task_files_need_no_path_setup() -> None:
+    """A task file imports the modules beside it (campaigns/lightning/task.py imports model.py)."""
+    code = (
+        "from pathlib import Path\n"
+        "from cockpit.pilot.task import load_task\n"
+        "t = load_task('task.py:task', Path('campaigns/lightning'))\n"
+        "print(type(t).__name__, t.kind, t.label_names)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "sitefix")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[:2] == ["Task", "classification"]
+
+
+@pytest.mark.parametrize("campaign", ["hf-lora", "lightning"])
+def test_the_readme_shows_each_example_as_it_is(campaign: str) -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split(f"<!-- bring:{campaign}:start -->\n```python\n", 1)[1].split(
+        f"```\n<!-- bring:{campaign}:end -->"
+    )[0]
+    assert block == (ROOT / "campaigns" / campaign / EXAMPLES[campaign]).read_text()
+
+
+def test_the_data_view_shows_generated_text_beside_the_target() -> None:
+    from cockpit.tui.screens.data import example_text
+
+    text = example_text(
+        {
+            "split": "val",
+            "id": "v1",
+            "text": [["<s> say : one", False], [" un </s>", True]],
+            "target": " un </s>",
+            "generated": "deux",
+        }  # fmt: skip
+    ).plain
+    assert "target  un </s>" in text and "generated deux" in text and text.index("target") < text.index("generated")
