@@ -53,12 +53,16 @@ def spec_from(args: argparse.Namespace, nb: nbm.Notebook) -> tuple[nbm.ProbeSpec
     if command and command[0] == "--":
         command = command[1:]
     if command:
+        if command != spec.command and args.resume is None and spec.resume:
+            # a resume command belongs to the script it resumes: a new script leaves the old one out
+            print(f"[probe] resume dropped: it resumed `{shlex.join(spec.resume)}`'s checkpoint", file=sys.stderr)
+            spec.resume = []
         spec.command = command
     if args.steps is not None:
         spec.steps = args.steps
     if args.resume is not None:
         try:
-            spec.resume = shlex.split(args.resume)
+            spec.resume = shlex.split(args.resume)  # --resume "" drops it
         except ValueError as exc:
             raise UsageError(f"--resume {args.resume!r}: {exc}; give the command as one quoted string") from None
     if args.to_end:

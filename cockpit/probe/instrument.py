@@ -64,6 +64,7 @@ class Instrument:
         self._after_import("safetensors.torch", self._safetensors)
 
     def uninstall(self) -> None:
+        self.obs.abandon()  # a phase left open is closed (its bounds), not recorded
         for h in self.handles + self.local:
             h.remove()
         self.handles, self.local = [], []

@@ -56,13 +56,13 @@ class Watched:
             return f"signal {-rc}"
 
 
-def _gate(phase: str, check: str, detail: str, message: str) -> dict[str, Any]:
+def _gate(phase: str, check: str, detail: str, message: str, remedy: str = "") -> dict[str, Any]:
     return {
         "phase": phase,
         "verdict": ev.Verdict.FAIL.value,
         "checks": [{"name": check, "ok": False, "detail": detail}],
         "inputs": {},
-        "remedy": ph.REMEDY.get(phase, ""),
+        "remedy": remedy or ph.REMEDY.get(phase, ""),
         "message": message,
         "duration_s": None,
         "mem": {},
@@ -141,8 +141,14 @@ def _ended(w: Watched, script: str, at: str) -> tuple[ev.Outcome, dict[str, Any]
     return None
 
 
+KILLED = (
+    "find what ended it: `dmesg` names the kernel's out-of-memory killer (then lower the host memory the script "
+    "holds: fewer data loader workers, a smaller prefetch, memory-mapped data) or the process that sent the signal"
+)
+
+
 def _open_gate(w: Watched, check: str, why: str) -> dict[str, Any] | None:
-    return _gate(w.open, check, why, why) if w.open else None
+    return _gate(w.open, check, why, why, KILLED if check == "script alive" else "") if w.open else None
 
 
 def judge_gates(w: Watched, script: str) -> ev.Outcome:

@@ -595,6 +595,7 @@ class Observer:
                     f"the script raised {type(exc).__name__} in {o.name}: {str(exc)[:300]} ({user_frame(exc)}); "
                     "full traceback in output.log"
                 )
+                g.remedy = f"fix the script where it raised ({user_frame(exc)}): the traceback is in output.log"
             self.record(o)
         elif o is not None and o.name == ph.SAVE:
             self._close_save()

@@ -58,14 +58,18 @@ def gate(first: Watched, second: Watched, compare_steps: int, exact: bool) -> Ga
     k0 = _num(steps[0].get("opt_step"))
     if k0 is not None and before:
         want = {s["step"] + 1 for s in saves}
+        restored = int(k0) in want
         g.check(
             "step restored",
-            int(k0) in want,
+            restored,
             f"the first step after the restart is step {int(k0)} (checkpoints after step "
             f"{', '.join(str(s['step']) for s in saves)})"
-            + ("" if int(k0) in want else ": the optimizer's state (its step count) was not restored"),
+            + ("" if restored else ": the optimizer's state (its step count) was not restored"),
         )
-        pairs = [(s, before.get(int(s["opt_step"]))) for s in steps if _num(s.get("opt_step")) is not None]
+        if restored:
+            pairs = [(s, before.get(int(s["opt_step"]))) for s in steps if _num(s.get("opt_step")) is not None]
+        else:  # compared from the last checkpoint on, step for step
+            pairs = [(s, counted.get((last or 0) + i + 1)) for i, s in enumerate(steps)]
     else:
         g.check(
             "step restored",
