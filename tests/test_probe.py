@@ -490,3 +490,12 @@ def test_runs_lists_a_probe_as_such(tmp_path, capsys):
     assert cli.main(["runs", str(c), "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["kind"] == "probe" and row["status"] == "passed" and row["stop_reason"].startswith("probe of t.py")
+
+
+def test_a_file_saved_before_training_is_no_checkpoint(probe, tmp_path):
+    _, sink = probe(steps=2)
+    model, opt = model_and_opt()
+    torch.save({"hidden": 16}, tmp_path / "config.pt")  # before the first step: not what resuming needs
+    why = loop(model, opt, eval_after=0, save_after=3, path=tmp_path / "ck.pt")
+    assert why.endswith("one save (at step 3)")
+    assert sink.gates["save"]["inputs"]["files"] == ["ck.pt"]

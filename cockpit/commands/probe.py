@@ -59,6 +59,8 @@ def spec_from(args: argparse.Namespace, nb: nbm.Notebook) -> tuple[nbm.ProbeSpec
             spec.resume = []
         spec.command = command
     if args.steps is not None:
+        if not 2 <= args.steps <= 100_000:
+            raise UsageError(f"--steps {args.steps}: watch 2 to 100,000 optimizer steps (the first, then later ones)")
         spec.steps = args.steps
     if args.resume is not None:
         try:

@@ -505,7 +505,8 @@ class Observer:
         """Before ``torch.save`` or a safetensors save; what :meth:`save_end` needs."""
         if self.evaluation is not None:
             self._end_evaluation(None)
-        measured = self.cfg.mode == "probe" and ph.SAVE not in self.done
+        # a file saved before the first optimizer step (a config, a vocabulary) is no checkpoint
+        measured = self.cfg.mode == "probe" and ph.SAVE not in self.done and self.step >= 1
         if measured and (self.open is None or self.open.name != ph.SAVE):
             if self.open is not None and self.open.name == ph.UPDATE_SECOND:
                 self._interrupt_second()
@@ -533,6 +534,8 @@ class Observer:
         self._saved(entry)
 
     def _saved(self, entry: dict[str, Any]) -> None:
+        if entry["step"] < 1:
+            return
         if not self.saves or self.saves[-1]["step"] != entry["step"]:
             self.saves.append({"step": entry["step"], "files": []})
         if entry["path"]:
