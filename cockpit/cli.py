@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "check": "validate a campaign.toml and print its summary",
     "batch": "batch arithmetic: examples per update, updates per epoch, what a change moves",
     "pilot": "run every phase of the campaign once, gated and measured, in a detached process",
+    "probe": "measure an unmodified training script phase by phase: cockpit probe CAMPAIGN -- python train.py",
     "runs": "list a campaign's runs with status, stop reason, phase and peak memory",
     "stop": "stop a running pilot or series run (SIGTERM, then SIGKILL)",
     "inspect": "show what reaches the loss: the examples a run's data gate recorded",
@@ -92,7 +93,21 @@ def main(argv: list[str] | None = None) -> int:
     except CockpitError as exc:
         print(f"cockpit {chosen}: {exc}", file=sys.stderr)
         return exc.exit_code
+    # `cockpit probe CAMPAIGN -- python train.py --lr 3`: what follows "--" is a command line of its own,
+    # handed over whole (argparse would read its options as cockpit's).
+    tail: list[str] | None = None
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, tail = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
+    if tail is not None:
+        if not hasattr(args, "script"):
+            print(
+                f"cockpit {args.command}: takes no command after --; run `cockpit {args.command} --help`.",
+                file=sys.stderr,
+            )
+            return 2
+        args.script = tail
     try:
         return int(_module(args.command).run(args) or 0)
     except KeyboardInterrupt:

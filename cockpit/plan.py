@@ -215,9 +215,9 @@ def _num(x: Any) -> float | None:
 
 
 def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
-    """The variant's own measured times: series runs first, else its latest passed pilot."""
+    """The variant's own measured times: series runs first, else its latest passed pilot (or probe)."""
     t = Timing(variant)
-    pilot = sh.latest_passed_pilot(all_runs, variant)
+    pilot = sh.latest_measured(all_runs, variant)
     series = [r for r in sh.series_runs(all_runs, variant) if _num((r.metrics or {}).get("step_time_s"))]
     if series:
         slow = max(series, key=lambda r: float((r.metrics or {})["step_time_s"]))
@@ -246,6 +246,10 @@ def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
                 t.step_source = (
                     f"pilot {pilot.id}: median of {n} timed update{'s' if n != 1 else ''} with the optimizer state "
                     f"resident (spread {_s(timing['min'])} to {_s(timing['max'])}); a series run's own time replaces it"
+                    if not pilot.probed
+                    else f"probe {pilot.id}: median of {n} timed step{'s' if n != 1 else ''} of the script as it ran "
+                    f"(its own batch, data loading included; spread {_s(timing['min'])} to {_s(timing['max'])}), "
+                    "times the notebook's updates; a series run's own time replaces it"
                 )
                 t.step_spread = (float(timing["min"]), float(timing["max"]))
                 t.device = str(pilot.stack.get("device") or "cpu")
@@ -253,23 +257,41 @@ def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
                 if busy:
                     t.busy = busy
                     t.step_source += (
-                        f"; timed on a busy machine ({busy}): an idle one is likely faster, pilot "
+                        f"; timed on a busy machine ({busy}): an idle one is likely faster, {pilot.noun} "
                         "again when the box is idle before trusting these hours"
                     )
         t.worst_step_s = _step_duration(pilot, "worst_case")
         if t.eval_s is None and (v := _gate_s(pilot, "validation")) is not None:
-            t.eval_s, t.eval_source = v, f"pilot {pilot.id}: validation phase (whole split, plus 2 repeat batches)"
+            t.eval_s, t.eval_source = (
+                v,
+                (
+                    f"probe {pilot.id}: the script's first evaluation"
+                    if pilot.probed
+                    else f"pilot {pilot.id}: validation phase (whole split, plus 2 repeat batches)"
+                ),
+            )
         if t.save_s is None and (v := _gate_s(pilot, "save")) is not None:
-            t.save_s, t.save_source = v, f"pilot {pilot.id}: save phase (write and safe reload)"
+            t.save_s, t.save_source = (
+                v,
+                (
+                    f"probe {pilot.id}: the script's first checkpoint"
+                    if pilot.probed
+                    else f"pilot {pilot.id}: save phase (write and safe reload)"
+                ),
+            )
         if (v := _gate_s(pilot, "export")) is not None:
             t.export_s, t.export_source = v, f"pilot {pilot.id}: export phase (with replay in a new process)"
         ck_b, ex_b = (pilot.gate("save") or {}).get("bytes"), (pilot.gate("export") or {}).get("bytes")
         if isinstance(ck_b, int) and not isinstance(ck_b, bool):
             t.checkpoint_bytes = ck_b
             t.export_bytes = ex_b if isinstance(ex_b, int) and not isinstance(ex_b, bool) else None
-            t.bytes_source = f"pilot {pilot.id}: save and export phases"
+            t.bytes_source = (
+                f"probe {pilot.id}: the script's first checkpoint"
+                if pilot.probed
+                else f"pilot {pilot.id}: save and export phases"
+            )
     if t.step_s is None:
-        t.why_not = f"no time per update measured for {variant}: no finished series run and no passed pilot"
+        t.why_not = f"no time per update measured for {variant}: no finished series run and no passed pilot or probe"
     return t
 
 
@@ -378,7 +400,7 @@ def build(
     order = [(v, 0) for v in quality] + [(v, 0) for v in checks] + [(v, s) for s in range(1, seeds) for v in quality]
     unplanned = [v for v in order_v if costs[v].hours is None]
     if gpus is None:
-        ref_pilot = sh.latest_passed_pilot(all_runs, ref)
+        ref_pilot = sh.latest_measured(all_runs, ref)
         gpus = len((ref_pilot.stack.get("gpus") if ref_pilot else None) or []) or 1
     from .launch import nproc_for
 

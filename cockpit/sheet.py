@@ -44,6 +44,7 @@ class SheetError(CockpitError):
 RunFiles = runs.RunFiles
 campaign_runs = runs.campaign_runs
 latest_passed_pilot = runs.latest_passed_pilot
+latest_measured = runs.latest_measured  # a passed pilot, or a passed probe of the user's own script
 series_runs = runs.training_runs
 
 
@@ -138,6 +139,7 @@ class Sheet:
     truncation: str = ""
     optimizer_state: str = ""  # what the optimizer held after its first step, and for which parameters
     notes: list[str] = field(default_factory=list)
+    noun: str = "pilot"  # "probe" when the figures come from a probed script
 
     @property
     def smallest_fit(self) -> Fit | None:
@@ -228,6 +230,16 @@ def _strategy(nb: nbm.Notebook, params: dict[str, Any]) -> tuple[str, int]:
     return ("FSDP" if mp > 1 else "DDP"), gpus
 
 
+def _probed_dimensions(run: RunFiles) -> str:
+    """What a probe measured: the script's own batches, not the worst case the campaign can produce."""
+    i = (run.gate("forward") or {}).get("inputs") or {}
+    shapes = ", ".join(f"{k} {'x'.join(str(d) for d in v)}" for k, v in (i.get("shapes") or {}).items() if v)
+    return (
+        f"the script's own batches as it ran them ({shapes or 'shapes not recorded'}): a probe does not run "
+        "the longest batch the data can produce, so a longer one may need more"
+    )
+
+
 def _max_dimensions(run: RunFiles) -> str:
     wc = run.gate("worst_case")
     parts = []
@@ -311,19 +323,19 @@ def expected_result(nb: nbm.Notebook, variant: str) -> str:
 
 
 def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles] | None = None) -> Sheet:
-    """The selection sheet of a variant (default: the reference) from its latest passed pilot."""
+    """The selection sheet of a variant (default: the reference) from its latest passed pilot (or probe)."""
     vid = variant or nb.reference.id
     nb.variant(vid)  # a clear error for an unknown variant
     cdir = nb.directory
     all_runs = campaign_runs(cdir) if all_runs is None else all_runs
-    pilot = latest_passed_pilot(all_runs, vid)
+    pilot = latest_measured(all_runs, vid)
     if pilot is None:
-        tried = [r for r in all_runs if r.kind == "pilot" and r.variant == vid]
+        tried = [r for r in all_runs if r.kind in runs.MEASURED_KINDS and r.variant == vid]
         seen = "; ".join(f"{r.id} {r.status}: {r.stop_reason}" for r in tried) or "none"
         raise SheetError(
-            f"no passed pilot of variant {vid!r} in {runs.runs_dir(cdir)} (pilots of it: {seen}). "
+            f"no passed pilot of variant {vid!r} in {runs.runs_dir(cdir)} (pilots and probes of it: {seen}). "
             f"A sheet is built from measurements only: run `cockpit pilot {cdir} --variant {vid}` "
-            f"until every gate passes."
+            f"(or `cockpit probe {cdir} -- python train.py` for a script of your own) until every gate passes."
         )
     stack = pilot.stack
     params = pilot.params
@@ -343,7 +355,7 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
             f"stack gate {stack_gate.get('verdict') if stack_gate else 'missing'}"
         )
     else:
-        stack_detail = f"{build_s} on {stack.get('device', 'cpu')}: no GPU was used by this pilot" + (
+        stack_detail = f"{build_s} on {stack.get('device', 'cpu')}: no GPU was used by this {pilot.noun}" + (
             f" (NVML: {stack['nvml_error']})" if stack.get("nvml_error") else ""
         )
     strategy, ngpus = _strategy(nb, params)
@@ -364,10 +376,16 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
         accumulation=params.get("accumulation"),
         strategy=strategy,
         gpus=ngpus,
+        noun=pilot.noun,
     )
+    if pilot.probed:  # the script's own settings, as the probe saw them; the notebook's [batch] is not what it ran
+        sheet.precision = "the script's own"
+        sheet.microbatch = (pilot.gate("forward") or {}).get("inputs", {}).get("microbatch")
+        sheet.accumulation = (pilot.gate("update_first") or {}).get("inputs", {}).get("microbatches")
+        sheet.strategy, sheet.gpus = "one GPU", 1
     rows = phase_rows(pilot)
     sheet.phases = rows
-    sheet.max_dimensions = _max_dimensions(pilot)
+    sheet.max_dimensions = _probed_dimensions(pilot) if pilot.probed else _max_dimensions(pilot)
     sheet.optimizer_state = _optimizer_state(pilot)
 
     gpu_rows = [r for r in rows if r["peak_reserved"] is not None]
@@ -457,8 +475,8 @@ def _optimizer_state(pilot: RunFiles) -> str:
 def _recommend(s: Sheet) -> str:
     if not s.measured_gpu:
         return (
-            "none: no GPU memory was measured (the pilot ran on "
-            f"{s.device}). Run the pilot on a GPU machine; the sheet recommends a size only from "
+            f"none: no GPU memory was measured (the {s.noun} ran on "
+            f"{s.device}). Run the {s.noun} on a GPU machine; the sheet recommends a size only from "
             "its figures."
         )
     best = s.smallest_fit
@@ -481,7 +499,7 @@ def _recommend(s: Sheet) -> str:
 
 def render(s: Sheet) -> list[str]:
     """The sheet as Markdown lines (readable as plain text in a terminal too)."""
-    out = [f"Selection sheet: campaign {s.campaign}, variant {s.variant}, from pilot {s.run_id} ({s.run_dir})", ""]
+    out = [f"Selection sheet: campaign {s.campaign}, variant {s.variant}, from {s.noun} {s.run_id} ({s.run_dir})", ""]
     if s.truncation:
         out += [f"**{s.truncation}**", ""]
     out.append(f"- stack: {s.stack_detail}")
@@ -505,7 +523,7 @@ def render(s: Sheet) -> list[str]:
         )
     else:
         out.append(
-            f"- peak per GPU: **GPU memory not measured**: the pilot ran on {s.device}, so there is "
+            f"- peak per GPU: **GPU memory not measured**: the {s.noun} ran on {s.device}, so there is "
             "no torch or NVML figure; no GPU size is derived from CPU memory"
         )
         if s.rss_peak_mib is not None:
@@ -541,18 +559,18 @@ def selection_of(s: Sheet) -> nbm.Selection:
     """The notebook's [selection] as this sheet fills it."""
     best = s.smallest_fit
     if not s.measured_gpu:
-        gpu = f"not chosen: GPU memory not measured (pilot {s.run_id} ran on {s.device})"
+        gpu = f"not chosen: GPU memory not measured ({s.noun} {s.run_id} ran on {s.device})"
     elif best is None:
-        gpu = f"none fits: {s.need_mib:,.0f} MiB per GPU needed (pilot {s.run_id})"
+        gpu = f"none fits: {s.need_mib:,.0f} MiB per GPU needed ({s.noun} {s.run_id})"
     elif not s.stack_passed:
         gpu = f"{best.size_gb} GB would fit; not recommended until a GPU stack check passes"
     else:
         gpu = f"{best.size_gb} GB" + (f" x {s.gpus}" if s.gpus > 1 else "")
-    notes = f"from pilot {s.run_id}, variant {s.variant}; " + (
+    notes = f"from {s.noun} {s.run_id}, variant {s.variant}; " + (
         f"peak {s.peak_reserved_mib:,.0f} MiB in {s.peak_phase}, context {s.context_mib:,.0f} MiB "
         f"({'measured' if s.context_source.startswith('measured') else 'assumed'}), headroom {s.headroom:.0%}"
         if s.measured_gpu
-        else f"CPU pilot: RSS {_mib(s.rss_peak_mib)} in {s.rss_phase}; GPU not measured"
+        else f"CPU {s.noun}: RSS {_mib(s.rss_peak_mib)} in {s.rss_phase}; GPU not measured"
     )
     if s.truncation:
         notes = s.truncation + " " + notes

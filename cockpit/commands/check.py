@@ -140,6 +140,15 @@ def summary(nb: notebook.Notebook) -> list[str]:
     if ref_budget is not None and ref_budget.updates:
         val += f" ({ref_budget.updates // every} validations in {ref_budget.updates} updates)"
     out += ["", f"Validation: {val}" + (f"; {nb.validation.notes}" if nb.validation.notes else "")]
+    if nb.probe is not None and nb.probe.command:
+        import shlex
+
+        p = nb.probe
+        out.append(
+            f"Probe: `{shlex.join(p.command)}`, {p.steps} optimizer steps watched"
+            + (f", resumed by `{shlex.join(p.resume)}`" if p.resume else ", no resume command")
+            + (", watched to its end" if p.to_end else "")
+        )
 
     statuses = Counter(r.status for r in nb.runs)
     runs = f"Runs: {len(nb.runs)} recorded"

@@ -101,7 +101,7 @@ def summary(st: runs.RunState) -> dict[str, Any]:
     }
 
 
-def print_result(st: runs.RunState) -> None:
+def print_result(st: runs.RunState, noun: str = "pilot", rss_of: str = "the pilot process") -> None:
     from rich.console import Console
     from rich.text import Text
 
@@ -109,12 +109,12 @@ def print_result(st: runs.RunState) -> None:
 
     console = Console()
     wide = console.width >= 150
-    console.print(table(st.gates, title=f"pilot {st.id}: {st.status}", wide=wide))
+    console.print(table(st.gates, title=f"{noun} {st.id}: {st.status}", wide=wide))
     if not wide:
         for line in notes(st.gates):
             console.print(line, overflow="fold")
     console.print(
-        "memory in MiB; alloc/resv/peak are torch counters (absent without CUDA), NVML per GPU, RSS of the pilot process",
+        f"memory in MiB; alloc/resv/peak are torch counters (absent without CUDA), NVML per GPU, RSS of {rss_of}",
         style="dim",
         highlight=False,
     )

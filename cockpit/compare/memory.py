@@ -35,6 +35,7 @@ class PilotMem:
     step_max_s: float | None = None
     step_n: int = 0
     busy: str = ""  # the updates were timed while other processes kept the CPUs busy
+    kind: str = "pilot"  # "probe": measured on the user's own script, with its own settings
 
 
 def _data_gate(all_runs: list[runs.RunFiles], vid: str) -> tuple[str, dict[str, Any]] | None:
@@ -51,7 +52,7 @@ def _data_gate(all_runs: list[runs.RunFiles], vid: str) -> tuple[str, dict[str, 
 
 def pilot_memory(nb: nbm.Notebook, vid: str, all_runs: list[runs.RunFiles] | None = None) -> PilotMem:
     all_runs = all_runs if all_runs is not None else runs.campaign_runs(nb.directory)
-    pilot = runs.latest_passed_pilot(all_runs, vid)
+    pilot = runs.latest_measured(all_runs, vid)
     params = {k: v for k, v in nb.params(vid).items() if v is not None}
     data = _data_gate(all_runs, vid)
     if pilot is None:
@@ -88,6 +89,9 @@ def pilot_memory(nb: nbm.Notebook, vid: str, all_runs: list[runs.RunFiles] | Non
         max_length = params["max_length"]
     frozen = pilot.frozen.get("params", {})
     note = _differences(frozen, params)
+    if pilot.probed:
+        command = str((pilot.run_start.get("probe") or {}).get("command") or "the script")
+        note = f"probe {pilot.id} measured `{command}` with its own settings, not the notebook's"
     return PilotMem(
         vid,
         pilot.id,
@@ -97,11 +101,14 @@ def pilot_memory(nb: nbm.Notebook, vid: str, all_runs: list[runs.RunFiles] | Non
         step_time,
         max_length,
         truncation if isinstance(truncation, dict) else None,
-        f"pilot {pilot.id} ran with {note}, not the notebook's current settings" if note else "",
+        (note if pilot.probed else f"pilot {pilot.id} ran with {note}, not the notebook's current settings")
+        if note
+        else "",
         timing.get("min"),
         timing.get("max"),
         int(timing.get("n") or 0),
         str((pilot.gate("update_second") or {}).get("busy") or ""),
+        pilot.kind,
     )
 
 

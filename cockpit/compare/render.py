@@ -164,7 +164,7 @@ def _render_memory(data: dict[str, Any], console: Any) -> None:
             + (" (ref)" if v == ref else "")
             + (f"\n{data['kinds'].get(v, '')}" if data["kinds"].get(v) == "memory" else "")
         )
-        head += f"\n{mem[v]['run'] or 'no passed pilot'}"
+        head += f"\n{mem[v]['run'] or 'no passed pilot'}" + (" probe" if mem[v].get("kind") == "probe" else "")
         t.add_column(_t(head), justify="right", overflow="fold")
     phases = [p for p in ev.PHASES if any(p in mem[v]["phases"] for v in vids)]
     for p in phases:
@@ -184,14 +184,18 @@ def _render_memory(data: dict[str, Any], console: Any) -> None:
     )
     t.add_row("[bold]s per step[/]", *[_step_cell(mem, v, ref) for v in vids])
     if measured:
+        probed = any(mem[v].get("kind") == "probe" for v in measured)
         console.print(
-            f"[italic]memory (MiB, {counter}) · time (s) per phase, from the latest passed pilot of each variant[/]",
+            f"[italic]memory (MiB, {counter}) · time (s) per phase, from the latest passed pilot"
+            + (" or probe (the script as it ran: its own batches, no worst case)" if probed else "")
+            + " of each variant[/]",
             highlight=False,
         )
         console.print(t)
         if runs.HOST_PEAK in counters:
             console.print(
-                "on a CPU the peak is the pilot process's RSS, which includes the Python and torch runtime; "
+                f"on a CPU the peak is the {'measured' if probed else 'pilot'} process's RSS, which includes the "
+                "Python and torch runtime; "
                 "GPU counters are absent here, not zero",
                 style="dim",
                 highlight=False,

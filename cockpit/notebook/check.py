@@ -221,6 +221,8 @@ def check_values(nb: Notebook, problems: list[str]) -> None:
     num("pilot.headroom", p.headroom, 0, 10)
     num("pilot.overfit_accuracy", p.overfit_accuracy, 0, 1)
     whole("pilot.timed_updates", p.timed_updates, 1, 1_000)
+    if nb.probe is not None:
+        _probe(nb, bad, whole)
     ck = nb.checkpoints
     whole("checkpoints.every_updates", ck.every_updates, 0, 10**10)
     num("checkpoints.every_minutes", ck.every_minutes, 0, 1e7)
@@ -312,7 +314,7 @@ def _runs(nb: Notebook, bad: Callable[[str, str], None], num: Callable[..., None
                 f"run {r.id!r} names unknown variant {r.variant!r}; variants are {', '.join(sorted(variants))}",
             )
         if r.kind not in RUN_KINDS:
-            bad(f"runs[{i}].kind", f"is {r.kind!r}; use pilot or train")
+            bad(f"runs[{i}].kind", f"is {r.kind!r}; use one of {', '.join(RUN_KINDS)}")
         if isinstance(r.status, str) and r.status not in RUN_STATUSES:
             bad(f"runs[{i}].status", f"is {_show(r.status)}; use one of {', '.join(RUN_STATUSES)}")
         if _int(r.seed) and not 0 <= r.seed <= MAX_SEED:
@@ -323,6 +325,43 @@ def _runs(nb: Notebook, bad: Callable[[str, str], None], num: Callable[..., None
         if r is not None and r.follows and r.follows not in run_ids:
             bad(f"runs[{i}].follows", f"names unknown run {_show(r.follows)}")
     return run_ids
+
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_ARGV = 1_000  # arguments of a probed command
+MAX_ARG = 8_192  # characters of one argument or environment value
+
+
+def _probe(nb: Notebook, bad: Callable[[str, str], None], whole: Callable[..., None]) -> None:
+    """[probe]: the command and its environment reach a process as they are, so every string is checked."""
+    p = nb.probe
+    assert p is not None
+    for key in ("command", "resume"):
+        argv = getattr(p, key)
+        if not isinstance(argv, list):
+            continue
+        if len(argv) > MAX_ARGV:
+            bad(f"probe.{key}", f"has {len(argv):,} arguments; at most {MAX_ARGV:,}")
+        for j, arg in enumerate(argv[:MAX_ARGV]):
+            if not isinstance(arg, str) or not arg or "\0" in arg or len(arg) > MAX_ARG:
+                bad(
+                    f"probe.{key}[{j}]",
+                    f"is {_show(arg)}; each argument is a non-empty string (at most {MAX_ARG:,} characters, no NUL), "
+                    'as in command = ["python", "train.py", "--lr", "3e-4"]',
+                )
+    for name, value in (p.env or {}).items():
+        if not ENV_NAME.match(str(name)):
+            bad(f"probe.env.{name}", "is not an environment variable name (letters, digits and _, not first a digit)")
+        elif not isinstance(value, str) or "\0" in value or len(value) > MAX_ARG:
+            bad(
+                f"probe.env.{name}",
+                f'is {_show(value)}; environment values are strings (quote numbers: {name} = "1")',
+            )
+    whole("probe.steps", p.steps, 2, 100_000)
+    whole("probe.save_within", p.save_within, 0, 10**9)
+    whole("probe.compare_steps", p.compare_steps, 1, 1_000)
+    if not isinstance(p.to_end, bool):
+        bad("probe.to_end", f"is {_show(p.to_end)}; it must be true or false")
 
 
 def _section(key: str) -> str:

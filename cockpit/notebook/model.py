@@ -14,7 +14,7 @@ LOCK_FILE = ".campaign.lock"
 HELD = ("updates", "epochs", "examples")
 PRECISIONS = ("fp32", "bf16", "fp16")
 STRATEGIES = ("one GPU", "DDP", "FSDP")
-RUN_KINDS = ("pilot", "train")
+RUN_KINDS = ("pilot", "train", "probe")
 DECISION_KINDS = ("decision", "observation", "protocol")
 
 
@@ -124,11 +124,25 @@ class PilotSpec:
 
 
 @dataclass
+class ProbeSpec:
+    """``cockpit probe``: an unmodified training script, measured phase by phase from outside."""
+
+    command: list[str] = field(default_factory=list)  # argv, e.g. ["python", "train.py", "--lr", "3e-4"]
+    env: dict[str, str] = field(default_factory=dict)  # extra environment variables for the script
+    steps: int = 5  # optimizer steps watched: the first, then the later ones timed one by one
+    resume: list[str] = field(default_factory=list)  # argv that resumes from the script's own checkpoint
+    to_end: bool = False  # watch the script to its end instead of stopping it after the steps and one save
+    save_within: int = 1000  # optimizer steps after the watched ones to wait for the script's first save
+    compare_steps: int = 3  # steps after the checkpoint compared with the resumed process
+    notes: str = ""
+
+
+@dataclass
 class RunRow:
     id: str
     variant: str
     seed: int = 0
-    kind: str = "pilot"  # pilot | train
+    kind: str = "pilot"  # pilot | train | probe
     status: str = "created"
     stop_reason: str = ""
     phase: str = ""
@@ -189,6 +203,7 @@ class Notebook:
     validation: ValidationSpec = field(default_factory=ValidationSpec)
     checkpoints: CheckpointSpec = field(default_factory=CheckpointSpec)
     pilot: PilotSpec = field(default_factory=PilotSpec)
+    probe: ProbeSpec | None = None  # written only once a probe was set up
     runs: list[RunRow] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
     selection: Selection = field(default_factory=Selection)
@@ -257,6 +272,7 @@ SECTIONS: dict[str, Any] = {
     "validation": ValidationSpec,
     "checkpoints": CheckpointSpec,
     "pilot": PilotSpec,
+    "probe": ProbeSpec | None,
     "runs": list[RunRow],
     "decisions": list[Decision],
     "selection": Selection,

@@ -38,6 +38,8 @@ def to_dict(nb: Notebook) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in SECTIONS:
         value = getattr(nb, key)
+        if value is None:  # an optional section not set up (e.g. [probe]): not written
+            continue
         if isinstance(value, list):
             if value:  # an empty array of tables would be written as "runs = []" above every table
                 out[key] = [_table(v) for v in value]

@@ -1,4 +1,5 @@
-"""``python -m cockpit.pilot RUN_DIR [--resume]``: the process of a run, a pilot or a training run (by its run.toml).
+"""``python -m cockpit.pilot RUN_DIR [--resume]``: the process of a run, a pilot, a training run or a probe
+(by its run.toml's kind).
 
 Never imports textual. Writes events to RUN_DIR/events.jsonl, records the
 outcome in the notebook's run row, and exits with a code per outcome
@@ -66,7 +67,7 @@ def _end(rdir: Path, rank: int) -> None:
 
 
 def run(rdir: Path, rank: int, world: int, resume: bool = False) -> int:
-    """Run the process of a run folder (pilot or training, by its run.toml); record its row at the end."""
+    """Run the process of a run folder (pilot, training or probe, by its run.toml); record its row at the end."""
     from .pilot import PilotRun
     from .process import RunProcess, outcome_of
     from .training import TrainingRun
@@ -85,6 +86,10 @@ def run(rdir: Path, rank: int, world: int, resume: bool = False) -> int:
         proc: RunProcess
         if kind == "pilot":
             proc = PilotRun(rdir, writer, rank, world)
+        elif kind == "probe":
+            from ..probe.runner import ProbeRun
+
+            proc = ProbeRun(rdir, writer, rank, world)
         else:
             proc = TrainingRun(rdir, writer, rank, world, resume=resume)
         code = proc.run()

@@ -249,7 +249,23 @@ class RunFiles:
 
     @property
     def stack(self) -> dict[str, Any]:
-        return dict(self.run_start.get("stack") or {})
+        """The software stack the run measured on: its run_start's, with what its stack gate found on top
+        (a probe's run process only watches; the stack gate comes from the script's own interpreter)."""
+        out = dict(self.run_start.get("stack") or {})
+        found = (self.gate("stack") or {}).get("stack")
+        if isinstance(found, dict):
+            out.update(found)
+        return out
+
+    @property
+    def probed(self) -> bool:
+        """A probe: an unmodified script measured from outside (no data gates, the script's own batches)."""
+        return self.kind == "probe"
+
+    @property
+    def noun(self) -> str:
+        """How texts name the run that measured a variant: "pilot" or "probe"."""
+        return "probe" if self.probed else "pilot"
 
     @property
     def params(self) -> dict[str, Any]:
@@ -315,13 +331,24 @@ def campaign_runs(campaign_dir: Path | str) -> list[RunFiles]:
     return [r for p in run_dirs(campaign_dir) if (r := read_run(p)) is not None]
 
 
-def latest_passed_pilot(all_runs: list[RunFiles], variant: str) -> RunFiles | None:
-    """The newest pilot of the variant whose every gate passed (warnings allowed)."""
+# Runs that measure a variant's phases: a pilot (the task under Cockpit's loop) or a probe (the user's own
+# script, measured from outside). Only a pilot clears a variant for a series, which trains the task.
+MEASURED_KINDS = ("pilot", "probe")
+
+
+def latest_passed_pilot(all_runs: list[RunFiles], variant: str, kinds: tuple[str, ...] = ("pilot",)) -> RunFiles | None:
+    """The newest pilot of the variant whose every gate passed (warnings allowed); ``kinds=MEASURED_KINDS``
+    (see :func:`latest_measured`) also takes a passed probe."""
     from .files import order_key
 
-    passed = [r for r in all_runs if r.kind == "pilot" and r.variant == variant and r.status == ev.Status.PASSED.value]
+    passed = [r for r in all_runs if r.kind in kinds and r.variant == variant and r.status == ev.Status.PASSED.value]
     return max(passed, key=lambda r: order_key(r.id)) if passed else None
 
 
+def latest_measured(all_runs: list[RunFiles], variant: str) -> RunFiles | None:
+    """The newest passed pilot or probe of the variant: what the sheet, the plan and compare size and time from."""
+    return latest_passed_pilot(all_runs, variant, MEASURED_KINDS)
+
+
 def training_runs(all_runs: list[RunFiles], variant: str | None = None) -> list[RunFiles]:
-    return [r for r in all_runs if r.kind != "pilot" and (variant is None or r.variant == variant)]
+    return [r for r in all_runs if r.kind == "train" and (variant is None or r.variant == variant)]

@@ -34,6 +34,8 @@ def run_head(run_id: str, start: dict, status: str) -> Text:
     out = Text()
     out.append(f"{run_id} ", style="bold")
     out.append(f"{start.get('variant', '?')} seed {start.get('seed', '?')}  ")
+    if start.get("run_kind") == "probe":  # an unmodified script measured from outside: no data gates
+        out.append("probe ", style="bold magenta")
     out.append_text(status_text(status))
     return out
 

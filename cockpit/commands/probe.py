@@ -1,0 +1,144 @@
+"""``cockpit probe CAMPAIGN -- python train.py ARGS...``: measure an unmodified training script, phase by phase.
+
+The command goes into the notebook's ``[probe]`` (with ``--steps``, ``--resume``, ``--to-end`` and
+``--env``), so ``cockpit probe CAMPAIGN`` alone runs it again; the run starts detached, as a pilot
+does, and this command follows its gates and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+from .. import launch
+from .. import notebook as nbm
+from ..errors import UsageError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("campaign", help="campaign folder or campaign.toml")
+    p.add_argument("--variant", help="the variant this probe measures (default: the reference)")
+    p.add_argument("--steps", type=int, help="optimizer steps to watch (default 5): the first, then the later ones")
+    p.add_argument(
+        "--resume",
+        metavar="COMMAND",
+        help="the command that resumes the script from its own checkpoint, as one string "
+        "(e.g. --resume 'python train.py --resume'): run after the probe, compared with it",
+    )
+    p.add_argument("--to-end", action="store_true", help="watch the script to its end instead of stopping it")
+    p.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="an environment variable for the script"
+    )
+    p.add_argument("--detach", action="store_true", help="start and return at once (follow later with `cockpit runs`)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "script",
+        nargs="*",
+        metavar="-- COMMAND",
+        help="after --, the command that runs the script as you would run it (default: [probe] command)",
+    )
+
+
+def spec_from(args: argparse.Namespace, nb: nbm.Notebook) -> tuple[nbm.ProbeSpec, bool]:
+    """The [probe] this run uses: the notebook's, with what the command line gives; and whether it changed."""
+    old = nb.probe
+    spec = dataclasses.replace(old) if old is not None else nbm.ProbeSpec()
+    command = list(args.script or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    if command:
+        if command != spec.command and args.resume is None and spec.resume:
+            # a resume command belongs to the script it resumes: a new script leaves the old one out
+            print(f"[probe] resume dropped: it resumed `{shlex.join(spec.resume)}`'s checkpoint", file=sys.stderr)
+            spec.resume = []
+        spec.command = command
+    if args.steps is not None:
+        if not 2 <= args.steps <= 100_000:
+            raise UsageError(f"--steps {args.steps}: watch 2 to 100,000 optimizer steps (the first, then later ones)")
+        spec.steps = args.steps
+    if args.resume is not None:
+        try:
+            spec.resume = shlex.split(args.resume)  # --resume "" drops it
+        except ValueError as exc:
+            raise UsageError(f"--resume {args.resume!r}: {exc}; give the command as one quoted string") from None
+    if args.to_end:
+        spec.to_end = True
+    if args.env:
+        env = dict(spec.env)
+        for item in args.env:
+            name, eq, value = item.partition("=")
+            if not eq or not name:
+                raise UsageError(f"--env {item!r}: expected NAME=VALUE, e.g. --env CUDA_VISIBLE_DEVICES=0")
+            env[name] = value
+        spec.env = env
+    if not spec.command:
+        where = nbm.find(args.campaign)
+        raise UsageError(
+            f"no command to probe: give one after --, e.g. `cockpit probe {where.parent} -- python train.py`, "
+            f"or set command in the [probe] table of {where}."
+        )
+    return spec, spec != old
+
+
+def check_program(argv: list[str], what: str) -> None:
+    prog = argv[0]
+    found = shutil.which(prog) if os.sep not in prog else (prog if os.access(prog, os.X_OK) else None)
+    if not found:
+        raise UsageError(
+            f"{what}: the program {prog!r} was not found"
+            + (" on PATH" if os.sep not in prog else " or is not executable")
+            + f" (from {os.getcwd()}); give the interpreter that has torch and Cockpit installed, "
+            f"e.g. {sys.executable} train.py"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..probe.config import ProbeConfig, shown
+    from .pilot import follow, print_result, summary
+
+    path = nbm.find(args.campaign)
+    nb = nbm.load(path)
+    spec, changed = spec_from(args, nb)
+    if args.variant:
+        nb.variant(args.variant)  # a clear error for an unknown variant, before anything is written
+    check_program(spec.command, "[probe] command")
+    if spec.resume:
+        check_program(spec.resume, "[probe] resume")
+    if changed:
+
+        def record(fresh: nbm.Notebook) -> None:
+            fresh.probe = spec
+
+        nbm.mutate(path, record, read=nb)
+        print(f"recorded in [probe] of {path}: {shown(spec.command)}", file=sys.stderr)
+    cfg = ProbeConfig(
+        command=list(spec.command),
+        env=dict(spec.env),
+        steps=spec.steps,
+        resume=list(spec.resume),
+        to_end=spec.to_end,
+        save_within=spec.save_within,
+        compare_steps=spec.compare_steps,
+        cwd=os.getcwd(),
+    )
+    rid, rdir = launch.new_run(path, args.variant, 0, kind="probe", nproc=1, extra={"probe": cfg.frozen()})
+    if args.detach:
+        print(json.dumps({"run": rid, "dir": str(rdir)}) if args.json else f"started {rid} in {rdir}")
+        return 0
+    print(
+        f"probe {rid} of `{shown(spec.command)}` started in {Path(rdir)} (detached: closing this terminal does not "
+        "stop it)",
+        file=sys.stderr,
+    )
+    st = follow(rdir, quiet=args.json)
+    if args.json:
+        print(json.dumps(summary(st), indent=2, default=str))
+    else:
+        print_result(st, noun="probe", rss_of="the script's process")
+    return int(st.exit_code)

@@ -1,0 +1,328 @@
+"""The hooks inside the probed script's interpreter: PyTorch's global hooks, wired to the :class:`Observer`.
+
+Installed by :func:`start` when the script imports torch (:mod:`cockpit.probe.boot`):
+
+- ``torch.nn.modules.module.register_module_forward_pre_hook`` / ``register_module_forward_hook``
+  (global): the outermost module call of a forward pass (a *root*: the model, a loss module); once
+  the first optimizer step is done they are replaced by hooks on those roots only, so the later
+  steps run without a hook on every submodule;
+- ``torch.optim.optimizer.register_optimizer_step_pre_hook`` / ``_post_hook`` (global): every step;
+- ``torch.autograd.backward``: backward, observed through the loss tensor it is given;
+- ``torch.save`` / ``torch.load``, and ``safetensors.torch``'s ``save_file`` / ``load_file`` when the
+  script uses them (Hugging Face checkpoints): the checkpoint's files, their size and time.
+
+Every hook body is guarded: a failure of the instrumentation is sent to the run process (which ends
+the run as Cockpit's error, exit 6) and the hooks are removed; it never becomes the script's error.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.modules.module as module_hooks
+import torch.optim.optimizer as optimizer_hooks
+
+from . import channel as ch
+from .observer import Config, Observer, ProbeStop, is_oom, user_frame
+
+_current: Instrument | None = None
+
+
+class Instrument:
+    def __init__(self, obs: Observer, send: Callable[..., None], broken: Callable[[], bool] = lambda: False):
+        self.obs = obs
+        self.send = send
+        self.broken = broken
+        self.handles: list[Any] = []
+        self.local: list[Any] = []
+        self.patches: list[tuple[Any, str, Any]] = []
+        self.depth = 0
+        self.dead = False
+        self.finders: list[Any] = []
+
+    # ------------------------------------------------------------------ wiring
+
+    def install(self) -> None:
+        mm, oo = module_hooks, optimizer_hooks
+        self.handles = [
+            mm.register_module_forward_pre_hook(self._pre),
+            mm.register_module_forward_hook(self._post, with_kwargs=True, always_call=True),
+            oo.register_optimizer_step_pre_hook(self._step_pre),
+            oo.register_optimizer_step_post_hook(self._step_post),
+        ]
+        self._patch(torch.autograd, "backward", self._backward(torch.autograd.backward))
+        self._patch(torch, "save", self._saver(torch.save, target=1))
+        self._patch(torch, "load", self._loader(torch.load))
+        self._after_import("safetensors.torch", self._safetensors)
+
+    def uninstall(self) -> None:
+        self.obs.abandon()  # a phase left open is closed (its bounds), not recorded
+        for h in self.handles + self.local:
+            h.remove()
+        self.handles, self.local = [], []
+        for owner, name, orig in reversed(self.patches):
+            setattr(owner, name, orig)
+        self.patches = []
+        for f in self.finders:
+            with contextlib.suppress(ValueError):
+                sys.meta_path.remove(f)
+        self.finders = []
+
+    def _patch(self, owner: Any, name: str, new: Any) -> None:
+        self.patches.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, new)
+
+    def _safetensors(self, module: Any) -> None:
+        for name, target in (("save_file", 1), ("save_model", 1)):
+            if hasattr(module, name):
+                self._patch(module, name, self._saver(getattr(module, name), target=target))
+        for name, target in (("load_file", 0), ("load_model", 1)):
+            if hasattr(module, name):
+                self._patch(module, name, self._loader(getattr(module, name), target=target))
+
+    def _after_import(self, name: str, patch: Callable[[Any], None]) -> None:
+        """Patch a module once it is imported (now, when it already is), before anyone binds its functions."""
+        mod = sys.modules.get(name)
+        if mod is not None and getattr(getattr(mod, "__spec__", None), "_initializing", False) is False:
+            patch(mod)
+            return
+        finder = _AfterImport(name, patch)
+        self.finders.append(finder)
+        sys.meta_path.insert(0, finder)
+
+    def go_local(self) -> None:
+        """Hooks on the roots only: from now on a submodule's call costs nothing."""
+        if self.local or self.dead:
+            return
+        for ref in list(self.obs.roots.values()):
+            m = ref()
+            if m is None:
+                continue
+            self.local.append(m.register_forward_pre_hook(self._pre))
+            self.local.append(m.register_forward_hook(self._post, with_kwargs=True, always_call=True))
+        if self.local:
+            for h in self.handles[:2]:
+                h.remove()
+            self.handles = self.handles[2:]
+            self.depth = 0
+
+    # ------------------------------------------------------------------ the hooks
+
+    def _pre(self, module: torch.nn.Module, args: Any) -> None:
+        d = self.depth
+        self.depth = d + 1
+        if d == 0 and not self.dead:
+            self._call(self.obs.forward_pre, module, args)
+
+    def _post(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        self.depth = max(0, self.depth - 1)
+        if self.depth == 0 and not self.dead:
+            self._call(self.obs.forward_post, module, args, kwargs, output)
+
+    def _step_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self.dead:
+            self._call(self.obs.step_pre, opt)
+
+    def _step_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self.dead:
+            self._call(self.obs.step_post, opt)
+            if self.obs.step >= 1 and not self.local:
+                self.go_local()
+
+    def _backward(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        obs = self.obs
+
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.dead or obs.in_backward or obs.in_step:
+                return orig(tensors, *args, **kwargs)
+            measured = self._call(obs.backward_begin, tensors)
+            obs.in_backward = True
+            try:
+                out = orig(tensors, *args, **kwargs)
+            finally:
+                obs.in_backward = False
+            if measured:
+                self._call(obs.backward_end)
+            return out
+
+        backward.__wrapped__ = orig  # type: ignore[attr-defined]
+        return backward
+
+    def _saver(self, orig: Callable[..., Any], target: int) -> Callable[..., Any]:
+        obs = self.obs
+
+        def save(*args: Any, **kwargs: Any) -> Any:
+            if self.dead or obs.in_save:
+                return orig(*args, **kwargs)
+            token = self._call(obs.save_begin, _arg(args, kwargs, target))
+            obs.in_save = True
+            try:
+                out = orig(*args, **kwargs)
+            finally:
+                obs.in_save = False
+            if token is not None:
+                self._call(obs.save_end, token)
+            return out
+
+        save.__wrapped__ = orig  # type: ignore[attr-defined]
+        return save
+
+    def _loader(self, orig: Callable[..., Any], target: int = 0) -> Callable[..., Any]:
+        obs = self.obs
+
+        def load(*args: Any, **kwargs: Any) -> Any:
+            if not self.dead and not obs.in_save:
+                self._call(obs.load, _arg(args, kwargs, target))
+            return orig(*args, **kwargs)
+
+        load.__wrapped__ = orig  # type: ignore[attr-defined]
+        return load
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except ProbeStop:
+            raise
+        except BaseException as exc:
+            if getattr(exc, "_cockpit_injected", False) or isinstance(exc, KeyboardInterrupt):
+                raise
+            self._broken(exc)
+            return None
+
+    def _broken(self, exc: BaseException) -> None:
+        """The instrumentation failed: say so, remove every hook, let the script go on unobserved."""
+        self.dead = True
+        with contextlib.suppress(Exception):
+            self.uninstall()
+        if self.broken():  # the run process is gone: nobody records this script, which dies with its run
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        print(f"--- cockpit probe: internal error ---\n{text}", file=sys.stderr, flush=True)
+        with contextlib.suppress(Exception):
+            self.send("internal", error=f"{type(exc).__name__}: {exc}", traceback=text[-4000:])
+
+    # ------------------------------------------------------------------ the end
+
+    def at_exit(self) -> None:
+        """At the interpreter's exit: close what is open and tell the run process how the script ended."""
+        if self.dead:
+            return
+        exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)  # an uncaught exception
+        obs = self.obs
+        try:
+            obs.finish(exc)
+        except Exception as err:  # noqa: BLE001 - the exit message still goes out
+            print(f"cockpit probe: closing the phases failed: {err!r}", file=sys.stderr)
+        info = None
+        if exc is not None:
+            info = {
+                "type": type(exc).__name__,
+                "message": str(exc)[:500],
+                "frame": user_frame(exc),
+                "oom": is_oom(exc),
+                "injected": bool(getattr(exc, "_cockpit_injected", False)),
+            }
+        how = "diverged" if obs.diverged else "stopped" if obs.stop_reason else "exception" if exc else "ended"
+        mem = None
+        if obs.cfg.mode == "resume":
+            from .observer import _read_hwm
+
+            mem = obs.meter.read()
+            peak = _read_hwm()
+            if peak is not None:
+                mem["rss_peak"] = max(int(mem.get("rss_peak") or 0), peak)
+        with contextlib.suppress(Exception):
+            self.send(
+                "exit",
+                how=how,
+                reason=obs.stop_reason,
+                exception=info,
+                diverged=obs.diverged,
+                step=obs.step,
+                phase=obs.open.name if obs.open is not None else None,
+                loaded=obs.loaded[-200:],
+                saves=obs.saves[-50:],
+                mem=mem,
+                seconds=__import__("time").perf_counter() - obs.t_start,
+            )
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int) -> Any:
+    """The file argument of a save or load call: by position, else by its usual keyword names."""
+    if len(args) > index:
+        return args[index]
+    return next((kwargs[k] for k in ("f", "filename", "path") if k in kwargs), None)
+
+
+class _AfterImport:
+    """A meta-path finder: lets a module import as usual, then calls ``patch(module)`` once."""
+
+    def __init__(self, name: str, patch: Callable[[Any], None]):
+        self.name, self.patch, self.busy = name, patch, False
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != self.name or self.busy:
+            return None
+        import importlib.util
+
+        self.busy = True
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self.busy = False
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            with contextlib.suppress(ValueError):
+                sys.meta_path.remove(self)
+            self.patch(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this process when the one that started it ends (the run process, or a shell)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def start() -> Instrument | None:
+    """Called once, right after the script imported torch, when the environment asks for a probe."""
+    global _current
+    if _current is not None:
+        return _current
+    raw = os.environ.get(ch.CONFIG_ENV, "")
+    cfg = Config.of(json.loads(raw)) if raw else Config()
+    fd = int(os.environ[ch.FD_ENV])
+    pipe = ch.Channel(fd)
+    with contextlib.suppress(OSError):
+        os.set_inheritable(fd, False)  # programs the script starts do not hold the pipe open
+    if cfg.runner and os.getppid() == cfg.runner:
+        _die_with_parent()
+    obs = Observer(cfg, pipe.send, os.environ.get("COCKPIT_INJECT", ""))
+    inst = Instrument(obs, pipe.send, lambda: pipe.broken)
+    pipe.send("hello", pid=os.getpid(), ppid=os.getppid(), python=sys.executable, argv=sys.argv[:50], mode=cfg.mode)
+    inst.install()
+    atexit.register(inst.at_exit)
+    _current = inst
+    return inst

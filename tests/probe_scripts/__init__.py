@@ -1,0 +1,1 @@
+"""Training scripts the probe tests run as they are, unmodified: they know nothing of Cockpit."""
