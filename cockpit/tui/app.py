@@ -3,7 +3,7 @@
 Thin on purpose: screens own their behaviour. The app keeps the notebook as
 last read, watches ``campaign.toml`` for changes made by someone else (the
 CLI, a pilot) and offers the actions the footer, the screens and the command
-palette share. It also drives a series (``cockpit.series.Series``): a timer
+palette share. A series started here is driven by ``seriesctl.SeriesDriver``: a timer
 hands ``Series.poll`` to a worker thread, which starts the next runs detached
 and reaps the finished ones, so the UI never waits on a run.
 """
@@ -11,22 +11,21 @@ and reaps the finished ones, so the UI never waits on a run.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
 
-from textual import work
+from textual import on
 from textual.app import App
 from textual.binding import Binding
-from textual.message import Message
 
 from .. import notebook as nbm
+from .api import Cockpit, Launcher, Timing
 from .device import DeviceSource, NvmlSource
+from .messages import NotebookChanged, SeriesPolled, SeriesStopped
+from .notes import Saved
+from .seriesctl import SeriesDriver
 
-
-class Launcher(Protocol):
-    def start(self, rdir: Path, nproc: int = 1, env: dict[str, str] | None = None) -> int: ...
-    def stop(self, rdir: Path) -> str: ...
+__all__ = ["CockpitApp", "Launcher", "ProcessLauncher", "Timing"]
 
 
 class ProcessLauncher:
@@ -41,25 +40,6 @@ class ProcessLauncher:
         from .. import launch
 
         return launch.stop(rdir)
-
-
-@dataclass(frozen=True)
-class Timing:
-    """How often things are read. Tests shorten them; nothing here reads a clock."""
-
-    events_s: float = 0.1  # drain new events, redraw what changed
-    runs_s: float = 2.0  # re-derive run statuses from their folders
-    notebook_s: float = 1.0  # has campaign.toml changed on disk?
-    device_s: float = 1.0  # NVML reading
-    series_s: float = 1.0  # a running series: reap finished runs, start the next ones
-
-
-class NotebookChanged(Message):
-    """The notebook was reloaded (our own save or someone else's change)."""
-
-    def __init__(self, external: bool) -> None:
-        super().__init__()
-        self.external = external
 
 
 def _commands() -> type:
@@ -95,20 +75,17 @@ class CockpitApp(App[None]):
         self.device_source: DeviceSource = device_source or NvmlSource()
         self.launcher: Launcher = launcher or ProcessLauncher()
         self.timing = timing or Timing()
-        self.watch = watch
+        self.watch_notebook = watch
         self.sub_title = self.notebook.campaign.name
         self._stat: tuple[int, int] | None = None
-        self.series = None  # cockpit.series.Series while one is driven from here
-        self.series_started: list[str] = []
-        self._series_timer = None
-        self._series_busy = False  # a poll is running in a thread (it writes campaign.toml itself)
+        self.series = SeriesDriver(self, self.notebook_path, self.launcher.start, self.timing.series_s)
 
     def on_mount(self) -> None:
         from .screens.campaign import CampaignScreen
 
         self._stat = self._stat_now()
         self.push_screen(CampaignScreen())
-        if self.watch:
+        if self.watch_notebook:
             self.set_interval(self.timing.notebook_s, self._check_notebook)
 
     # ---- the notebook on disk
@@ -121,7 +98,7 @@ class CockpitApp(App[None]):
         return st.st_mtime_ns, st.st_size
 
     def _check_notebook(self) -> None:
-        if self._series_busy:
+        if self.series.busy:
             return  # our own series is writing run rows: reloaded when its poll returns
         stat = self._stat_now()
         if stat == self._stat:
@@ -223,143 +200,42 @@ class CockpitApp(App[None]):
         self.notify(f"pilot {rid} started ({variant}, seed {seed})", title="pilot", markup=False)
         self.open_run(rid)
 
-    # ---- a series of train runs (variants x seeds), driven from here
+    # ---- a series of train runs (variants x seeds), driven from here (seriesctl.SeriesDriver)
 
     def action_start_series(self) -> None:
         from .. import series as sr
         from .screens.dialogs import StartSeriesScreen
 
-        if self.series is not None and not self.series.done:
+        if self.series.running:
             self.notify(
-                f"a series is running: {self.series_status()}; stop it first (palette: Stop the series)",
+                f"a series is running: {self.series.status()}; stop it first (palette: Stop the series)",
                 severity="warning",
             )
             return
 
         def chosen(choice: tuple[list[str], list[int], int, int | None] | None) -> None:
             if choice is not None:
-                self.start_series(*choice)
+                self.series.start(*choice)
 
         nb = self.notebook
         self.push_screen(StartSeriesScreen(nb, sr.default_variants(nb)), chosen)
 
-    def start_series(
-        self, variants: list[str], seeds: list[int], parallel: int = 1, updates: int | None = None
-    ) -> None:
-        """Plan it now (errors shown at once), then start and follow it from a timer."""
-        from .. import series as sr
-        from ..errors import CockpitError
-
-        try:
-            nb = nbm.load(self.notebook_path)
-            items, notes = sr.plan(nb, variants, seeds, overrides=sr.budget_overrides(updates))
-            notes += sr.parallel_check(self.notebook_path, [i.variant for i in items], parallel)
-            series = sr.Series(self.notebook_path, items, parallel=parallel, starter=self._series_starter)
-        except (CockpitError, nbm.NotebookError) as exc:
-            self.notify(str(exc), title="series not started", severity="error", timeout=20)
-            return
-        if not items:
-            self.notify("nothing to run", title="series", severity="warning")
-            return
-        self.series, self.series_started = series, []
-        budget = f"{updates} updates each (a quick look, recorded in each run)" if updates else "the notebook's budget"
-        self.notify("\n".join([f"{len(items)} runs, {parallel} at a time, {budget}", *notes]), title="series")
-        if self._series_timer is not None:
-            self._series_timer.stop()
-        self._series_timer = self.set_interval(self.timing.series_s, self._series_tick)
-        self._series_tick()
-
-    def _series_starter(self, campaign: Path, variant: str, seed: int, **kw: Any) -> tuple[str, Path]:
-        """``launch.new_run`` through this app's launcher (tests start a harmless process)."""
-        from .. import launch
-
-        return launch.new_run(campaign, variant, seed, starter=self.launcher.start, **kw)
-
-    def _series_tick(self) -> None:
-        if self.series is None or self._series_busy:
-            return
-        self._series_busy = True
-        self._series_poll()
-
-    @work(thread=True, group="series", exit_on_error=False, description="series: reap and start runs")
-    def _series_poll(self) -> None:
-        from .. import runs
-
-        series = self.series
-        changes: list = []
-        error = ""
-        try:
-            changes = series.poll()
-        except Exception as exc:  # noqa: BLE001 - shown; the runs already started keep running
-            error = f"{type(exc).__name__}: {exc}"
-            series.pending.clear()
-        done = series.done
-        if done:
-            try:
-                runs.settle(
-                    self.notebook_path
-                )  # this app drove the series: it writes the rows of runs killed on the way
-            except Exception as exc:  # noqa: BLE001
-                error = error or f"settle: {exc}"
-        self.call_from_thread(self._series_polled, series, changes, done, error)
-
-    def _series_polled(self, series, changes: list, done: bool, error: str) -> None:  # noqa: ANN001
-        self._series_busy = False
-        if series is not self.series:
-            return
-        if error:
-            self.notify(f"{error}\nno further run is started", title="series", severity="error", timeout=20)
-        for what, s in changes:
-            if what == "started":
-                self.series_started.append(s.run_id)
-                self.notify(f"{s.run_id} started: {s.item.label()}", title="series")
-            else:
-                st = s.state
-                bad = st is not None and st.status != "completed"
-                self.notify(
-                    f"{s.run_id} {st.status if st else '?'}: {st.stop_reason if st else ''}",
-                    title="series",
-                    severity="warning" if bad else "information",
-                    timeout=10 if bad else 5,
-                )
-        if changes or done or error:
+    @on(SeriesPolled)
+    def series_polled(self, message: SeriesPolled) -> None:
+        if self.series.polled(message):
             self.reload_notebook()
-        if done:
-            if self._series_timer is not None:
-                self._series_timer.stop()
-                self._series_timer = None
-            self.notify(f"series finished: {self.series_status()}; C compares the variants", title="series")
-
-    def series_status(self) -> str:
-        """The series in a few words, for the campaign screen."""
-        s = self.series
-        if s is None:
-            return ""
-        finished = [x for x in s.started if x.finished]
-        outcomes: dict[str, int] = {}
-        for x in finished:
-            status = x.state.status if x.state else "?"
-            outcomes[status] = outcomes.get(status, 0) + 1
-        total = len(s.started) + len(s.pending)
-        words = ", ".join(f"{n} {k}" for k, n in outcomes.items())
-        out = f"series {len(finished)}/{total} done" + (f" ({words})" if words else "")
-        if s.active:
-            out += f", running {', '.join(x.run_id for x in s.active)}"
-        if s.pending:
-            out += f", {len(s.pending)} waiting"
-        return out
 
     def action_stop_series(self) -> None:
         from .screens.dialogs import ConfirmScreen
 
-        s = self.series
+        s = self.series.series
         if s is None or s.done:
             self.notify("no series is running", severity="warning")
             return
 
         def confirmed(yes: bool | None) -> None:
             if yes:
-                self._stop_series()
+                self.series.stop()
 
         self.push_screen(
             ConfirmScreen(
@@ -369,15 +245,14 @@ class CockpitApp(App[None]):
             confirmed,
         )
 
-    @work(thread=True, group="series-stop", exit_on_error=False, description="stop the series")
-    def _stop_series(self) -> None:
-        said = self.series.stop() if self.series is not None else []
-        self.call_from_thread(self.notify, "\n".join(said) or "nothing was running", title="series stopped")
+    @on(SeriesStopped)
+    def series_stopped(self, message: SeriesStopped) -> None:
+        self.notify("\n".join(message.said) or "nothing was running", title="series stopped")
 
     async def action_quit(self) -> None:
         from .screens.dialogs import ConfirmScreen
 
-        s = self.series
+        s = self.series.series
         if s is None or not s.pending:
             self.exit()
             return
@@ -446,7 +321,7 @@ class CockpitApp(App[None]):
 
         self.push_screen(VerdictScreen(run_id, seen), done)
 
-    def save(self, edit) -> bool:  # noqa: ANN001 - a zero-argument callable returning notes.Saved
+    def save(self, edit: Callable[[], Saved]) -> bool:
         """Run one notebook edit; show what happened. A conflict is shown, never forced."""
         try:
             saved = edit()
@@ -460,3 +335,8 @@ class CockpitApp(App[None]):
         self.reload_notebook()
         self.notify(saved.message, title="saved", severity="warning" if saved.merged else "information")
         return True
+
+
+def _is_cockpit(app: CockpitApp) -> Cockpit:
+    """Never called: mypy checks here that the application offers everything screens ask of it."""
+    return app

@@ -7,14 +7,16 @@ from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from .api import app_of
+
 
 class CockpitCommands(Provider):
     def _actions(self) -> list[tuple[str, Callable[[], object], str]]:
-        app = self.app
+        app = app_of(self)
         out: list[tuple[str, Callable[[], object], str]] = [
             ("Start a pilot", app.action_start_pilot, "pick a variant and a seed, then watch it live"),
             ("Start a series", app.action_start_series, "variants x seeds, each a full training run"),
-            ("Stop the series", app.action_stop_series, app.series_status() or "no series running"),
+            ("Stop the series", app.action_stop_series, app.series.status() or "no series running"),
             ("Compare variants", partial(app.action_compare, "tables"), "quality across seeds, memory per phase"),
             ("Compare loss curves", partial(app.action_compare, "curves"), "chosen runs overlaid"),
             ("Add a decision", partial(app.action_note, "decision"), "saved to campaign.toml at once"),

@@ -112,10 +112,6 @@ class Curve:
         return f"{self.id} {self.variant} s{self.seed}"
 
 
-def _finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
-
-
 def read_evals(path: Path) -> list[tuple[float, float]]:
     out: list[tuple[float, float]] = []
     try:
@@ -154,7 +150,7 @@ def curves(nb: nbm.Notebook, data: dict[str, Any]) -> list[Curve]:
     train = data.get("train_runs") or []
     look = styles(nb, train)
     counted = {rid for g in data["quality"] for rid in g["runs"].values()}
-    rows = compare.curves(nb.path, [r["id"] for r in train])
+    rows = compare.curves(nb.directory, [r["id"] for r in train])
     out: list[Curve] = []
     for r in train:
         style, marker = look[r["id"]]
@@ -172,7 +168,7 @@ def curves(nb: nbm.Notebook, data: dict[str, Any]) -> list[Curve]:
         )
         for row in rows.get(r["id"], []):
             step, loss = row.get("step"), row.get("loss")
-            if _finite(step) and _finite(loss):
+            if step is not None and loss is not None and math.isfinite(step) and math.isfinite(loss):
                 c.steps.append(step)
                 c.loss.append(loss)
         c.evals = read_evals(runs.run_dir(nb.directory, r["id"]) / runs.EVALS_FILE)

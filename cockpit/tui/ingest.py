@@ -353,13 +353,3 @@ def gate_peak(gate: dict[str, Any] | None, gpu: bool | None = None) -> tuple[flo
     if value is None or (gpu and counter != runs.GPU_PEAK):
         return None, ""
     return float(value), counter
-
-
-def gate_capacity(gate: dict[str, Any] | None) -> float | None:
-    """The largest GPU capacity a gate saw (bytes), None without a GPU."""
-    if not gate:
-        return None
-    totals = [
-        g.get("total") for g in (gate.get("mem") or {}).get("nvml") or [] if isinstance(g, dict) and g.get("total")
-    ]
-    return float(max(totals)) if totals else None

@@ -259,7 +259,7 @@ async def test_start_a_series_and_watch_its_runs_live(make_app, recorded: Path, 
         nb = nbm.load(recorded)
         assert nb.run(NEW).status == "completed"
         assert nb.run(second.name).status == "crashed"
-        assert "1 completed" in app.series_status() and "1 crashed" in app.series_status()
+        assert "1 completed" in app.series.status() and "1 crashed" in app.series.status()
 
 
 async def test_series_dialog_refuses_bad_seeds_and_stops_a_series(make_app, launcher):

@@ -16,14 +16,15 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from ... import arithmetic, runs
 from ... import notebook as nbm
 from .. import format as fm
-from ..app import NotebookChanged
+from .. import style as sty
+from ..api import app_of
+from ..messages import NotebookChanged, RunStates
 from ..widgets.keyed import put_row
 
 # Fixed widths: rows change in place as runs progress, and columns must not jump.
@@ -38,12 +39,6 @@ RUN_COLUMNS = (
     ("verdict", "verdict", 10),
     ("reason", "stop reason", None),
 )
-
-
-class RunStates(Message):
-    def __init__(self, states: dict[str, runs.RunState]) -> None:
-        super().__init__()
-        self.states = states
 
 
 class CampaignScreen(Screen[None]):
@@ -85,21 +80,21 @@ class CampaignScreen(Screen[None]):
             table.add_column(label, key=key, width=width)
         self.show_notebook()
         self.load_states()
-        self.set_interval(self.app.timing.runs_s, self.load_states)
+        self.set_interval(app_of(self).timing.runs_s, self.load_states)
         table.focus()
 
     # ---- data
 
     @property
     def nb(self) -> nbm.Notebook:
-        return self.app.notebook
+        return app_of(self).notebook
 
     @work(thread=True, exclusive=True, group="run-states", exit_on_error=False, description="read run folders")
     def load_states(self) -> None:
         # As runs.list_runs, but a run that has ended (its final event written, no rank still running)
         # is read once: a long series does not re-parse every finished run's events every few seconds.
         states: dict[str, runs.RunState] = {}
-        for p in runs.run_dirs(self.app.campaign_dir):
+        for p in runs.run_dirs(app_of(self).campaign_dir):
             st = self._ended.get(p.name) or runs.state(p)
             if st.run_end is not None and st.final:
                 self._ended[p.name] = st
@@ -116,7 +111,7 @@ class CampaignScreen(Screen[None]):
         self.load_states()
 
     def action_reload(self) -> None:
-        self.app.reload_notebook()
+        app_of(self).reload_notebook()
 
     # ---- drawing
 
@@ -142,7 +137,7 @@ class CampaignScreen(Screen[None]):
             )
         running = [rid for rid in ids if self.states.get(rid) and self.states[rid].status == "running"]
         table.border_title = f"runs ({len(ids)})" + (f"  running: {', '.join(running)}" if running else "")
-        table.border_subtitle = self.app.series_status()
+        table.border_subtitle = app_of(self).series.status()
 
     def selected_run(self) -> str | None:
         table = self.query_one("#runs", DataTable)
@@ -157,22 +152,22 @@ class CampaignScreen(Screen[None]):
 
     @on(DataTable.RowSelected, "#runs")
     def row_selected(self, event: DataTable.RowSelected) -> None:
-        self.app.open_run(str(event.row_key.value))
+        app_of(self).open_run(str(event.row_key.value))
 
     def action_open(self) -> None:
         rid = self.selected_run()
         if rid:
-            self.app.open_run(rid)
+            app_of(self).open_run(rid)
 
     def action_data(self) -> None:
         rid = self.selected_run()
         if rid:
-            self.app.open_data(rid)
+            app_of(self).open_data(rid)
         else:
             self.notify("no run yet: start a pilot with p", severity="warning")
 
     def action_note(self, kind: str) -> None:
-        self.app.action_note(kind, self.selected_run() or "")
+        app_of(self).action_note(kind, self.selected_run() or "")
 
     def action_verdict(self) -> None:
         rid = self.selected_run()
@@ -181,7 +176,7 @@ class CampaignScreen(Screen[None]):
         elif rid not in {r.id for r in self.nb.runs}:
             self.notify(f"{rid} has no row in campaign.toml: run `cockpit runs` to reconcile", severity="warning")
         else:
-            self.app.set_verdict(rid)
+            app_of(self).set_verdict(rid)
 
 
 def run_cells(rid: str, row: nbm.RunRow | None, st: runs.RunState | None) -> tuple[Text, ...]:
@@ -196,7 +191,7 @@ def run_cells(rid: str, row: nbm.RunRow | None, st: runs.RunState | None) -> tup
         Text(rid, style="bold"),
         Text(row.variant if row else "?"),
         Text(str(row.seed) if row else ""),
-        fm.status_text(status),
+        sty.status_text(status),
         Text(phase),
         Text(f"{peak:,.0f}" if peak is not None else "-", justify="right"),
         Text(fm.duration(secs)),
@@ -247,7 +242,7 @@ def decisions(nb: nbm.Notebook) -> Text:
         out.append("\n none yet: d adds a decision, o an observation", style="dim")
     for d in nb.decisions:
         out.append(f"\n {d.date} ", style="dim")
-        out.append(d.kind, style="bold yellow" if d.kind == "decision" else "bold cyan")
+        out.append(d.kind, style=sty.NOTE_KIND_STYLE.get(d.kind, "bold"))
         if d.runs:
             out.append(f" [{', '.join(d.runs)}]", style="cyan")
         out.append(f" {d.text}")

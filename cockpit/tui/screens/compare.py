@@ -24,24 +24,17 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, SelectionList, Static, TabbedContent, TabPane
 from textual.widgets.selection_list import Selection
 
 from .. import comparison as cmp
-from ..app import NotebookChanged
+from .. import style as sty
+from ..api import app_of
+from ..messages import Compared, NotebookChanged
 from ..widgets.plot import BraillePlot, Line
 
 REFRESH_S = 3.0  # while a train run is running
-
-
-class Compared(Message):
-    def __init__(self, data: dict[str, Any] | None, curves: list[cmp.Curve], error: str = "") -> None:
-        super().__init__()
-        self.data = data
-        self.curves = curves
-        self.error = error
 
 
 class CompareScreen(Screen[None]):
@@ -66,7 +59,7 @@ class CompareScreen(Screen[None]):
         self._known: set[str] = set()  # runs listed so far
         self.zoom = True  # a diverged run runs off the top instead of flattening every other curve
         self.per_run = False  # colours: one per variant (markers tell its runs apart), or one per run
-        self._listed: tuple[tuple[str, str], ...] = ()
+        self._listed: tuple[tuple[str, str, str], ...] = ()
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -81,7 +74,7 @@ class CompareScreen(Screen[None]):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.sub_title = f"{self.app.notebook.campaign.name} / compare"
+        self.sub_title = f"{app_of(self).notebook.campaign.name} / compare"
         plot = self.query_one("#curve-plot", BraillePlot)
         plot.legend = False
         plot.x_fmt = lambda x: f"update {x:.0f}"
@@ -98,7 +91,7 @@ class CompareScreen(Screen[None]):
         from ... import notebook as nbm
 
         try:
-            nb = nbm.load(self.app.notebook_path)
+            nb = nbm.load(app_of(self).notebook_path)
             data = cmp.collect(nb)
             curves = cmp.curves(nb, data)
         except Exception as exc:  # noqa: BLE001 - shown on the screen, never a crash of the TUI
@@ -208,7 +201,7 @@ class CompareScreen(Screen[None]):
         if box.highlighted is None or not box.option_count:
             self.notify("no run under the cursor: l shows the runs", severity="warning")
             return
-        self.app.open_run(str(box.get_option_at_index(box.highlighted).value))
+        app_of(self).open_run(str(box.get_option_at_index(box.highlighted).value))
 
     def action_reload(self) -> None:
         self.load()
@@ -223,7 +216,7 @@ def entry(c: cmp.Curve, per_run: bool = False) -> Text:
     if c.status == "completed" and c.value is not None:
         out.append(f"{c.value:.4g}")
     else:
-        out.append(c.status, style="bold red" if c.status != "running" else "bold cyan")
+        out.append_text(sty.status_text(c.status))
     return out
 
 

@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, OptionList, Static
 
 from ... import runs
+from ..api import app_of
 
 SUPERVISED = "bold black on green"
 
@@ -57,7 +58,7 @@ class DataScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.sub_title = f"{self.run_id} data"
-        doc, why = load_inspect(runs.run_dir(self.app.campaign_dir, self.run_id))
+        doc, why = load_inspect(runs.run_dir(app_of(self).campaign_dir, self.run_id))
         head = self.query_one("#data-head", Static)
         options = self.query_one("#examples", OptionList)
         if doc is None:

@@ -12,18 +12,13 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from .. import format as fm
+from ..api import app_of
 from ..device import DeviceSnapshot
-
-
-class Reading(Message):
-    def __init__(self, snapshot: DeviceSnapshot) -> None:
-        super().__init__()
-        self.snapshot = snapshot
+from ..messages import Reading
 
 
 class DeviceScreen(Screen[None]):
@@ -41,12 +36,12 @@ class DeviceScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="nvml", exit_on_error=False, description="read NVML")
     def read(self) -> None:
-        self.post_message(Reading(self.app.device_source.read()))
+        self.post_message(Reading(app_of(self).device_source.read()))
 
     def on_reading(self, message: Reading) -> None:
         self.query_one("#device", Static).update(device_text(message.snapshot, self.size.width))
         if message.snapshot.available:
-            self.set_timer(self.app.timing.device_s, self.read)
+            self.set_timer(app_of(self).timing.device_s, self.read)
 
 
 def device_text(snap: DeviceSnapshot, width: int = 80) -> Text:

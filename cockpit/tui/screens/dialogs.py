@@ -20,6 +20,7 @@ from textual.widgets.selection_list import Selection
 
 from ... import notebook as nbm
 from .. import format as fm
+from .. import style as sty
 from ..ingest import gate_peak
 from ..notes import SELECTION_FIELDS
 
@@ -315,7 +316,7 @@ def gate_text(phase: str, gate: dict | None) -> Text:
     if gate is None:
         out.append("not reached yet", style="dim")
         return out
-    out.append_text(fm.verdict_text(gate.get("verdict")))
+    out.append_text(sty.verdict_text(gate.get("verdict")))
     secs = gate.get("duration_s")
     if isinstance(secs, (int, float)):
         out.append(f"  {secs:.2f} s")

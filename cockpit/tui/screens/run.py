@@ -18,26 +18,21 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Log, Static
 
 from ... import events as ev
 from ... import runs
 from .. import format as fm
+from ..api import app_of
 from ..ingest import RunFeed
+from ..messages import StopDone
 from ..widgets.gates import GateTable
 from ..widgets.plot import BraillePlot, Line, Mark
 
 GPU_STYLES = ("green", "bright_green", "spring_green3", "chartreuse3")
 ATTACH_S = 1.0  # reading a run's history on opening it may take this long before the first frame
 CHART_EVERY_S = 0.5  # charts redraw at most twice a second; gates and log at every tick
-
-
-class StopDone(Message):
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
 
 
 class RunScreen(Screen[None]):
@@ -77,12 +72,12 @@ class RunScreen(Screen[None]):
         self.attach()  # Textual calls on_mount of every class in the MRO: subclasses override attach()
 
     def attach(self) -> None:
-        self.rdir = runs.run_dir(self.app.campaign_dir, self.run_id)
+        self.rdir = runs.run_dir(app_of(self).campaign_dir, self.run_id)
         self.feed = RunFeed(self.rdir / ev.EVENTS_FILE)
-        self.sub_title = f"{self.app.notebook.campaign.name} / {self.run_id}"
+        self.sub_title = f"{app_of(self).notebook.campaign.name} / {self.run_id}"
         self.check_alive()
         self.tick(attach_s=ATTACH_S)
-        self.set_interval(self.app.timing.events_s, self.tick)
+        self.set_interval(app_of(self).timing.events_s, self.tick)
         self.set_interval(1.0, self.check_alive)
         self.query_one(GateTable).focus()
 
@@ -116,7 +111,7 @@ class RunScreen(Screen[None]):
 
     def redraw(self, dirty: set[str], charts: set[str], behind: int) -> None:
         """Redraw what changed (inside one batch_update); charts only when their turn has come."""
-        if "gates" in dirty:
+        if "gates" in dirty and self.feed is not None:
             self.query_one(GateTable).show(self.feed)
         if "mem" in charts:
             self.show_memory()
@@ -228,7 +223,7 @@ class RunScreen(Screen[None]):
     # ---- actions
 
     def action_data(self) -> None:
-        self.app.open_data(self.run_id)
+        app_of(self).open_data(self.run_id)
 
     def action_gate(self) -> None:
         table = self.query_one(GateTable)
@@ -265,7 +260,7 @@ class RunScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="stop", exit_on_error=False, description="stop the run")
     def stop_run(self) -> None:
-        self.post_message(StopDone(self.app.launcher.stop(self.rdir)))
+        self.post_message(StopDone(app_of(self).launcher.stop(self.rdir)))
 
     def on_stop_done(self, message: StopDone) -> None:
         self.notify(f"{self.run_id}: {message.text}", title="stop")

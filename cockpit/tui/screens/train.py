@@ -24,6 +24,8 @@ from textual.widgets import DataTable, Footer, Header, Log, Static
 from ... import events as ev
 from ... import runs
 from .. import format as fm
+from .. import style as sty
+from ..api import app_of
 from ..widgets.keyed import put_row
 from ..widgets.plot import BraillePlot, Line
 from .run import ATTACH_S, RunScreen, _mib_label
@@ -55,9 +57,9 @@ class TrainRunScreen(RunScreen):
         from ... import runs
         from ..ingest import RunFeed
 
-        self.rdir = runs.run_dir(self.app.campaign_dir, self.run_id)
+        self.rdir = runs.run_dir(app_of(self).campaign_dir, self.run_id)
         self.feed = RunFeed(self.rdir / ev.EVENTS_FILE)
-        self.sub_title = f"{self.app.notebook.campaign.name} / {self.run_id}"
+        self.sub_title = f"{app_of(self).notebook.campaign.name} / {self.run_id}"
         plot = self.query_one("#loss", BraillePlot)
         plot.x_fmt = lambda x: f"update {x:.0f}"
         plot.empty_text = "no update yet"
@@ -66,7 +68,7 @@ class TrainRunScreen(RunScreen):
         self.read_metrics()
         self.check_alive()
         self.tick(attach_s=ATTACH_S)
-        self.set_interval(self.app.timing.events_s, self.tick)
+        self.set_interval(app_of(self).timing.events_s, self.tick)
         self.set_interval(1.0, self.check_alive)
         table.focus()
 
@@ -145,7 +147,7 @@ class TrainRunScreen(RunScreen):
                 Text(
                     f"{loss:.4f}" if isinstance(loss, (int, float)) else "non-finite",
                     justify="right",
-                    style="bold green" if loss is not None and loss == best else "",
+                    style=sty.BEST if loss is not None and loss == best else "",
                 ),
             ]
             for k in names:
@@ -182,7 +184,7 @@ class TrainRunScreen(RunScreen):
         """A train run has no gates: Enter on a validation row does nothing more than show it."""
 
     def action_data(self) -> None:
-        self.app.open_data(self.run_id)
+        app_of(self).open_data(self.run_id)
 
 
 def short(name: str) -> str:

@@ -14,6 +14,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
 from .. import format as fm
+from .. import style as sty
 from ..ingest import RunFeed
 from .keyed import put_row
 
@@ -48,6 +49,7 @@ class GateTable(DataTable):
         top = max(measured) if measured else None
         # the first phase reaching the top sets the peak; later ties do not
         top_phase = next((p for p in feed.phases if top is not None and peaks.get(p) == top), None)
+        scale: float | None
         if capacity:
             scale, label = (
                 capacity,
@@ -67,18 +69,18 @@ class GateTable(DataTable):
             peak = peaks.get(phase)
             is_top = phase == top_phase
             if gate is not None:
-                verdict = fm.verdict_text(gate.get("verdict"))
+                verdict = sty.verdict_text(gate.get("verdict"))
                 secs = gate.get("duration_s")
                 time_text = Text(f"{secs:.2f}" if isinstance(secs, (int, float)) else "-")
             elif phase == running:
-                verdict, time_text = Text("running", style="bold cyan"), Text("...", style="cyan")
+                verdict, time_text = Text("running", style=sty.RUNNING), Text("...", style="cyan")
             elif feed.end is not None and phase == (feed.end.get("phase") or feed.phase):
                 verdict, time_text = Text(feed.end.get("status", "ended"), style="bold red"), Text("-")
             else:
                 verdict, time_text = Text("...", style="dim"), Text("")
             peak_text = Text(fm.mib(peak, unit=False) if peak is not None else "", style="bold" if is_top else "")
-            bar = fm.bar(peak, scale, BAR_WIDTH, style="bold red" if is_top else "green")
-            bar.append("\u25c0" if is_top else " ", style="bold red")
+            bar = fm.bar(peak, scale, BAR_WIDTH, style=sty.PEAK if is_top else "green")
+            bar.append("\u25c0" if is_top else " ", style=sty.PEAK)
             cells = (Text(phase), verdict, time_text, peak_text, bar)
             self._put(phase, cells)
 

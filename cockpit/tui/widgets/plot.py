@@ -148,9 +148,10 @@ def render_plot(
 
         prev: int | None = None
         prev_x = 0
-        for x, y in enumerate(column_max):
-            if y is None:
+        for x, value in enumerate(column_max):
+            if value is None:
                 continue
+            y = value
             dy = int(round((min(max(y, bottom), top) - bottom) / yspan * (dots_y - 1)))
             dy = dots_y - 1 - dy  # row 0 is the top
             if prev is None:

@@ -1,0 +1,63 @@
+"""Every colour that carries a meaning in the TUI, each with its word.
+
+A status, a verdict or a check is never shown by colour alone: the word is
+always written, the colour only repeats it (a terminal without colour, or a
+reader who does not tell red from green, loses nothing). The words are the
+CLI's: a run's status as ``cockpit runs`` prints it, a gate's verdict and a
+check's result as ``cockpit pilot`` and ``cockpit inspect`` print them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+
+# A run's status (cockpit.events.Status), as written in events and the notebook.
+STATUS_STYLE = {
+    "created": "dim",
+    "running": "bold cyan",
+    "reading": "dim",  # the TUI is still reading the run's history: not known yet
+    "passed": "bold green",
+    "completed": "green",
+    "failed": "bold red",
+    "diverged": "bold red",
+    "oom": "bold red",
+    "error": "bold red",
+    "stopped": "yellow",
+    "crashed": "bold magenta",
+}
+BAD_STATUSES = frozenset({"failed", "diverged", "oom", "error", "crashed"})
+
+# A gate's verdict (cockpit.events.Verdict) and the word shown for it.
+VERDICT_STYLE = {"pass": "bold green", "warn": "bold yellow", "fail": "bold red", "skipped": "dim"}
+VERDICT_WORD = {"pass": "pass", "warn": "warn", "fail": "FAIL", "skipped": "skip"}
+
+# One check of a gate: its result in the CLI's words.
+CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
+
+# Other meanings
+RUNNING = "bold cyan"  # a phase or a run in progress
+PENDING = "dim"  # not reached yet
+BEST = "bold green"  # the best validation point
+PEAK = "bold red"  # the phase that sets a run's peak memory
+NOTE_KIND_STYLE = {"decision": "bold yellow", "observation": "bold cyan"}
+
+
+def status_text(status: str) -> Text:
+    """A run's status: the word, in its colour."""
+    return Text(status, style=STATUS_STYLE.get(status, ""))
+
+
+def verdict_text(verdict: str | None) -> Text:
+    """A gate's verdict: the word, in its colour; ``...`` while the gate has not ended."""
+    if not verdict:
+        return Text("...", style=PENDING)
+    return Text(VERDICT_WORD.get(verdict, verdict), style=VERDICT_STYLE.get(verdict, ""))
+
+
+def check_result(check: dict[str, Any]) -> str:
+    """``pass``, ``warn`` or ``fail``: a check that did not hold is a warning when it is marked ``warn``."""
+    if check.get("ok"):
+        return "pass"
+    return "warn" if check.get("warn") else "fail"
