@@ -29,8 +29,7 @@ def default_campaign(cwd: Path | None = None) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tui.app import CockpitApp
+    from ..tui.app import main
 
     campaign = Path(args.campaign) if args.campaign else default_campaign()
-    CockpitApp(campaign).run()
-    return 0
+    return main(campaign)  # non-zero after an unhandled error; says what keeps running

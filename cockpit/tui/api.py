@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 if TYPE_CHECKING:
     from .. import notebook as nbm
     from .device import DeviceSource
+    from .feeds import Feeds
+    from .notes import Saved
+    from .runcache import RunCache
     from .seriesctl import SeriesDriver
 
 
@@ -47,7 +50,17 @@ class Cockpit(Protocol):
     launcher: Launcher
     timing: Timing
     series: SeriesDriver
+    feeds: Feeds
+    cache: RunCache
+    notebook_error: str  # why campaign.toml cannot be read now ("" when it can)
+    notebook_partial: bool  # a preview of a huge file, the rest being read
+    notebook_decisions: int | None
 
+    @property
+    def editable(self) -> bool: ...
+
+    def need_notebook(self, what: str) -> bool: ...
+    def saved(self, saved: Saved) -> None: ...
     def reload_notebook(self, external: bool = False) -> None: ...
     def run_kind(self, run_id: str) -> str: ...
     def open_run(self, run_id: str) -> None: ...

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from ..series import Series, Started
     from .comparison import Curve
     from .device import DeviceSnapshot
+    from .ingest import RunFeed
+    from .notebookread import Read
 
 
 class NotebookChanged(Message):
@@ -27,12 +29,25 @@ class NotebookChanged(Message):
         self.external = external
 
 
-class RunStates(Message):
-    """The campaign's run folders, read in a worker: run id -> state."""
+class NotebookRead(Message):
+    """campaign.toml was read in a worker: the notebook, or why it cannot be read."""
 
-    def __init__(self, states: dict[str, runs.RunState]) -> None:
+    def __init__(self, read: Read, external: bool) -> None:
+        super().__init__()
+        self.read = read
+        self.external = external
+
+
+class RunStates(Message):
+    """The campaign's run folders, read in a worker: run id -> state, and the runs whose process lives."""
+
+    def __init__(
+        self, states: dict[str, runs.RunState], live: list[str], meta: dict[str, tuple[str, int, str]]
+    ) -> None:
         super().__init__()
         self.states = states
+        self.live = live
+        self.meta = meta  # run id -> (variant, seed, kind) from its run.toml (a run without a notebook row)
 
 
 class Compared(Message):
@@ -78,3 +93,47 @@ class SeriesStopped(Message):
     def __init__(self, said: list[str]) -> None:
         super().__init__()
         self.said = said
+
+
+class FeedLoaded(Message):
+    """A run's history was read in a worker; from now on its reader belongs to the UI thread."""
+
+    def __init__(self, run_id: str, feed: RunFeed) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.feed = feed
+
+
+class FeedsChanged(Message):
+    """New events were read: run id -> the aspects that changed ("all" for a reader just loaded)."""
+
+    def __init__(self, changed: dict[str, set[str]]) -> None:
+        super().__init__()
+        self.changed = changed
+
+    def can_replace(self, message: Message) -> bool:
+        # Queued and not handled yet (a busy screen): merge, so the queue never grows.
+        if isinstance(message, FeedsChanged):
+            for rid, aspects in message.changed.items():
+                self.changed.setdefault(rid, set()).update(aspects)
+            return True
+        return False
+
+
+class CurvesRead(Message):
+    """Curves of chosen runs read in a worker: run id -> (updates, losses, validation points)."""
+
+    def __init__(self, curves: dict[str, tuple[list[float], list[float], list[tuple[float, float]]]]) -> None:
+        super().__init__()
+        self.curves = curves
+
+
+class DataRead(Message):
+    """A run's inspected examples read in a worker (or why they cannot be shown)."""
+
+    def __init__(self, doc: dict[str, Any] | None, why: str, source: str, gate: dict[str, Any] | None) -> None:
+        super().__init__()
+        self.doc = doc
+        self.why = why
+        self.source = source  # the run whose inspect.json is shown (a series run shows its variant's pilot)
+        self.gate = gate

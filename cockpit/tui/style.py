@@ -9,6 +9,7 @@ check's result as ``cockpit pilot`` and ``cockpit inspect`` print them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
@@ -26,12 +27,13 @@ STATUS_STYLE = {
     "error": "bold red",
     "stopped": "yellow",
     "crashed": "bold magenta",
+    "unreadable": "bold magenta",  # the TUI could not make sense of the run's events
 }
-BAD_STATUSES = frozenset({"failed", "diverged", "oom", "error", "crashed"})
+BAD_STATUSES = frozenset({"failed", "diverged", "oom", "error", "crashed", "unreadable"})
 
 # A gate's verdict (cockpit.events.Verdict) and the word shown for it.
 VERDICT_STYLE = {"pass": "bold green", "warn": "bold yellow", "fail": "bold red", "skipped": "dim"}
-VERDICT_WORD = {"pass": "pass", "warn": "warn", "fail": "FAIL", "skipped": "skip"}
+VERDICT_WORD = {"pass": "pass", "warn": "warn", "fail": "fail", "skipped": "skipped"}
 
 # One check of a gate: its result in the CLI's words.
 CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
@@ -61,3 +63,27 @@ def check_result(check: dict[str, Any]) -> str:
     if check.get("ok"):
         return "pass"
     return "warn" if check.get("warn") else "fail"
+
+
+@dataclass(frozen=True)
+class GateView:
+    """A gate as shown: the verdict's word and colour, and whether its remedy applies."""
+
+    word: str
+    style: str
+    remedy: bool
+
+
+def gate_view(gate: dict[str, Any], end: dict[str, Any] | None) -> GateView:
+    """A phase a person stopped reads "stopped", not a failure with a failure's remedy.
+
+    The pilot records the phase a SIGTERM interrupted as a failed gate with a failed
+    ``stopped`` check; the run itself ends ``stopped``.
+    """
+    checks = gate.get("checks") or []
+    stopped_check = any(isinstance(c, dict) and c.get("name") == "stopped" and not c.get("ok") for c in checks)
+    end_stopped = end is not None and end.get("status") == "stopped" and end.get("phase") in (None, gate.get("phase"))
+    if stopped_check or (end_stopped and gate.get("verdict") == "fail"):
+        return GateView("stopped", STATUS_STYLE["stopped"], False)
+    verdict = str(gate.get("verdict") or "")
+    return GateView(VERDICT_WORD.get(verdict, verdict), VERDICT_STYLE.get(verdict, ""), verdict in ("fail", "warn"))

@@ -270,7 +270,9 @@ async def test_series_dialog_refuses_bad_seeds_and_stops_a_series(make_app, laun
         await pilot.press("tab", *["backspace"] * 5, *"2-1")
         await until(pilot, shows(app, "seeds '2-1': write seeds as 0,1,2 or a range 0-4"))
         await pilot.press("enter")
-        await until(pilot, lambda: "write seeds as" in notes(app))
+        # refused in the dialog itself: the field is marked and keeps what was typed
+        await until(pilot, lambda: app.screen.query_one("#series-seeds").has_class("-invalid"))
+        assert app.screen.query_one("#series-seeds").value == "2-1"
         assert not launcher.started
         await pilot.press(*["backspace"] * 3, "0", "tab", "backspace", "2", "enter")  # seed 0, two at once
         await until(pilot, lambda: len(launcher.started) == 2, what="two runs at once")

@@ -1,15 +1,25 @@
 """The campaign at a glance: question, what is held constant, batch arithmetic,
 runs (status in colour and in words), variants, decisions, selection and conclusion.
 
-Runs come first from the notebook (instant), then from their folders, whose
-events a worker thread reads so a large events.jsonl never delays the first
-paint; that re-reading repeats every few seconds so a running pilot's row
-moves on by itself. Pilots and series (train) runs share the table; the runs
-of a series started here appear as soon as they are created, and the table's
-bottom border says how far the series is.
+Runs come first from the notebook (instant), then from their folders. A run
+that has ended is read once, in a worker, through the app's cache of run
+folders (``runcache``: only the events a state needs are decoded); a running
+run is followed by its one incremental reader (``feeds``), shared with the run
+screen, so nothing is re-read every few seconds however large its
+``events.jsonl`` grows.
+
+Built for hundreds of runs: the run id column stays put when the table scrolls
+sideways; ``/`` filters (``variant:lr1e-4 status:failed seed:0-2`` or any
+text), ``t`` sorts by the next column (``T`` reverses), ``n`` and ``f`` jump to
+the next running and the next failed run, Home and End go to the first and
+last row; the line under the table gives the selected run's stop reason and
+progress. Pilots and series (train) runs share the table; while a series
+runs, the table's bottom border says how far it is and when it should end.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from rich.text import Text
 from textual import on, work
@@ -17,15 +27,20 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Input, Static
 
 from ... import arithmetic, runs
 from ... import notebook as nbm
 from .. import format as fm
+from .. import progress as pg
 from .. import style as sty
 from ..api import app_of
-from ..messages import NotebookChanged, RunStates
+from ..feeds import ALL
+from ..messages import FeedsChanged, NotebookChanged, RunStates
+from ..plain import clean_line, one_line, plain
+from ..widgets.footer import FittingFooter
 from ..widgets.keyed import put_row
+from ..widgets.table import CursorTable
 
 # Fixed widths: rows change in place as runs progress, and columns must not jump.
 RUN_COLUMNS = (
@@ -33,20 +48,169 @@ RUN_COLUMNS = (
     ("variant", "variant", 8),
     ("seed", "seed", 4),
     ("status", "status", 9),
-    ("phase", "phase", 13),
+    ("phase", "phase", 12),
     ("peak", "peak MiB", 8),
-    ("time", "time", 7),
-    ("verdict", "verdict", 10),
+    ("time", "time", 6),
+    ("verdict", "verdict", 8),
     ("reason", "stop reason", None),
 )
+SORTS = ("run", "variant", "seed", "status", "peak", "time", "verdict")
+FILTER_KEYS = {
+    "variant": "variant",
+    "v": "variant",
+    "status": "status",
+    "s": "status",
+    "seed": "seed",
+    "kind": "kind",
+    "verdict": "verdict",
+}
+DECISIONS_SHOWN = 20
+LIVE_S = 1.0  # a running run's row and the detail line are redrawn at most this often
+
+
+@dataclass
+class RunView:
+    """One row of the table, as shown: the notebook row and what the run folder says now."""
+
+    id: str
+    variant: str
+    seed: int | None
+    kind: str
+    status: str
+    phase: str
+    peak: float | None
+    secs: float | None
+    verdict: str
+    reason: str
+
+    def cells(self) -> tuple[Text, ...]:
+        return (
+            Text(self.id, style="bold"),
+            one_line(self.variant, limit=40),
+            Text("" if self.seed is None else str(self.seed)),
+            sty.status_text(self.status),
+            one_line(self.phase, limit=40),
+            Text(f"{self.peak:,.0f}" if self.peak is not None else "-", justify="right"),
+            Text(fm.duration(self.secs)),
+            one_line(self.verdict, style="italic", limit=60),
+            one_line(self.reason, style="dim", limit=300),
+        )
+
+    def text(self) -> str:
+        return " ".join((self.id, self.variant, self.kind, self.status, self.phase, self.verdict, self.reason)).lower()
+
+
+def view_of(
+    rid: str,
+    row: nbm.RunRow | None,
+    st: runs.RunState | None,
+    reading: bool = False,
+    meta: tuple[str, int, str] | None = None,
+) -> RunView:
+    """A run as the table shows it: the notebook's row, else what its run.toml says, and its state."""
+    status = st.status if st else (row.status if row else "?")
+    if st is None and reading:
+        status = "reading"
+    phase = (st.phase if st else None) or (row.phase if row else "") or ""
+    peak = st.peak_mib if st else None  # the one rule (cockpit.runs): gates and the final event alike
+    if peak is None and row is not None:
+        peak = row.peak_mib
+    secs = st.duration_s if st and st.started is not None else (row.duration_s if row else None)
+    reason = (st.stop_reason if st else "") or (row.stop_reason if row else "")
+    variant, seed, kind = meta if meta is not None else ("?", None, "")
+    return RunView(
+        rid,
+        row.variant if row else variant,
+        row.seed if row else seed,
+        row.kind if row else kind,
+        status,
+        phase,
+        peak,
+        secs,
+        row.verdict if row else "",
+        reason,
+    )
+
+
+def _int(value: object) -> int:
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return 0
+
+
+def run_cells(rid: str, row: nbm.RunRow | None, st: runs.RunState | None) -> tuple[Text, ...]:
+    """The table's cells for one run (kept for tests and the benchmark)."""
+    return view_of(rid, row, st).cells()
+
+
+# ---------------------------------------------------------------- filtering and sorting
+
+
+def matches(v: RunView, query: str) -> bool:
+    """``variant:ID status:WORD seed:N|A-B kind:pilot verdict:WORD`` and free words; every term must hold."""
+    for term in query.lower().split():
+        key, sep, value = term.partition(":")
+        field = FILTER_KEYS.get(key) if sep else None
+        if field is None:
+            if term == "bad":
+                if v.status not in sty.BAD_STATUSES:
+                    return False
+            elif term not in v.text():
+                return False
+        elif field == "seed":
+            lo, dash, hi = value.partition("-")
+            try:
+                a, b = int(lo), int(hi) if dash else int(lo)
+            except ValueError:
+                return False
+            if v.seed is None or not a <= v.seed <= b:
+                return False
+        elif field == "status":
+            if value == "bad":
+                if v.status not in sty.BAD_STATUSES:
+                    return False
+            elif not v.status.startswith(value):
+                return False
+        elif not str(getattr(v, field)).lower().startswith(value):
+            return False
+    return True
+
+
+def sort_key(field: str):  # noqa: ANN201 - a key function for sorted()
+    order = {s: i for i, s in enumerate(sty.STATUS_STYLE)}
+
+    def key(v: RunView) -> tuple:
+        if field == "variant":
+            return (v.variant, runs.order_key(v.id))
+        if field == "seed":
+            return (v.seed if v.seed is not None else -1, runs.order_key(v.id))
+        if field == "status":
+            return (order.get(v.status, 99), runs.order_key(v.id))
+        if field == "peak":
+            return (v.peak if v.peak is not None else -1.0, runs.order_key(v.id))
+        if field == "time":
+            return (v.secs if v.secs is not None else -1.0, runs.order_key(v.id))
+        if field == "verdict":
+            return (v.verdict, runs.order_key(v.id))
+        return runs.order_key(v.id)
+
+    return key
 
 
 class CampaignScreen(Screen[None]):
+    HELP_SECTION = "Campaign"
+    AUTO_FOCUS = "#runs"
     BINDINGS = [
         Binding("enter", "open", "Open run", id="open", show=False),
         Binding("p", "app.start_pilot", "Pilot", id="pilot"),
         Binding("S", "app.start_series", "Series", id="series"),
         Binding("C", "app.compare", "Compare", id="compare"),
+        Binding("slash", "filter", "Filter", id="filter", key_display="/"),
+        Binding("t", "sort", "Sort", id="sort"),
+        Binding("T", "sort(True)", "Reverse", id="reverse", show=False),
+        Binding("n", "next('running')", "Next running", id="next-running", show=False),
+        Binding("f", "next('bad')", "Next failed", id="next-failed", show=False),
         Binding("d", "note('decision')", "Decision", id="decision"),
         Binding("o", "note('observation')", "Observe", id="observation", show=False),
         Binding("v", "verdict", "Verdict", id="verdict", show=False),
@@ -59,28 +223,44 @@ class CampaignScreen(Screen[None]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.states: dict[str, runs.RunState] = {}
+        self.states: dict[str, runs.RunState] = {}  # from run folders (finished) and readers (running)
+        self.live: set[str] = set()  # runs whose process lives: followed by their reader
+        self.views: dict[str, RunView] = {}
+        self.meta: dict[str, tuple[str, int, str]] = {}  # from run.toml, for runs without a notebook row
+        self.query_text = ""
+        self.sort_by = "run"
+        self.sort_reverse = False
+        self._order: list[str] = []  # the row keys in the table, in order
         self._shown: dict[str, tuple[str, ...]] = {}
-        self._ended: dict[str, runs.RunState] = {}  # only the worker thread touches it
+        self._live_dirty: set[str] = set()
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="summary")
-        table: DataTable[Text] = DataTable(id="runs", cursor_type="row")
-        yield table
+        # disabled until / shows it: a hidden field must never take the focus (its keys would hide the screen's)
+        yield Input(
+            placeholder="filter: variant:ID status:failed seed:0-2 or any text; Enter keeps, Escape clears",
+            id="filter",
+            compact=True,
+            disabled=True,
+        )
+        yield Static(id="empty")
+        yield CursorTable(id="runs", fixed_columns=1)
+        yield Static(id="run-detail")
         with VerticalScroll(id="notes"):
             yield Static(id="variants")
             yield Static(id="decisions")
             yield Static(id="sheet")
-        yield Footer(compact=True)  # every main key fits in 80 columns
+        yield FittingFooter(compact=True)
 
     def on_mount(self) -> None:
-        table = self.query_one("#runs", DataTable)
+        table = self.query_one("#runs", CursorTable)
         for key, label, width in RUN_COLUMNS:
             table.add_column(label, key=key, width=width)
         self.show_notebook()
         self.load_states()
         self.set_interval(app_of(self).timing.runs_s, self.load_states)
+        self.set_interval(LIVE_S, self.refresh_live)
         table.focus()
 
     # ---- data
@@ -91,19 +271,70 @@ class CampaignScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="run-states", exit_on_error=False, description="read run folders")
     def load_states(self) -> None:
-        # As runs.list_runs, but a run that has ended (its final event written, no rank still running)
-        # is read once: a long series does not re-parse every finished run's events every few seconds.
+        """Every run folder: a finished run from the cache (read once), a running one left to its reader."""
+        app = app_of(self)
+        followed = set(self.live)
         states: dict[str, runs.RunState] = {}
-        for p in runs.run_dirs(app_of(self).campaign_dir):
-            st = self._ended.get(p.name) or runs.state(p)
-            if st.run_end is not None and st.final:
-                self._ended[p.name] = st
-            states[p.name] = st
-        self.post_message(RunStates(states))
+        live: list[str] = []
+        meta: dict[str, tuple[str, int, str]] = {}
+        for p in runs.run_dirs(app.campaign_dir):
+            rid = p.name
+            cached = app.cache.get(p)
+            final = cached is not None and cached.files.state is not None and cached.files.state.final
+            if final and cached is not None and cached.stamp == app.cache.stamp(p):
+                assert cached.files.state is not None
+                states[rid] = cached.files.state
+                meta[rid] = (cached.files.variant, cached.files.seed, cached.files.kind)
+                continue
+            if rid in followed or runs.is_alive(p):
+                live.append(rid)
+                m = runs.run_meta(p)
+                meta[rid] = (str(m.get("variant", "?")), _int(m.get("seed")), str(m.get("kind", "pilot")))
+                continue
+            files = app.cache.read(p)
+            if files is not None and files.state is not None:
+                states[rid] = files.state
+                meta[rid] = (files.variant, files.seed, files.kind)
+        self.post_message(RunStates(states, live, meta))
 
-    def on_run_states(self, message: RunStates) -> None:
-        self.states = message.states
+    @on(RunStates)
+    def run_states(self, message: RunStates) -> None:
+        feeds = app_of(self).feeds
+        self.states.update(message.states)
+        self.meta.update(message.meta)
+        self.live = set(message.live)
+        for rid in message.live:
+            feed = feeds.want(rid)
+            if feed is not None:
+                self.states[rid] = feed.state()
         self.show_runs()
+
+    @on(FeedsChanged)
+    def feeds_changed(self, message: FeedsChanged) -> None:
+        for rid, aspects in message.changed.items():
+            if rid in self.live and aspects & {ALL, "status", "gates", "steps"}:
+                self._live_dirty.add(rid)
+        if any(ALL in a for a in message.changed.values()):
+            self.refresh_live()
+
+    def refresh_live(self) -> None:
+        """The running runs' rows from their readers (at most once a second), and the detail line."""
+        feeds = app_of(self).feeds
+        changed = False
+        for rid in list(self._live_dirty):
+            feed = feeds.get(rid)
+            if feed is None:
+                continue
+            self._live_dirty.discard(rid)
+            st = feed.state()
+            self.states[rid] = st
+            if st.final:
+                self.live.discard(rid)
+            changed = True
+        if changed or self.live:
+            self.show_runs()
+        else:
+            self.show_detail()
 
     @on(NotebookChanged)
     def notebook_changed(self) -> None:
@@ -116,37 +347,156 @@ class CampaignScreen(Screen[None]):
     # ---- drawing
 
     def show_notebook(self) -> None:
+        app = app_of(self)
         nb = self.nb
-        self.query_one("#summary", Static).update(summary(nb))
+        self.query_one("#summary", Static).update(summary(nb, app.notebook_error, app.notebook_partial))
         self.query_one("#variants", Static).update(variants(nb))
-        self.query_one("#decisions", Static).update(decisions(nb))
+        self.query_one("#decisions", Static).update(
+            decisions(nb, app.notebook_decisions if app.notebook_partial else None)
+        )
         self.query_one("#sheet", Static).update(sheet(nb))
         self.show_runs()
 
     def show_runs(self) -> None:
-        table = self.query_one("#runs", DataTable)
+        app = app_of(self)
+        table = self.query_one("#runs", CursorTable)
         rows = {r.id: r for r in self.nb.runs}
         ids = list(rows) + [rid for rid in self.states if rid not in rows]
-        for rid in ids:
-            put_row(
-                table,
-                self._shown,
-                rid,
-                run_cells(rid, rows.get(rid), self.states.get(rid)),
-                [key for key, _, _ in RUN_COLUMNS],
-            )
-        running = [rid for rid in ids if self.states.get(rid) and self.states[rid].status == "running"]
-        table.border_title = f"runs ({len(ids)})" + (f"  running: {', '.join(running)}" if running else "")
-        table.border_subtitle = app_of(self).series.status()
+        feeds = app.feeds
+        self.views = {
+            rid: view_of(rid, rows.get(rid), self.states.get(rid), feeds.loading(rid), self.meta.get(rid))
+            for rid in ids
+        }
+        visible = (
+            [v for v in self.views.values() if matches(v, self.query_text)]
+            if self.query_text
+            else list(self.views.values())
+        )
+        if self.sort_by != "run" or self.sort_reverse:
+            visible.sort(key=sort_key(self.sort_by), reverse=self.sort_reverse)
+        order = [v.id for v in visible]
+        columns = [key for key, _, _ in RUN_COLUMNS]
+        with self.app.batch_update():
+            if order != self._order[: len(order)] or len(order) < len(self._order):
+                # The set or the order of rows changed (a filter, a sort): rebuild, keeping the cursor's run.
+                keep = table.cursor_key()
+                table.clear()
+                self._shown = {}
+                for v in visible:
+                    put_row(table, self._shown, v.id, v.cells(), columns)
+                if keep is not None:
+                    table.move_to(keep)
+            else:
+                for v in visible:
+                    put_row(table, self._shown, v.id, v.cells(), columns)
+            self._order = order
+            self.show_titles(len(ids), len(order))
+            empty = self.query_one("#empty", Static)
+            empty.display = not ids
+            if not ids:
+                empty.update(empty_hint())
+            self.show_detail()
+
+    def show_titles(self, total: int, shown: int) -> None:
+        table = self.query_one("#runs", CursorTable)
+        running = sorted((rid for rid, v in self.views.items() if v.status == "running"), key=runs.order_key)
+        title = f"runs ({shown} of {total})" if shown != total else f"runs ({total})"
+        if self.sort_by != "run" or self.sort_reverse:
+            title += f"  sorted by {self.sort_by}" + (" \u2193" if self.sort_reverse else "")
+        if running:
+            more = f" +{len(running) - 4}" if len(running) > 4 else ""
+            title += f"  running: {', '.join(running[:4])}{more}"
+        table.border_title = Text(title)
+        series = app_of(self).series
+        status = series.status()
+        if status and series.series is not None and not series.series.done:
+            eta = pg.series_eta(series.series, app_of(self).feeds)
+            status += f", {eta}" if eta else ""
+        table.border_subtitle = Text(status)
+
+    def show_detail(self) -> None:
+        """The line under the table: the selected run's stop reason and progress."""
+        line = self.query_one("#run-detail", Static)
+        rid = self.query_one("#runs", CursorTable).cursor_key()
+        v = self.views.get(rid) if rid else None
+        if v is None:
+            line.update(Text("no run selected", style="dim") if self.views else Text())
+            return
+        out = Text()
+        out.append(f"{v.id} ", style="bold")
+        out.append_text(
+            one_line(f"{v.kind or 'run'} {v.variant} seed {v.seed if v.seed is not None else '?'}  ", limit=80)
+        )
+        out.append_text(sty.status_text(v.status))
+        feed = app_of(self).feeds.get(v.id)
+        if feed is not None and feed.start is not None:
+            if feed.kind == "train":
+                out.append(f"  {pg.train_progress(feed).words()}")
+            else:
+                out.append(f"  {pg.pilot_progress(feed, v.status == 'running')}")
+        if v.reason:
+            out.append("  ")
+            out.append_text(one_line(v.reason, style="dim", limit=400))
+        line.update(out)
+
+    @on(DataTable.RowHighlighted, "#runs")
+    def row_highlighted(self) -> None:
+        self.show_detail()
 
     def selected_run(self) -> str | None:
-        table = self.query_one("#runs", DataTable)
-        if table.row_count == 0:
-            return None
-        try:
-            return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
-        except Exception:
-            return None
+        return self.query_one("#runs", CursorTable).cursor_key()
+
+    # ---- filter, sort, jumps
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.disabled = False
+        box.display = True
+        box.focus()
+
+    @on(Input.Changed, "#filter")
+    def filter_changed(self, event: Input.Changed) -> None:
+        self.query_text = event.value.strip()
+        self.show_runs()
+
+    @on(Input.Submitted, "#filter")
+    def filter_done(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = bool(self.query_text)
+        box.disabled = not self.query_text
+        self.query_one("#runs", CursorTable).focus()
+
+    def key_escape(self) -> None:
+        box = self.query_one("#filter", Input)
+        if box.has_focus or self.query_text:
+            box.value = ""
+            box.display = False
+            box.disabled = True
+            self.query_text = ""
+            self.show_runs()
+            self.query_one("#runs", CursorTable).focus()
+
+    def action_sort(self, reverse: bool = False) -> None:
+        if reverse:
+            self.sort_reverse = not self.sort_reverse
+        else:
+            self.sort_by = SORTS[(SORTS.index(self.sort_by) + 1) % len(SORTS)]
+            self.sort_reverse = self.sort_by in ("peak", "time")  # the largest first
+        self.show_runs()
+
+    def action_next(self, which: str) -> None:
+        table = self.query_one("#runs", CursorTable)
+        if not self._order:
+            return
+        start = table.cursor_row
+        n = len(self._order)
+        for step in range(1, n + 1):
+            rid = self._order[(start + step) % n]
+            status = self.views[rid].status
+            if (which == "running" and status == "running") or (which == "bad" and status in sty.BAD_STATUSES):
+                table.move_cursor(row=(start + step) % n)
+                return
+        self.notify("no running run" if which == "running" else "no failed, diverged or crashed run", timeout=3)
 
     # ---- actions
 
@@ -179,38 +529,45 @@ class CampaignScreen(Screen[None]):
             app_of(self).set_verdict(rid)
 
 
-def run_cells(rid: str, row: nbm.RunRow | None, st: runs.RunState | None) -> tuple[Text, ...]:
-    status = st.status if st else (row.status if row else "?")
-    phase = (st.phase if st else None) or (row.phase if row else "") or ""
-    peak = st.peak_mib if st else None  # the one rule (cockpit.runs): gates and the final event alike
-    if peak is None and row is not None:
-        peak = row.peak_mib
-    secs = st.duration_s if st and st.started is not None else (row.duration_s if row else None)
-    reason = (st.stop_reason if st else "") or (row.stop_reason if row else "")
-    return (
-        Text(rid, style="bold"),
-        Text(row.variant if row else "?"),
-        Text(str(row.seed) if row else ""),
-        sty.status_text(status),
-        Text(phase),
-        Text(f"{peak:,.0f}" if peak is not None else "-", justify="right"),
-        Text(fm.duration(secs)),
-        Text(row.verdict if row else "", style="italic"),
-        Text(reason, style="dim"),
-    )
+# ---------------------------------------------------------------- the notebook's parts
 
 
-def summary(nb: nbm.Notebook) -> Text:
-    c = nb.campaign
+def empty_hint() -> Text:
     out = Text()
+    out.append("No run yet. ", style="bold")
+    out.append("First press ")
+    out.append("p", style="bold cyan")
+    out.append(
+        " to start a pilot: every phase of training once, on the worst case the campaign can produce, "
+        "gated and measured (a few minutes). It says what fails before you pay for hours. Then "
+    )
+    out.append("S", style="bold cyan")
+    out.append(" runs the series (variants x seeds) and ")
+    out.append("C", style="bold cyan")
+    out.append(" compares them; ")
+    out.append("?", style="bold cyan")
+    out.append(" lists every key.")
+    return out
+
+
+def summary(nb: nbm.Notebook, error: str = "", partial: bool = False) -> Text:
+    out = Text()
+    if error:
+        out.append("campaign.toml cannot be read: ", style="bold red")
+        out.append_text(plain(error))
+        out.append(
+            "\nFix the file; the view reloads by itself. The runs below are read from their folders.", style="dim"
+        )
+        return out
+    c = nb.campaign
     out.append("Question ", style="bold")
-    out.append(c.question or "(none written: say what this campaign decides)")
+    out.append_text(one_line(c.question or "(none written: say what this campaign decides)", limit=300))
     out.append("\nHeld constant ", style="bold")
-    out.append(c.held_constant)
+    out.append_text(one_line(c.held_constant, limit=20))
     budget = nb.batch.updates or nb.batch.epochs or nb.batch.examples
-    out.append(f" ({budget} {c.held_constant})")
+    out.append(f" ({budget} {clean_line(c.held_constant, 20)})")
     out.append("  quality ", style="bold")
-    out.append(f"{c.quality_metric} ({'higher' if c.higher_is_better else 'lower'} is better)")
+    out.append_text(one_line(f"{c.quality_metric} ({'higher' if c.higher_is_better else 'lower'} is better)", limit=80))
     b = nb.batch
     try:
         plan = arithmetic.BatchPlan(
@@ -219,38 +576,58 @@ def summary(nb: nbm.Notebook) -> Text:
         for name, value in arithmetic.describe(plan)[:2]:
             out.append(f"\n{name.capitalize()} ", style="bold")
             out.append(value)
-    except ValueError as exc:
-        out.append(f"\nBatch arithmetic: {exc}", style="red")
+    except (ValueError, TypeError, ZeroDivisionError) as exc:
+        out.append("\n")
+        out.append_text(one_line(f"Batch arithmetic: {exc}", style="red"))
+    if partial:
+        out.append("\nreading the rest of campaign.toml in the background; edits wait until it is read", style="yellow")
+    return out
+
+
+def heading(title: str) -> Text:
+    """A section title in the notes panel: only the title is bold and underlined, not what follows."""
+    out = Text()
+    out.append(title, style="bold underline")
     return out
 
 
 def variants(nb: nbm.Notebook) -> Text:
-    out = Text("Variants", style="bold underline")
+    out = heading("Variants")
     for v in nb.variants:
-        out.append(f"\n {v.id:<10}", style="bold")
+        out.append("\n")
+        out.append_text(one_line(f" {v.id:<10}", style="bold", limit=60))
         out.append(" reference" if v.reference else " ", style="cyan")
         overrides = ", ".join(f"{k}={val}" for k, val in v.set.items())
-        out.append(f" {v.differs}" + (f" ({overrides})" if overrides else ""))
+        out.append_text(one_line(f" {v.differs}" + (f" ({overrides})" if overrides else ""), limit=400))
         if v.why:
-            out.append(f": {v.why}", style="dim")
+            out.append_text(one_line(f": {v.why}", style="dim", limit=400))
     return out
 
 
-def decisions(nb: nbm.Notebook) -> Text:
-    out = Text(f"Decisions and observations ({len(nb.decisions)})", style="bold underline")
+def decisions(nb: nbm.Notebook, total: int | None = None) -> Text:
+    """The latest decisions (all of them would be too many to draw with thousands)."""
+    count = total if total is not None else len(nb.decisions)
+    out = heading(f"Decisions and observations ({count:,})")
     if not nb.decisions:
         out.append("\n none yet: d adds a decision, o an observation", style="dim")
-    for d in nb.decisions:
-        out.append(f"\n {d.date} ", style="dim")
-        out.append(d.kind, style=sty.NOTE_KIND_STYLE.get(d.kind, "bold"))
+    shown = nb.decisions[-DECISIONS_SHOWN:]
+    if count > len(shown):
+        out.append(
+            f"\n ... {count - len(shown):,} earlier ones are in campaign.toml; the latest {len(shown)}:", style="dim"
+        )
+    for d in shown:
+        out.append("\n")
+        out.append_text(one_line(f" {d.date} ", style="dim", limit=40))
+        out.append_text(one_line(d.kind, style=sty.NOTE_KIND_STYLE.get(d.kind, "bold"), limit=20))
         if d.runs:
-            out.append(f" [{', '.join(d.runs)}]", style="cyan")
-        out.append(f" {d.text}")
+            out.append_text(one_line(f" [{', '.join(d.runs)}]", style="cyan", limit=120))
+        out.append(" ")
+        out.append_text(one_line(d.text, limit=1000))
     return out
 
 
 def sheet(nb: nbm.Notebook) -> Text:
-    out = Text("Selection sheet", style="bold underline")
+    out = heading("Selection sheet")
     out.append("  (s edits)", style="dim")
     s = nb.selection
     filled = [(k, v) for k, v in vars(s).items() if v not in (None, "")]
@@ -258,17 +635,21 @@ def sheet(nb: nbm.Notebook) -> Text:
         out.append("\n not filled yet", style="dim")
     for k, v in filled:
         out.append(f"\n {k.replace('_', ' ')}: ", style="bold")
-        out.append(str(v))
-    out.append("\nConclusion", style="bold underline")
+        out.append_text(one_line(v, limit=400))
+    out.append("\n")
+    out.append_text(heading("Conclusion"))
     out.append("  (c edits)", style="dim")
     c = nb.conclusion
     if c.text or c.chosen_variant:
         if c.chosen_variant:
-            out.append(f"\n chosen: {c.chosen_variant}", style="bold green")
+            out.append("\n")
+            out.append_text(one_line(f" chosen: {c.chosen_variant}", style="bold green", limit=80))
         if c.text:
-            out.append(f"\n {c.text}")
+            out.append("\n ")
+            out.append_text(plain(c.text))
         if c.date:
-            out.append(f"\n {c.date}", style="dim")
+            out.append("\n")
+            out.append_text(one_line(f" {c.date}", style="dim", limit=40))
     else:
         out.append("\n not written yet", style="dim")
     return out

@@ -13,12 +13,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from .. import format as fm
 from ..api import app_of
 from ..device import DeviceSnapshot
 from ..messages import Reading
+from ..plain import one_line, plain
+from ..widgets.footer import FittingFooter
 
 
 class DeviceScreen(Screen[None]):
@@ -28,7 +30,7 @@ class DeviceScreen(Screen[None]):
         yield Header()
         with VerticalScroll(id="device-scroll"):
             yield Static(Text("reading NVML ...", style="dim"), id="device")
-        yield Footer()
+        yield FittingFooter()
 
     def on_mount(self) -> None:
         self.sub_title = "GPUs"
@@ -46,21 +48,24 @@ class DeviceScreen(Screen[None]):
 
 def device_text(snap: DeviceSnapshot, width: int = 80) -> Text:
     if not snap.available:
-        out = Text("no NVIDIA GPU", style="bold yellow")
-        out.append(f"\n{snap.error}", style="")
+        out = Text()
+        out.append("no NVIDIA GPU", style="bold yellow")
+        out.append("\n")
+        out.append_text(plain(snap.error or ""))
         out.append(
             "\n\nPilots still run on the CPU; their memory is the process RSS. "
             "On a GPU box, check `nvidia-smi` and that nvidia-ml-py is installed.",
             style="dim",
         )
         return out
-    out = Text(f"{len(snap.gpus)} GPU{'s' if len(snap.gpus) != 1 else ''}", style="bold")
+    out = Text()
+    out.append(f"{len(snap.gpus)} GPU{'s' if len(snap.gpus) != 1 else ''}", style="bold")
     if snap.driver:
-        out.append(f"  driver {snap.driver}", style="dim")
+        out.append_text(one_line(f"  driver {snap.driver}", style="dim", limit=60))
     bar_w = max(10, min(40, width - 40))
     for g in snap.gpus:
         out.append(f"\n\nGPU {g.index} ", style="bold")
-        out.append(g.name, style="bold cyan")
+        out.append_text(one_line(g.name, style="bold cyan", limit=60))
         out.append("\n memory ")
         out.append_text(fm.bar(g.used, g.total, bar_w, style="green"))
         out.append(f" {fm.mib(g.used)} / {fm.mib(g.total)}")
@@ -73,7 +78,8 @@ def device_text(snap: DeviceSnapshot, width: int = 80) -> Text:
         out.append(f"\n power  {power}{limit}   temperature {temp}")
         if g.processes:
             for p in g.processes:
-                out.append(f"\n  pid {p.pid:<8} {p.name:<20} {fm.mib(p.used)}")
+                out.append("\n")
+                out.append_text(one_line(f"  pid {p.pid:<8} {p.name:<20} {fm.mib(p.used)}", limit=120))
         else:
             out.append("\n  no compute processes", style="dim")
     return out
