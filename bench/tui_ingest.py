@@ -92,11 +92,6 @@ async def scenario(name: str, seconds: float, rate: int, bounded: bool = True) -
     latencies: list[float] = []
 
     class BenchRunScreen(RunScreen):
-        def on_mount(self) -> None:
-            super().on_mount()
-            if not bounded and self.feed is not None:
-                self.feed.budget_s, self.feed.decimate = None, False
-
         def on_ping(self, message: Ping) -> None:  # noqa: D401 - message handler
             latencies.append(time.perf_counter() - message.sent)
 
@@ -111,6 +106,13 @@ async def scenario(name: str, seconds: float, rate: int, bounded: bool = True) -
     async with app.run_test(size=(120, 40)) as pilot:
         screen = BenchRunScreen(rid)
         await app.push_screen(screen)
+        while app.feeds.get(rid) is None:  # the run's reader is read in a worker first
+            await pilot.pause(0.05)
+        if not bounded:  # the same reader, decoding everything available at every tick
+            app.feeds.budget_s = 3600.0
+            feed = app.feeds.get(rid)
+            assert feed is not None
+            feed.decimate = False
         await pilot.pause(0.5)
         frames.clear()
         t0 = time.perf_counter()

@@ -190,7 +190,7 @@ class CockpitApp(App[None]):
                 )
         self._broadcast(lambda: NotebookChanged(message.external))
 
-    def _broadcast(self, make: Callable[[], NotebookChanged | FeedsChanged]) -> None:
+    def _broadcast(self, make: Callable[[], NotebookChanged]) -> None:
         """Every screen in the stack gets the news (the one on top first), each its own message."""
         for screen in reversed(self.screen_stack):
             screen.post_message(make())
@@ -222,13 +222,23 @@ class CockpitApp(App[None]):
     @on(FeedLoaded)
     def feed_loaded(self, message: FeedLoaded) -> None:
         self.feeds.loaded(message)
-        self._broadcast(lambda: FeedsChanged({message.run_id: {ALL}}))
+        self._tell_feeds({message.run_id: {ALL}})
 
     def _poll_feeds(self) -> None:
         keep = {rid for s in self.screen_stack if isinstance(rid := getattr(s, "run_id", None), str)}
         changed = self.feeds.poll(keep)
         if changed:
-            self._broadcast(lambda: FeedsChanged({k: set(v) for k, v in changed.items()}))
+            self._tell_feeds(changed)
+
+    def _tell_feeds(self, changed: dict[str, set[str]]) -> None:
+        """Each screen hears of the runs it follows (``wants_feed``), and of nothing else."""
+        for screen in reversed(self.screen_stack):
+            wants = getattr(screen, "wants_feed", None)
+            if wants is None:
+                continue
+            mine = {rid: set(aspects) for rid, aspects in changed.items() if wants(rid)}
+            if mine:
+                screen.post_message(FeedsChanged(mine))
 
     # ---- notifications: never markup, never over a dialog
 

@@ -131,8 +131,11 @@ class CurvesRead(Message):
 class DataRead(Message):
     """A run's inspected examples read in a worker (or why they cannot be shown)."""
 
-    def __init__(self, doc: dict[str, Any] | None, why: str, source: str, gate: dict[str, Any] | None) -> None:
+    def __init__(
+        self, doc: dict[str, Any] | None, why: str, source: str, gate: dict[str, Any] | None, run_id: str = ""
+    ) -> None:
         super().__init__()
+        self.run_id = run_id  # the run whose inspect.json it is
         self.doc = doc
         self.why = why
         self.source = source  # the run whose inspect.json is shown (a series run shows its variant's pilot)

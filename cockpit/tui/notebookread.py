@@ -7,11 +7,13 @@ large to parse before the first frame:
 - any failure (broken TOML, bytes that are not UTF-8, nesting too deep, a
   folder in place of the file, a permission error) becomes :class:`Read` with
   ``error`` set: a message for the user, never an exception;
-- a file above ``SYNC_BYTES`` (200,000 decisions is 24 MB and 35 s of
-  parsing) is first read as a *preview*: the same file without all but the
-  last ``PREVIEW_DECISIONS`` ``[[decisions]]`` tables, which parses in
-  milliseconds and holds everything the first screen shows. The whole file is
-  then parsed in a worker; until it is, nothing is saved from the TUI.
+- a file above ``SYNC_BYTES`` (1,000 runs is 0.4 MB and a second of parsing;
+  200,000 decisions is 24 MB and 35 s) is first read as a *preview*: the same
+  file without all but its first ``PREVIEW_RUNS`` run rows and its last
+  ``PREVIEW_DECISIONS`` decisions, built leniently for display, which takes
+  milliseconds and holds what the first screen shows (the other runs appear
+  from their folders). The whole file is then parsed in a worker; until it
+  is, nothing is saved from the TUI.
 """
 
 from __future__ import annotations
@@ -22,16 +24,18 @@ from pathlib import Path
 
 from .. import notebook as nbm
 
-SYNC_BYTES = 2_000_000
+SYNC_BYTES = 200_000  # about 600 run rows: a larger file is first shown from a preview
 PREVIEW_DECISIONS = 50
+PREVIEW_RUNS = 60
 
 
 @dataclass
 class Read:
     notebook: nbm.Notebook | None
     error: str = ""
-    partial: bool = False  # a preview: the decisions are not all read yet
+    partial: bool = False  # a preview: run rows and decisions are not all read yet
     decisions: int | None = None  # how many [[decisions]] the file holds (known for a preview)
+    runs: int | None = None  # how many [[runs]] it holds (known for a preview)
 
 
 def describe(exc: BaseException, path: Path) -> str:
@@ -71,32 +75,40 @@ def size(path: Path) -> int | None:
         return None
 
 
-def preview(path: Path, keep: int = PREVIEW_DECISIONS) -> Read:
-    """The notebook without all but its last ``keep`` decisions, or why not (then read it whole)."""
+def preview(path: Path, keep: int = PREVIEW_DECISIONS, runs: int = PREVIEW_RUNS) -> Read:
+    """A first look at a large notebook: its sections, its first ``runs`` run rows and its last ``keep``
+    decisions, read in milliseconds; or the whole notebook when there is nothing to leave out.
+
+    The preview is for the eyes only (it is built leniently, a value of the wrong type left at its
+    default) and never the base of an edit: the whole file is read in a worker at once.
+    """
     try:
         raw = path.read_bytes()
     except (Exception, RecursionError) as exc:  # noqa: BLE001
         return Read(None, describe(exc, path))
-    cut, total = _drop_decisions(raw, keep)
-    if cut is raw:
+    cut, total = _cut(raw, b"\n[[decisions]]", keep, last=True)
+    cut, rows = _cut(cut, b"\n[[runs]]", runs, last=False)
+    if total <= keep and rows <= runs:
         return read(path)
     try:
-        nb = nbm.parse(cut, path)
+        import tomllib
+
+        nb = lenient(tomllib.loads(cut.decode("utf-8")))
     except (Exception, RecursionError):  # noqa: BLE001 - the preview is an optimisation: read it whole
         return read(path)
     nb.path = path
     nb.digest = None  # never a base for a save: the whole file was not read
-    return Read(nb, partial=True, decisions=total)
+    return Read(nb, partial=True, decisions=total, runs=rows)
 
 
-def _drop_decisions(raw: bytes, keep: int) -> tuple[bytes, int]:
-    """The file's bytes with every [[decisions]] table but the last ``keep`` left out, and how many there were.
+def _cut(raw: bytes, tag: bytes, keep: int, last: bool) -> tuple[bytes, int]:
+    """The file's bytes with all but ``keep`` tables of an array left out (the last or the first ones kept),
+    and how many there were.
 
     A table ends where the next line starting with ``[`` begins. A line of a multi-line string that
     starts with ``[`` would cut a table short; the rest then fails to parse and the caller reads the
     whole file instead.
     """
-    tag = b"\n[[decisions]]"
     found: list[int] = []
     at = raw.find(tag)
     while at >= 0:
@@ -105,14 +117,81 @@ def _drop_decisions(raw: bytes, keep: int) -> tuple[bytes, int]:
     total = len(found)
     if total <= keep:
         return raw, total
+    dropped = found[: total - keep] if last else found[keep:]
     parts: list[bytes] = []
     pos = 0
-    for at in found[: total - keep]:
+    for at in dropped:
         end = raw.find(b"\n[", at + len(tag))  # the next header, whatever table it opens
         parts.append(raw[pos:at])
         pos = len(raw) if end < 0 else end
     parts.append(raw[pos:])
     return b"".join(parts), total
+
+
+_SIMPLE = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "None": (type(None),)}
+
+
+def _fits(value: object, annotation: str) -> bool:
+    """Whether a TOML value fits a field's annotation (``int | None``, ``list[str]``, ``dict[str, Any]``...)."""
+    for part in (x.strip() for x in annotation.split("|")):
+        if part.startswith("list"):
+            if isinstance(value, list):
+                return True
+        elif part.startswith("dict"):
+            if isinstance(value, dict):
+                return True
+        elif part in _SIMPLE:
+            kinds = _SIMPLE[part]
+            if isinstance(value, kinds) and not (part in ("int", "float") and isinstance(value, bool)):
+                return True
+        elif part == "Any":
+            return True
+    return False
+
+
+def _build(cls: type, data: object) -> object:
+    """One section leniently: known keys whose values fit the field's type; the rest left at its default."""
+    if not isinstance(data, dict):
+        data = {}
+    kept = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data and _fits(data[f.name], str(f.type)):
+            kept[f.name] = data[f.name]
+    return cls(**kept)
+
+
+def lenient(data: dict) -> nbm.Notebook:
+    """A notebook for display from parsed TOML, without the checks (raises TypeError when a required
+    field is missing)."""
+    nb = nbm.Notebook(
+        campaign=_build(nbm.CampaignInfo, data.get("campaign")),  # type: ignore[arg-type]
+        task=_build(nbm.TaskSpec, data.get("task")),  # type: ignore[arg-type]
+        batch=_build(nbm.BatchSpec, data.get("batch")),  # type: ignore[arg-type]
+        training=_build(nbm.TrainingSpec, data.get("training")),  # type: ignore[arg-type]
+    )
+    arrays: tuple[tuple[str, type], ...] = (
+        ("variants", nbm.Variant),
+        ("runs", nbm.RunRow),
+        ("decisions", nbm.Decision),
+    )
+    for name, cls in arrays:
+        items = data.get(name)
+        if isinstance(items, list):
+            setattr(nb, name, [_build(cls, x) for x in items if isinstance(x, dict)])
+    tables: tuple[tuple[str, type], ...] = (
+        ("stop", nbm.StopRules),
+        ("validation", nbm.ValidationSpec),
+        ("pilot", nbm.PilotSpec),
+        ("selection", nbm.Selection),
+        ("rental", nbm.Rental),
+        ("conclusion", nbm.Conclusion),
+    )
+    for name, section in tables:
+        if name in data:
+            setattr(nb, name, _build(section, data[name]))
+    if not nb.variants:
+        raise TypeError("no variant")
+    return nb
 
 
 def placeholder(path: Path) -> nbm.Notebook:

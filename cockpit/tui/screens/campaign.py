@@ -27,7 +27,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Input, Static
+from textual.widgets import DataTable, Header, Input
 
 from ... import arithmetic, runs
 from ... import notebook as nbm
@@ -41,6 +41,7 @@ from ..plain import clean_line, one_line, plain
 from ..widgets.footer import FittingFooter
 from ..widgets.keyed import put_row
 from ..widgets.table import CursorTable
+from ..widgets.text import TextBox
 
 # Fixed widths: rows change in place as runs progress, and columns must not jump.
 RUN_COLUMNS = (
@@ -236,7 +237,7 @@ class CampaignScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(id="summary")
+        yield TextBox(id="summary")
         # disabled until / shows it: a hidden field must never take the focus (its keys would hide the screen's)
         yield Input(
             placeholder="filter: variant:ID status:failed seed:0-2 or any text; Enter keeps, Escape clears",
@@ -244,13 +245,13 @@ class CampaignScreen(Screen[None]):
             compact=True,
             disabled=True,
         )
-        yield Static(id="empty")
+        yield TextBox(id="empty")
         yield CursorTable(id="runs", fixed_columns=1)
-        yield Static(id="run-detail")
+        yield TextBox(id="run-detail")
         with VerticalScroll(id="notes"):
-            yield Static(id="variants")
-            yield Static(id="decisions")
-            yield Static(id="sheet")
+            yield TextBox(id="variants")
+            yield TextBox(id="decisions")
+            yield TextBox(id="sheet")
         yield FittingFooter(compact=True)
 
     def on_mount(self) -> None:
@@ -318,9 +319,14 @@ class CampaignScreen(Screen[None]):
             self.refresh_live()
 
     def refresh_live(self) -> None:
-        """The running runs' rows from their readers (at most once a second), and the detail line."""
+        """The running runs' rows from their readers (at most once a second), and the detail line.
+
+        Only their rows are redrawn; the table is rebuilt only when a run ended (its status may
+        move it in a sorted or filtered table).
+        """
         feeds = app_of(self).feeds
-        changed = False
+        changed: list[str] = []
+        ended = False
         for rid in list(self._live_dirty):
             feed = feeds.get(rid)
             if feed is None:
@@ -330,11 +336,28 @@ class CampaignScreen(Screen[None]):
             self.states[rid] = st
             if st.final:
                 self.live.discard(rid)
-            changed = True
-        if changed or self.live:
+                ended = True
+            changed.append(rid)
+        if ended or (changed and (self.query_text or self.sort_by != "run" or self.sort_reverse)):
             self.show_runs()
-        else:
-            self.show_detail()
+            return
+        rows = {r.id: r for r in self.nb.runs}
+        columns = [key for key, _, _ in RUN_COLUMNS]
+        table = self.query_one("#runs", CursorTable)
+        for rid in {*changed, *self.live}:  # a running run's time column moves on by itself
+            if rid not in self.views:
+                continue
+            v = view_of(rid, rows.get(rid), self.states.get(rid), feeds.loading(rid), self.meta.get(rid))
+            self.views[rid] = v
+            if rid in self._order:
+                put_row(table, self._shown, rid, v.cells(), columns)
+        if self.live:
+            self.show_titles(len(self.views), len(self._order))
+        self.show_detail()
+
+    def wants_feed(self, run_id: str) -> bool:
+        """Only news of running runs concerns the table (their reader brings status and progress)."""
+        return run_id in self.live
 
     @on(NotebookChanged)
     def notebook_changed(self) -> None:
@@ -349,12 +372,12 @@ class CampaignScreen(Screen[None]):
     def show_notebook(self) -> None:
         app = app_of(self)
         nb = self.nb
-        self.query_one("#summary", Static).update(summary(nb, app.notebook_error, app.notebook_partial))
-        self.query_one("#variants", Static).update(variants(nb))
-        self.query_one("#decisions", Static).update(
+        self.query_one("#summary", TextBox).show(summary(nb, app.notebook_error, app.notebook_partial))
+        self.query_one("#variants", TextBox).show(variants(nb))
+        self.query_one("#decisions", TextBox).show(
             decisions(nb, app.notebook_decisions if app.notebook_partial else None)
         )
-        self.query_one("#sheet", Static).update(sheet(nb))
+        self.query_one("#sheet", TextBox).show(sheet(nb))
         self.show_runs()
 
     def show_runs(self) -> None:
@@ -391,10 +414,11 @@ class CampaignScreen(Screen[None]):
                     put_row(table, self._shown, v.id, v.cells(), columns)
             self._order = order
             self.show_titles(len(ids), len(order))
-            empty = self.query_one("#empty", Static)
-            empty.display = not ids
+            empty = self.query_one("#empty", TextBox)
+            if empty.display != (not ids):
+                empty.display = not ids
             if not ids:
-                empty.update(empty_hint())
+                empty.show(empty_hint())
             self.show_detail()
 
     def show_titles(self, total: int, shown: int) -> None:
@@ -406,21 +430,23 @@ class CampaignScreen(Screen[None]):
         if running:
             more = f" +{len(running) - 4}" if len(running) > 4 else ""
             title += f"  running: {', '.join(running[:4])}{more}"
-        table.border_title = Text(title)
+        if str(table.border_title or "") != title:
+            table.border_title = Text(title)
         series = app_of(self).series
         status = series.status()
         if status and series.series is not None and not series.series.done:
             eta = pg.series_eta(series.series, app_of(self).feeds)
             status += f", {eta}" if eta else ""
-        table.border_subtitle = Text(status)
+        if str(table.border_subtitle or "") != status:
+            table.border_subtitle = Text(status)
 
     def show_detail(self) -> None:
         """The line under the table: the selected run's stop reason and progress."""
-        line = self.query_one("#run-detail", Static)
+        line = self.query_one("#run-detail", TextBox)
         rid = self.query_one("#runs", CursorTable).cursor_key()
         v = self.views.get(rid) if rid else None
         if v is None:
-            line.update(Text("no run selected", style="dim") if self.views else Text())
+            line.show(Text("no run selected", style="dim") if self.views else Text())
             return
         out = Text()
         out.append(f"{v.id} ", style="bold")
@@ -437,7 +463,7 @@ class CampaignScreen(Screen[None]):
         if v.reason:
             out.append("  ")
             out.append_text(one_line(v.reason, style="dim", limit=400))
-        line.update(out)
+        line.show(out)
 
     @on(DataTable.RowHighlighted, "#runs")
     def row_highlighted(self) -> None:

@@ -111,7 +111,7 @@ class DataScreen(Screen[None]):
             doc, why = load_inspect(runs.run_dir(cdir, source))
             src = next((r for r in all_runs if r.id == source), None)
             gate = src.gate("data") if src is not None else None
-            self.post_message(DataRead(doc, why or "", note, gate))
+            self.post_message(DataRead(doc, why or "", note, gate, source))
 
         self.run_worker(work, thread=True, exclusive=True, group="data", exit_on_error=False, description="read data")
 
@@ -134,7 +134,7 @@ class DataScreen(Screen[None]):
             return
         doc = message.doc
         self.examples = [e for e in doc["examples"] if isinstance(e, dict)]
-        out.append(f"{self.run_id}: {len(self.examples)} inspected examples", style="bold")
+        out.append(f"{message.run_id or self.run_id}: {len(self.examples)} inspected examples", style="bold")
         counts = doc.get("class_counts") or {}
         if isinstance(counts, dict) and counts:
             out.append_text(one_line("  classes: " + ", ".join(f"{k} {v}" for k, v in counts.items()), limit=200))

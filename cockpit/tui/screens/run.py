@@ -20,7 +20,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Header, Log, Static
+from textual.widgets import DataTable, Header, Log
 
 from ... import events as ev
 from ... import runs
@@ -35,10 +35,12 @@ from ..plain import clean_line, one_line
 from ..widgets.footer import FittingFooter
 from ..widgets.gates import GateTable
 from ..widgets.plot import BraillePlot, Line, Mark
+from ..widgets.text import TextBox
 
 GPU_STYLES = ("green", "bright_green", "spring_green3", "chartreuse3")
-CHART_EVERY_S = 0.5  # charts redraw at most twice a second; gates and log as events arrive
+CHART_EVERY_S = 1.0  # charts redraw at most once a second (each is a few ms of Python); gates and log at once
 NARROW = 100  # below this many columns the panes are stacked
+CATCHING_UP = 2**20  # a backlog worth saying (a few lines behind a live writer is the normal state)
 EVERY = frozenset({"gates", "status", "mem", "loss", "log", "steps", "evals"})
 
 
@@ -71,8 +73,8 @@ class RunScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(id="run-head")
-        yield Static(id="run-banner")
+        yield TextBox(id="run-head")
+        yield TextBox(id="run-banner")
         with Horizontal(id="run-body"):
             yield GateTable(id="gates")
             with Vertical(id="charts"):
@@ -83,11 +85,15 @@ class RunScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.set_class(self.app.size.width < NARROW, "-narrow")
-        self.query_one("#run-banner", Static).display = False
+        self.query_one("#run-banner", TextBox).display = False
         self.attach()  # Textual calls on_mount of every class in the MRO: subclasses override attach()
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.width < NARROW, "-narrow")
+
+    def wants_feed(self, run_id: str) -> bool:
+        """Whether news of this run's reader concerns the screen (the app tells only those that care)."""
+        return run_id == self.run_id
 
     def attach(self) -> None:
         app = app_of(self)
@@ -111,7 +117,7 @@ class RunScreen(Screen[None]):
         out = Text()
         out.append(f"{self.run_id} ", style="bold")
         out.append(f"reading events.jsonl ({size / 2**20:.1f} MiB) ...", style="dim")
-        self.query_one("#run-head", Static).update(out)
+        self.query_one("#run-head", TextBox).show(out)
 
     @on(FeedsChanged)
     def feeds_changed(self, message: FeedsChanged) -> None:
@@ -222,9 +228,9 @@ class RunScreen(Screen[None]):
         """Shared end of the header: the backlog being read, the banner, the output tail of a failed run."""
         feed = self.feed
         behind = feed.behind_bytes if feed is not None else 0
-        if behind:
+        if behind >= CATCHING_UP:
             out.append(f"  catching up: {behind / 2**20:.1f} MiB of events to read", style="yellow")
-        self.query_one("#run-head", Static).update(out)
+        self.query_one("#run-head", TextBox).show(out)
         self.show_banner()
         if status in (ev.Status.CRASHED.value, ev.Status.ERROR.value) and not self._output_shown:
             self.show_output_tail()
@@ -232,7 +238,7 @@ class RunScreen(Screen[None]):
     def show_banner(self) -> None:
         """Said once, in a line of its own: a deleted run folder, lines that could not be read."""
         feed = self.feed
-        banner = self.query_one("#run-banner", Static)
+        banner = self.query_one("#run-banner", TextBox)
         words: list[str] = []
         if feed is not None and (feed.gone or not self.rdir.is_dir()):
             words.append("the run folder was deleted: what is shown is what was read before")
@@ -242,9 +248,10 @@ class RunScreen(Screen[None]):
                 f"{n} line{'s' if n != 1 else ''} of events.jsonl could not be read and "
                 f"{'were' if n != 1 else 'was'} skipped"
             )
-        banner.display = bool(words)
+        if banner.display != bool(words):
+            banner.display = bool(words)
         if words:
-            banner.update(Text("; ".join(words), style="bold yellow"))
+            banner.show(Text("; ".join(words), style="bold yellow"))
 
     def show_memory(self) -> None:
         feed = self.feed

@@ -19,7 +19,7 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Header, Log, Static
+from textual.widgets import Header, Log
 
 from ... import runs
 from .. import format as fm
@@ -32,6 +32,7 @@ from ..widgets.footer import FittingFooter
 from ..widgets.keyed import put_row
 from ..widgets.plot import BraillePlot, Line
 from ..widgets.table import CursorTable
+from ..widgets.text import TextBox
 from .run import RunScreen, _mib_label
 
 
@@ -48,12 +49,12 @@ class TrainRunScreen(RunScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(id="run-head")
-        yield Static(id="run-banner")
+        yield TextBox(id="run-head")
+        yield TextBox(id="run-banner")
         with Horizontal(id="train-body"):
             with Vertical(id="train-side"):
                 yield CursorTable(id="evals", zebra_stripes=False)
-                yield Static(id="train-metrics")
+                yield TextBox(id="train-metrics")
             with Vertical(id="charts"):
                 yield BraillePlot("loss", zero_based=False, id="loss")
                 yield BraillePlot("memory", fmt=_mib_label, id="mem")
@@ -164,7 +165,7 @@ class TrainRunScreen(RunScreen):
         table.border_title = Text(
             f"validation ({len(feed.evals)})" + (f" every {clean_line(every, 12)}" if every else "")
         )
-        self.query_one("#train-metrics", Static).update(metrics_text(self.metrics))
+        self.query_one("#train-metrics", TextBox).show(metrics_text(self.metrics))
 
     def show_loss(self) -> None:
         feed = self.feed

@@ -12,7 +12,9 @@ several runs are overlaid), so runs stay apart on a terminal without colour.
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -96,6 +98,16 @@ class BraillePlot(Widget):
         )
 
 
+def _clean(t: Sequence[float], y: Sequence[float]) -> bool:
+    """Finite values with x never decreasing (and as many x as y)."""
+    return (
+        len(t) == len(y)
+        and all(map(math.isfinite, t))
+        and all(map(math.isfinite, y))
+        and all(map(operator.le, t, itertools.islice(t, 1, None)))
+    )
+
+
 def _usable(y: float, log_y: bool) -> bool:
     return math.isfinite(y) and (not log_y or y > 0)
 
@@ -103,8 +115,10 @@ def _usable(y: float, log_y: bool) -> bool:
 def _ready(ln: Line, log_y: bool) -> Line:
     """The line's finite values, sorted by x (a wall clock that stepped back must not break the chart),
     on a log scale when asked; values a log scale cannot show are left out."""
-    conv: Callable[[float], float] = math.log10 if log_y else float
     band = len(ln.lo) == len(ln.t) and len(ln.hi) == len(ln.t)
+    if not log_y and not band and _clean(ln.t, ln.y) and all(map(math.isfinite, (p for pt in ln.points for p in pt))):
+        return ln  # the usual case, checked at C speed: finite and in order already
+    conv: Callable[[float], float] = math.log10 if log_y else float
     rows = []
     for i, (t, y) in enumerate(zip(ln.t, ln.y, strict=False)):
         if not (math.isfinite(t) and _usable(y, log_y)):
@@ -216,8 +230,11 @@ def render_plot(
                     shade_owner[r][c] = si
 
         column_max: list[float | None] = [None] * dots_x
-        for t, y in zip(ln.t, ln.y, strict=True):
-            x = col(t)
+        last_x = dots_x - 1
+        for t, y in zip(ln.t, ln.y, strict=True):  # the hot loop: col() inlined, the same arithmetic
+            x = int((t - t0) / span * last_x)
+            if x < 0 or x > last_x:
+                x = 0 if x < 0 else last_x
             cur = column_max[x]
             if cur is None or y > cur:
                 column_max[x] = y
