@@ -131,7 +131,7 @@ class CockpitApp(App[None]):
 
         self.push_screen(CampaignScreen())
         if self.notebook_partial:
-            self.reload_notebook()
+            self.call_after_refresh(self.reload_notebook)  # the whole file, once the preview is on screen
         if self.watch_notebook:
             self.set_interval(self.timing.notebook_s, self._check_notebook)
         self.set_interval(self.timing.events_s, self._poll_feeds)

@@ -42,9 +42,14 @@ class RunStates(Message):
     """The campaign's run folders, read in a worker: run id -> state, and the runs whose process lives."""
 
     def __init__(
-        self, states: dict[str, runs.RunState], live: list[str], meta: dict[str, tuple[str, int, str]]
+        self,
+        states: dict[str, runs.RunState],
+        live: list[str],
+        meta: dict[str, tuple[str, int, str]],
+        final: bool = True,
     ) -> None:
         super().__init__()
+        self.final = final  # False: a batch of a reading still under way (``live`` is then empty)
         self.states = states
         self.live = live
         self.meta = meta  # run id -> (variant, seed, kind) from its run.toml (a run without a notebook row)

@@ -19,7 +19,9 @@ runs, the table's bottom border says how far it is and when it should end.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.text import Text
 from textual import on, work
@@ -27,6 +29,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import DataTable, Header, Input
 
 from ... import arithmetic, runs
@@ -38,6 +41,7 @@ from ..api import app_of
 from ..feeds import ALL
 from ..messages import FeedsChanged, NotebookChanged, RunStates
 from ..plain import clean_line, one_line, plain
+from ..runcache import RunCache
 from ..widgets.footer import FittingFooter
 from ..widgets.keyed import put_row
 from ..widgets.table import CursorTable
@@ -66,6 +70,7 @@ FILTER_KEYS = {
     "verdict": "verdict",
 }
 DECISIONS_SHOWN = 20
+SCAN_BATCH_S = 0.5  # a scan of the run folders hands over what it read this often
 LIVE_S = 1.0  # a running run's row and the detail line are redrawn at most this often
 
 
@@ -143,6 +148,33 @@ def _int(value: object) -> int:
 def run_cells(rid: str, row: nbm.RunRow | None, st: runs.RunState | None) -> tuple[Text, ...]:
     """The table's cells for one run (kept for tests and the benchmark)."""
     return view_of(rid, row, st).cells()
+
+
+def scan_one(
+    cache: RunCache,
+    p: Path,
+    followed: set[str],
+    states: dict[str, runs.RunState],
+    live: list[str],
+    meta: dict[str, tuple[str, int, str]],
+) -> None:
+    rid = p.name
+    cached = cache.get(p)
+    final = cached is not None and cached.files.state is not None and cached.files.state.final
+    if final and cached is not None and cached.stamp == cache.stamp(p):
+        assert cached.files.state is not None
+        states[rid] = cached.files.state
+        meta[rid] = (cached.files.variant, cached.files.seed, cached.files.kind)
+        return
+    if rid in followed or runs.is_alive(p):
+        live.append(rid)
+        m = runs.run_meta(p)
+        meta[rid] = (str(m.get("variant", "?")), _int(m.get("seed")), str(m.get("kind", "pilot")))
+        return
+    files = cache.read(p)
+    if files is not None and files.state is not None:
+        states[rid] = files.state
+        meta[rid] = (files.variant, files.seed, files.kind)
 
 
 # ---------------------------------------------------------------- filtering and sorting
@@ -234,6 +266,9 @@ class CampaignScreen(Screen[None]):
         self._order: list[str] = []  # the row keys in the table, in order
         self._shown: dict[str, tuple[str, ...]] = {}
         self._live_dirty: set[str] = set()
+        self._scanning = False  # a reading of the run folders is under way
+        self._scan_again = False  # ... and another was asked for meanwhile
+        self._next_scan: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -259,8 +294,9 @@ class CampaignScreen(Screen[None]):
         for key, label, width in RUN_COLUMNS:
             table.add_column(label, key=key, width=width)
         self.show_notebook()
-        self.load_states()
-        self.set_interval(app_of(self).timing.runs_s, self.load_states)
+        # Read the run folders once the first frame is out: a thousand folders read in a thread
+        # would otherwise share the interpreter with the first paint.
+        self.call_after_refresh(self.load_states)
         self.set_interval(LIVE_S, self.refresh_live)
         table.focus()
 
@@ -270,37 +306,60 @@ class CampaignScreen(Screen[None]):
     def nb(self) -> nbm.Notebook:
         return app_of(self).notebook
 
-    @work(thread=True, exclusive=True, group="run-states", exit_on_error=False, description="read run folders")
     def load_states(self) -> None:
-        """Every run folder: a finished run from the cache (read once), a running one left to its reader."""
+        """Read the run folders again, unless a reading is under way (then once more when it ends).
+
+        The reading re-arms itself (dolphie's way): the next starts ``runs_s`` after the last ended,
+        so a slow disk or a thousand folders never stack readings on top of each other.
+        """
+        if self._scanning:
+            self._scan_again = True
+            return
+        self._scanning, self._scan_again = True, False
+        self._scan()
+
+    @work(thread=True, group="run-states", exit_on_error=False, description="read run folders")
+    def _scan(self) -> None:
+        """Every run folder: a finished run from the cache (read once), a running one left to its reader.
+
+        What is read is handed over every half second (a thousand cold folders fill the table as they
+        are read), and the last message is always sent, whatever happens on the way.
+        """
         app = app_of(self)
         followed = set(self.live)
         states: dict[str, runs.RunState] = {}
         live: list[str] = []
         meta: dict[str, tuple[str, int, str]] = {}
-        for p in runs.run_dirs(app.campaign_dir):
-            rid = p.name
-            cached = app.cache.get(p)
-            final = cached is not None and cached.files.state is not None and cached.files.state.final
-            if final and cached is not None and cached.stamp == app.cache.stamp(p):
-                assert cached.files.state is not None
-                states[rid] = cached.files.state
-                meta[rid] = (cached.files.variant, cached.files.seed, cached.files.kind)
-                continue
-            if rid in followed or runs.is_alive(p):
-                live.append(rid)
-                m = runs.run_meta(p)
-                meta[rid] = (str(m.get("variant", "?")), _int(m.get("seed")), str(m.get("kind", "pilot")))
-                continue
-            files = app.cache.read(p)
-            if files is not None and files.state is not None:
-                states[rid] = files.state
-                meta[rid] = (files.variant, files.seed, files.kind)
-        self.post_message(RunStates(states, live, meta))
+        handed = time.monotonic()
+        try:
+            for p in runs.run_dirs(app.campaign_dir):
+                try:
+                    scan_one(app.cache, p, followed, states, live, meta)
+                except (OSError, ValueError, TypeError, RecursionError):
+                    continue  # a folder being written or deleted: read again at the next scan
+                if time.monotonic() - handed > SCAN_BATCH_S:
+                    self.post_message(RunStates(states, [], meta, final=False))
+                    states, meta, handed = {}, {}, time.monotonic()
+        finally:
+            self.post_message(RunStates(states, live, meta))
 
     @on(RunStates)
     def run_states(self, message: RunStates) -> None:
+        if not message.final:  # a batch of a scan under way: more rows with their state
+            self.states.update(message.states)
+            self.meta.update(message.meta)
+            self.show_runs()
+            return
+        self._scanning = False
+        if self._scan_again:
+            self.load_states()
+        elif self._next_scan is None:
+            self._next_scan = self.set_timer(app_of(self).timing.runs_s, self._rescan)
         feeds = app_of(self).feeds
+        # A finished run read from the cache is the very same object as before: nothing to redraw.
+        changed = any(self.states.get(rid) is not st for rid, st in message.states.items())
+        changed = changed or any(self.meta.get(rid) != m for rid, m in message.meta.items())
+        changed = changed or set(message.live) != self.live
         self.states.update(message.states)
         self.meta.update(message.meta)
         self.live = set(message.live)
@@ -308,7 +367,13 @@ class CampaignScreen(Screen[None]):
             feed = feeds.want(rid)
             if feed is not None:
                 self.states[rid] = feed.state()
-        self.show_runs()
+                changed = True
+        if changed:
+            self.show_runs()
+
+    def _rescan(self) -> None:
+        self._next_scan = None
+        self.load_states()
 
     @on(FeedsChanged)
     def feeds_changed(self, message: FeedsChanged) -> None:

@@ -78,6 +78,7 @@ class CompareScreen(Screen[None]):
         self.log_y = False
         self._listed: tuple[tuple[str, str, str], ...] = ()
         self._width = 0
+        self._curves_due = False
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -180,8 +181,9 @@ class CompareScreen(Screen[None]):
         self.chosen = (self.chosen or set()) | (defaults & new)
         self._known |= new
         self.show_tables()
-        self.show_list()
-        self.show_curves()
+        if self.query_one("#compare-tabs", TabbedContent).active == "curves":
+            self.show_list()
+            self.show_curves()  # the list of a thousand runs is filled only when the curves are looked at
 
     @on(CurvesRead)
     def curves_read(self, message: CurvesRead) -> None:
@@ -275,10 +277,23 @@ class CompareScreen(Screen[None]):
     def tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if event.pane.id:
             self.focus_view(event.pane.id)
+        if event.pane.id == "curves" and self.data is not None:
+            self.show_list()
+            self.show_curves()
 
     @on(SelectionList.SelectedChanged, "#curve-runs")
     def selection_changed(self, event: SelectionList.SelectedChanged) -> None:
-        self.chosen = set(event.selection_list.selected)
+        # Filling the list sends one of these per chosen run: draw once, after the last.
+        chosen = set(event.selection_list.selected)
+        if chosen == self.chosen:
+            return
+        self.chosen = chosen
+        if not self._curves_due:
+            self._curves_due = True
+            self.call_after_refresh(self._draw_due)
+
+    def _draw_due(self) -> None:
+        self._curves_due = False
         self.show_curves()
 
     def action_choose_all(self) -> None:
