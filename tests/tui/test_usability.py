@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from cockpit import notebook as nbm
-from cockpit.tui.screens.campaign import CampaignScreen, RunView, matches
+from cockpit.tui.runtable import RunView, matches
+from cockpit.tui.screens.campaign import CampaignScreen
 from cockpit.tui.screens.data import DataScreen
 from cockpit.tui.screens.dialogs import ConfirmScreen, VerdictScreen, suggested
 from cockpit.tui.screens.help import HelpScreen, help_text

@@ -20,8 +20,6 @@ runs, the table's bottom border says how far it is and when it should end.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 from rich.text import Text
 from textual import on, work
@@ -32,203 +30,23 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Header, Input
 
-from ... import arithmetic, runs
 from ... import notebook as nbm
-from .. import format as fm
+from ... import runs
 from .. import progress as pg
 from .. import style as sty
 from ..api import app_of
 from ..feeds import ALL
 from ..messages import FeedsChanged, NotebookChanged, RunStates
-from ..plain import clean_line, one_line, plain
-from ..runcache import RunCache
+from ..plain import one_line
+from ..runtable import RUN_COLUMNS, SORTS, RunView, matches, scan_one, sort_key, view_of
 from ..widgets.footer import FittingFooter
 from ..widgets.keyed import put_row
 from ..widgets.table import CursorTable
 from ..widgets.text import TextBox
+from .notebookview import decisions, empty_hint, sheet, summary, variants
 
-# Fixed widths: rows change in place as runs progress, and columns must not jump.
-RUN_COLUMNS = (
-    ("run", "run", 5),
-    ("variant", "variant", 8),
-    ("seed", "seed", 4),
-    ("status", "status", 9),
-    ("phase", "phase", 12),
-    ("peak", "peak MiB", 8),
-    ("time", "time", 6),
-    ("verdict", "verdict", 8),
-    ("reason", "stop reason", None),
-)
-SORTS = ("run", "variant", "seed", "status", "peak", "time", "verdict")
-FILTER_KEYS = {
-    "variant": "variant",
-    "v": "variant",
-    "status": "status",
-    "s": "status",
-    "seed": "seed",
-    "kind": "kind",
-    "verdict": "verdict",
-}
-DECISIONS_SHOWN = 20
 SCAN_BATCH_S = 0.5  # a scan of the run folders hands over what it read this often
 LIVE_S = 1.0  # a running run's row and the detail line are redrawn at most this often
-
-
-@dataclass
-class RunView:
-    """One row of the table, as shown: the notebook row and what the run folder says now."""
-
-    id: str
-    variant: str
-    seed: int | None
-    kind: str
-    status: str
-    phase: str
-    peak: float | None
-    secs: float | None
-    verdict: str
-    reason: str
-
-    def cells(self) -> tuple[Text, ...]:
-        return (
-            Text(self.id, style="bold"),
-            one_line(self.variant, limit=40),
-            Text("" if self.seed is None else str(self.seed)),
-            sty.status_text(self.status),
-            one_line(self.phase, limit=40),
-            Text(f"{self.peak:,.0f}" if self.peak is not None else "-", justify="right"),
-            Text(fm.duration(self.secs)),
-            one_line(self.verdict, style="italic", limit=60),
-            one_line(self.reason, style="dim", limit=300),
-        )
-
-    def text(self) -> str:
-        return " ".join((self.id, self.variant, self.kind, self.status, self.phase, self.verdict, self.reason)).lower()
-
-
-def view_of(
-    rid: str,
-    row: nbm.RunRow | None,
-    st: runs.RunState | None,
-    reading: bool = False,
-    meta: tuple[str, int, str] | None = None,
-) -> RunView:
-    """A run as the table shows it: the notebook's row, else what its run.toml says, and its state."""
-    status = st.status if st else (row.status if row else "?")
-    if st is None and reading:
-        status = "reading"
-    phase = (st.phase if st else None) or (row.phase if row else "") or ""
-    peak = st.peak_mib if st else None  # the one rule (cockpit.runs): gates and the final event alike
-    if peak is None and row is not None:
-        peak = row.peak_mib
-    secs = st.duration_s if st and st.started is not None else (row.duration_s if row else None)
-    reason = (st.stop_reason if st else "") or (row.stop_reason if row else "")
-    variant, seed, kind = meta if meta is not None else ("?", None, "")
-    return RunView(
-        rid,
-        row.variant if row else variant,
-        row.seed if row else seed,
-        row.kind if row else kind,
-        status,
-        phase,
-        peak,
-        secs,
-        row.verdict if row else "",
-        reason,
-    )
-
-
-def _int(value: object) -> int:
-    try:
-        return int(value)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return 0
-
-
-def run_cells(rid: str, row: nbm.RunRow | None, st: runs.RunState | None) -> tuple[Text, ...]:
-    """The table's cells for one run (kept for tests and the benchmark)."""
-    return view_of(rid, row, st).cells()
-
-
-def scan_one(
-    cache: RunCache,
-    p: Path,
-    followed: set[str],
-    states: dict[str, runs.RunState],
-    live: list[str],
-    meta: dict[str, tuple[str, int, str]],
-) -> None:
-    rid = p.name
-    cached = cache.get(p)
-    final = cached is not None and cached.files.state is not None and cached.files.state.final
-    if final and cached is not None and cached.stamp == cache.stamp(p):
-        assert cached.files.state is not None
-        states[rid] = cached.files.state
-        meta[rid] = (cached.files.variant, cached.files.seed, cached.files.kind)
-        return
-    if rid in followed or runs.is_alive(p):
-        live.append(rid)
-        m = runs.run_meta(p)
-        meta[rid] = (str(m.get("variant", "?")), _int(m.get("seed")), str(m.get("kind", "pilot")))
-        return
-    files = cache.read(p)
-    if files is not None and files.state is not None:
-        states[rid] = files.state
-        meta[rid] = (files.variant, files.seed, files.kind)
-
-
-# ---------------------------------------------------------------- filtering and sorting
-
-
-def matches(v: RunView, query: str) -> bool:
-    """``variant:ID status:WORD seed:N|A-B kind:pilot verdict:WORD`` and free words; every term must hold."""
-    for term in query.lower().split():
-        key, sep, value = term.partition(":")
-        field = FILTER_KEYS.get(key) if sep else None
-        if field is None:
-            if term == "bad":
-                if v.status not in sty.BAD_STATUSES:
-                    return False
-            elif term not in v.text():
-                return False
-        elif field == "seed":
-            lo, dash, hi = value.partition("-")
-            try:
-                a, b = int(lo), int(hi) if dash else int(lo)
-            except ValueError:
-                return False
-            if v.seed is None or not a <= v.seed <= b:
-                return False
-        elif field == "status":
-            if value == "bad":
-                if v.status not in sty.BAD_STATUSES:
-                    return False
-            elif not v.status.startswith(value):
-                return False
-        elif not str(getattr(v, field)).lower().startswith(value):
-            return False
-    return True
-
-
-def sort_key(field: str):  # noqa: ANN201 - a key function for sorted()
-    order = {s: i for i, s in enumerate(sty.STATUS_STYLE)}
-
-    def key(v: RunView) -> tuple:
-        if field == "variant":
-            return (v.variant, runs.order_key(v.id))
-        if field == "seed":
-            return (v.seed if v.seed is not None else -1, runs.order_key(v.id))
-        if field == "status":
-            return (order.get(v.status, 99), runs.order_key(v.id))
-        if field == "peak":
-            return (v.peak if v.peak is not None else -1.0, runs.order_key(v.id))
-        if field == "time":
-            return (v.secs if v.secs is not None else -1.0, runs.order_key(v.id))
-        if field == "verdict":
-            return (v.verdict, runs.order_key(v.id))
-        return runs.order_key(v.id)
-
-    return key
 
 
 class CampaignScreen(Screen[None]):
@@ -618,129 +436,3 @@ class CampaignScreen(Screen[None]):
             self.notify(f"{rid} has no row in campaign.toml: run `cockpit runs` to reconcile", severity="warning")
         else:
             app_of(self).set_verdict(rid)
-
-
-# ---------------------------------------------------------------- the notebook's parts
-
-
-def empty_hint() -> Text:
-    out = Text()
-    out.append("No run yet. ", style="bold")
-    out.append("First press ")
-    out.append("p", style="bold cyan")
-    out.append(
-        " to start a pilot: every phase of training once, on the worst case the campaign can produce, "
-        "gated and measured (a few minutes). It says what fails before you pay for hours. Then "
-    )
-    out.append("S", style="bold cyan")
-    out.append(" runs the series (variants x seeds) and ")
-    out.append("C", style="bold cyan")
-    out.append(" compares them; ")
-    out.append("?", style="bold cyan")
-    out.append(" lists every key.")
-    return out
-
-
-def summary(nb: nbm.Notebook, error: str = "", partial: bool = False) -> Text:
-    out = Text()
-    if error:
-        out.append("campaign.toml cannot be read: ", style="bold red")
-        out.append_text(plain(error))
-        out.append(
-            "\nFix the file; the view reloads by itself. The runs below are read from their folders.", style="dim"
-        )
-        return out
-    c = nb.campaign
-    out.append("Question ", style="bold")
-    out.append_text(one_line(c.question or "(none written: say what this campaign decides)", limit=300))
-    out.append("\nHeld constant ", style="bold")
-    out.append_text(one_line(c.held_constant, limit=20))
-    budget = nb.batch.updates or nb.batch.epochs or nb.batch.examples
-    out.append(f" ({budget} {clean_line(c.held_constant, 20)})")
-    out.append("  quality ", style="bold")
-    out.append_text(one_line(f"{c.quality_metric} ({'higher' if c.higher_is_better else 'lower'} is better)", limit=80))
-    b = nb.batch
-    try:
-        plan = arithmetic.BatchPlan(
-            b.microbatch, b.accumulation, b.data_replicas, b.model_parallel, b.dataset_size, b.drop_last
-        )
-        for name, value in arithmetic.describe(plan)[:2]:
-            out.append(f"\n{name.capitalize()} ", style="bold")
-            out.append(value)
-    except (ValueError, TypeError, ZeroDivisionError) as exc:
-        out.append("\n")
-        out.append_text(one_line(f"Batch arithmetic: {exc}", style="red"))
-    if partial:
-        out.append("\nreading the rest of campaign.toml in the background; edits wait until it is read", style="yellow")
-    return out
-
-
-def heading(title: str) -> Text:
-    """A section title in the notes panel: only the title is bold and underlined, not what follows."""
-    out = Text()
-    out.append(title, style="bold underline")
-    return out
-
-
-def variants(nb: nbm.Notebook) -> Text:
-    out = heading("Variants")
-    for v in nb.variants:
-        out.append("\n")
-        out.append_text(one_line(f" {v.id:<10}", style="bold", limit=60))
-        out.append(" reference" if v.reference else " ", style="cyan")
-        overrides = ", ".join(f"{k}={val}" for k, val in v.set.items())
-        out.append_text(one_line(f" {v.differs}" + (f" ({overrides})" if overrides else ""), limit=400))
-        if v.why:
-            out.append_text(one_line(f": {v.why}", style="dim", limit=400))
-    return out
-
-
-def decisions(nb: nbm.Notebook, total: int | None = None) -> Text:
-    """The latest decisions (all of them would be too many to draw with thousands)."""
-    count = total if total is not None else len(nb.decisions)
-    out = heading(f"Decisions and observations ({count:,})")
-    if not nb.decisions:
-        out.append("\n none yet: d adds a decision, o an observation", style="dim")
-    shown = nb.decisions[-DECISIONS_SHOWN:]
-    if count > len(shown):
-        out.append(
-            f"\n ... {count - len(shown):,} earlier ones are in campaign.toml; the latest {len(shown)}:", style="dim"
-        )
-    for d in shown:
-        out.append("\n")
-        out.append_text(one_line(f" {d.date} ", style="dim", limit=40))
-        out.append_text(one_line(d.kind, style=sty.NOTE_KIND_STYLE.get(d.kind, "bold"), limit=20))
-        if d.runs:
-            out.append_text(one_line(f" [{', '.join(d.runs)}]", style="cyan", limit=120))
-        out.append(" ")
-        out.append_text(one_line(d.text, limit=1000))
-    return out
-
-
-def sheet(nb: nbm.Notebook) -> Text:
-    out = heading("Selection sheet")
-    out.append("  (s edits)", style="dim")
-    s = nb.selection
-    filled = [(k, v) for k, v in vars(s).items() if v not in (None, "")]
-    if not filled:
-        out.append("\n not filled yet", style="dim")
-    for k, v in filled:
-        out.append(f"\n {k.replace('_', ' ')}: ", style="bold")
-        out.append_text(one_line(v, limit=400))
-    out.append("\n")
-    out.append_text(heading("Conclusion"))
-    out.append("  (c edits)", style="dim")
-    c = nb.conclusion
-    if c.text or c.chosen_variant:
-        if c.chosen_variant:
-            out.append("\n")
-            out.append_text(one_line(f" chosen: {c.chosen_variant}", style="bold green", limit=80))
-        if c.text:
-            out.append("\n ")
-            out.append_text(plain(c.text))
-        if c.date:
-            out.append("\n")
-            out.append_text(one_line(f" {c.date}", style="dim", limit=40))
-    else:
-        out.append("\n not written yet", style="dim")
-    return out

@@ -33,6 +33,7 @@ from textual.widgets import Header, SelectionList, Static, TabbedContent, TabPan
 from textual.widgets.selection_list import Selection
 
 from ... import runs
+from .. import comparetables
 from .. import comparison as cmp
 from .. import style as sty
 from ..api import app_of
@@ -202,7 +203,7 @@ class CompareScreen(Screen[None]):
             return
         scroll = self.query_one("#compare-scroll", VerticalScroll)
         self._width = scroll.size.width or self.app.size.width
-        items = cmp.tables(self.data, self._width - 2)
+        items = comparetables.tables(self.data, self._width - 2)
         self.query_one("#compare-tables", Static).update(Group(*items))
 
     def show_list(self) -> None:

@@ -106,11 +106,17 @@ class DataScreen(Screen[None]):
         cdir, cache, rid = app.campaign_dir, app.cache, self.run_id
 
         def work() -> None:
-            all_runs = [r for p in runs.run_dirs(cdir) if (r := cache.read(p)) is not None]
-            source, note = source_run(cdir, rid, all_runs)
-            doc, why = load_inspect(runs.run_dir(cdir, source))
-            src = next((r for r in all_runs if r.id == source), None)
-            gate = src.gate("data") if src is not None else None
+            try:
+                all_runs = [r for p in runs.run_dirs(cdir) if (r := cache.read(p)) is not None]
+                source, note = source_run(cdir, rid, all_runs)
+                doc, why = load_inspect(runs.run_dir(cdir, source))
+                src = next((r for r in all_runs if r.id == source), None)
+                gate = src.gate("data") if src is not None else None
+            except Exception as exc:  # noqa: BLE001 - said on the screen; the app goes on
+                self.post_message(
+                    DataRead(None, f"the run's data cannot be read: {type(exc).__name__}: {exc}", "", None)
+                )
+                return
             self.post_message(DataRead(doc, why or "", note, gate, source))
 
         self.run_worker(work, thread=True, exclusive=True, group="data", exit_on_error=False, description="read data")
