@@ -29,18 +29,7 @@ def default_campaign(cwd: Path | None = None) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-
-    from ..tui.app import CockpitApp
+    from ..tui.app import main
 
     campaign = Path(args.campaign) if args.campaign else default_campaign()
-    app = CockpitApp(campaign)
-    app.run()
-    code = app.return_code or 0
-    if code:  # an unhandled exception ended the app (Textual printed it): never report success
-        print(
-            "cockpit tui: the cockpit ended after an unexpected error (above); runs it started keep running. "
-            "Open it again with `cockpit`.",
-            file=sys.stderr,
-        )
-    return int(code)
+    return main(campaign)  # non-zero after an unhandled error; says what keeps running

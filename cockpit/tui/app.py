@@ -1,32 +1,44 @@
 """The Cockpit application: holds the campaign, the launcher and the device source.
 
 Thin on purpose: screens own their behaviour. The app keeps the notebook as
-last read, watches ``campaign.toml`` for changes made by someone else (the
-CLI, a pilot) and offers the actions the footer, the screens and the command
-palette share. It also drives a series (``cockpit.series.Series``): a timer
-hands ``Series.poll`` to a worker thread, which starts the next runs detached
-and reaps the finished ones, so the UI never waits on a run.
+last read (``notebookread``: a file that cannot be read is shown, never
+fatal; a huge one is painted before it is parsed), watches ``campaign.toml``
+for changes made by someone else (the CLI), keeps one reader per followed
+run (``feeds.Feeds``) and a cache of finished runs (``runcache.RunCache``)
+for every screen, and offers the actions the footer, the screens and the
+command palette share. A series started here is driven by
+``seriesctl.SeriesDriver``. Notifications are never markup, and wait while a
+dialog is open.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from textual import work
+from textual import on
 from textual.app import App
 from textual.binding import Binding
-from textual.message import Message
+from textual.worker import Worker, WorkerState
 
 from .. import notebook as nbm
+from .. import runs
+from . import notebookread as nr
+from .api import Cockpit, Launcher, Timing
 from .device import DeviceSource, NvmlSource
+from .feeds import ALL, Feeds
+from .messages import FeedLoaded, FeedsChanged, NotebookChanged, NotebookRead, SeriesPolled, SeriesStopped
+from .notes import Saved
+from .plain import clean, clean_line
+from .runcache import RunCache
+from .seriesctl import SeriesDriver
 
+if TYPE_CHECKING:
+    from textual.command import Provider
 
-class Launcher(Protocol):
-    def start(self, rdir: Path, nproc: int = 1, env: dict[str, str] | None = None) -> int: ...
-    def stop(self, rdir: Path) -> str: ...
+__all__ = ["CockpitApp", "Launcher", "ProcessLauncher", "Timing", "main"]
 
 
 class ProcessLauncher:
@@ -43,26 +55,7 @@ class ProcessLauncher:
         return launch.stop(rdir)
 
 
-@dataclass(frozen=True)
-class Timing:
-    """How often things are read. Tests shorten them; nothing here reads a clock."""
-
-    events_s: float = 0.1  # drain new events, redraw what changed
-    runs_s: float = 2.0  # re-derive run statuses from their folders
-    notebook_s: float = 1.0  # has campaign.toml changed on disk?
-    device_s: float = 1.0  # NVML reading
-    series_s: float = 1.0  # a running series: reap finished runs, start the next ones
-
-
-class NotebookChanged(Message):
-    """The notebook was reloaded (our own save or someone else's change)."""
-
-    def __init__(self, external: bool) -> None:
-        super().__init__()
-        self.external = external
-
-
-def _commands() -> type:
+def _commands() -> type[Provider]:
     # The palette's module imports textual.command: only when ctrl+p is pressed.
     from .commands import CockpitCommands
 
@@ -76,6 +69,7 @@ class CockpitApp(App[None]):
     BINDINGS = [
         Binding("question_mark", "help", "Help", id="help", key_display="?"),
         Binding("q", "quit", "Quit", id="quit"),
+        Binding("m", "toggle_maximize", "Max", id="maximize", show=False),
         Binding("ctrl+g", "device", "GPUs", id="device", show=False),
     ]
 
@@ -87,70 +81,211 @@ class CockpitApp(App[None]):
         launcher: Launcher | None = None,
         timing: Timing | None = None,
         watch: bool = True,
+        sync_bytes: int = nr.SYNC_BYTES,
     ) -> None:
         super().__init__()
         self.notebook_path = nbm.find(campaign)
-        self.notebook = nbm.load(self.notebook_path)
         self.campaign_dir = self.notebook_path.parent
         self.device_source: DeviceSource = device_source or NvmlSource()
         self.launcher: Launcher = launcher or ProcessLauncher()
         self.timing = timing or Timing()
-        self.watch = watch
-        self.sub_title = self.notebook.campaign.name
+        self.watch_notebook = watch
+        self.notebook: nbm.Notebook = nr.placeholder(self.notebook_path)
+        self.notebook_error = ""  # why the file cannot be read now ("" when it can)
+        self.notebook_partial = False  # a preview of a huge file: the decisions are being read
+        self.notebook_decisions: int | None = None  # how many decisions a preview stands for
         self._stat: tuple[int, int] | None = None
-        self.series = None  # cockpit.series.Series while one is driven from here
-        self.series_started: list[str] = []
-        self._series_timer = None
-        self._series_busy = False  # a poll is running in a thread (it writes campaign.toml itself)
+        self._first_read(sync_bytes)
+        self.sub_title = clean_line(self.notebook.campaign.name, 60)
+        self.cache = RunCache()
+        self.feeds = Feeds(self.campaign_dir, self._feed_worker, self.post_message)
+        self.series = SeriesDriver(self, self.notebook_path, self.launcher.start, self.timing.series_s)
+        self._deferred: list[tuple[str, dict[str, Any]]] = []  # notifications held while a dialog is open
+        self.quit_summary = ""  # what keeps running, printed after the app exits
+
+    # ---- the notebook on disk
+
+    def _first_read(self, sync_bytes: int) -> None:
+        """Before the first frame: a small file whole, a huge one as a preview (the rest in a worker)."""
+        self._stat = self._stat_now()
+        size = nr.size(self.notebook_path)
+        got = nr.preview(self.notebook_path) if size is not None and size > sync_bytes else nr.read(self.notebook_path)
+        self._take(got)
+
+    def _take(self, got: nr.Read) -> None:
+        if got.notebook is not None:
+            self.notebook = got.notebook
+            self.notebook_error = ""
+        else:
+            self.notebook_error = got.error
+        self.notebook_partial = got.partial
+        self.notebook_decisions = got.decisions
+
+    @property
+    def editable(self) -> bool:
+        """Whether the notebook was read whole and can be the base of an edit."""
+        return not self.notebook_error and not self.notebook_partial
 
     def on_mount(self) -> None:
         from .screens.campaign import CampaignScreen
 
-        self._stat = self._stat_now()
         self.push_screen(CampaignScreen())
-        if self.watch:
+        if self.notebook_partial:
+            self.call_after_refresh(self.reload_notebook)  # the whole file, once the preview is on screen
+        if self.watch_notebook:
             self.set_interval(self.timing.notebook_s, self._check_notebook)
-
-    # ---- the notebook on disk
+        self.set_interval(self.timing.events_s, self._poll_feeds)
 
     def _stat_now(self) -> tuple[int, int] | None:
         try:
             st = self.notebook_path.stat()
-        except FileNotFoundError:
+        except OSError:
             return None
         return st.st_mtime_ns, st.st_size
 
     def _check_notebook(self) -> None:
-        if self._series_busy:
+        if self.series.busy:
             return  # our own series is writing run rows: reloaded when its poll returns
         stat = self._stat_now()
         if stat == self._stat:
             return
         self._stat = stat
-        try:
-            digest = hashlib.sha256(self.notebook_path.read_bytes()).hexdigest()
-        except FileNotFoundError:
-            return
-        if digest != self.notebook.digest:
-            self.reload_notebook(external=True)
+        self.reload_notebook(external=True)
 
     def reload_notebook(self, external: bool = False) -> None:
-        try:
-            self.notebook = nbm.load(self.notebook_path)
-        except nbm.NotebookError as exc:
-            self.notify(str(exc), title="campaign.toml cannot be read", severity="error", timeout=15)
+        """Read campaign.toml again in a worker; NotebookRead brings the result back."""
+        path, seen = self.notebook_path, self.notebook.digest
+
+        def work() -> None:
+            if external and seen is not None:
+                try:
+                    if hashlib.sha256(path.read_bytes()).hexdigest() == seen:
+                        return  # touched, not changed
+                except (OSError, RecursionError):
+                    pass
+            self.post_message(NotebookRead(nr.read(path), external))
+
+        self.run_worker(work, thread=True, group="notebook", exclusive=True, description="read campaign.toml")
+
+    @on(NotebookRead)
+    def notebook_read(self, message: NotebookRead) -> None:
+        got = message.read
+        if got.notebook is None:
+            if got.error != self.notebook_error:
+                self.notify(got.error, title="campaign.toml cannot be read", severity="error", timeout=15)
+            self.notebook_error = got.error
+            self._broadcast(lambda: NotebookChanged(message.external))
             return
+        before, was_ok = self.notebook, self.editable
+        self._take(got)
         self._stat = self._stat_now()
-        if external:
+        self.sub_title = clean_line(self.notebook.campaign.name, 60)
+        if message.external and was_ok:
+            changed = nr.human_changes(before, self.notebook)
+            if changed:  # a run writing its own row is not news; a person's (or the CLI's) edit is
+                self.notify(
+                    f"campaign.toml changed on disk ({', '.join(changed[:6])}): the view is reloaded.",
+                    title="notebook changed",
+                    severity="warning",
+                )
+        self._broadcast(lambda: NotebookChanged(message.external))
+
+    def _broadcast(self, make: Callable[[], NotebookChanged]) -> None:
+        """Every screen in the stack gets the news (the one on top first), each its own message."""
+        for screen in reversed(self.screen_stack):
+            screen.post_message(make())
+
+    def need_notebook(self, what: str) -> bool:
+        """True when ``what`` (an edit, a start) can use the notebook; else say why not."""
+        if self.notebook_error:
             self.notify(
-                "campaign.toml changed on disk (CLI or pilot): the view is reloaded.",
-                title="notebook changed",
+                f"{what}: campaign.toml cannot be read now. Fix the file; the view reloads by itself.\n"
+                f"{self.notebook_error}",
+                severity="error",
+                timeout=15,
+            )
+            return False
+        if self.notebook_partial:
+            self.notify(
+                f"{what}: campaign.toml is still being read ({self.notebook_decisions:,} decisions); "
+                "try again in a moment",
                 severity="warning",
             )
-        self.screen.post_message(NotebookChanged(external))
-        for screen in self.screen_stack:
-            if screen is not self.screen:
-                screen.post_message(NotebookChanged(external))
+            return False
+        return True
+
+    # ---- the runs' readers, shared by the screens
+
+    def _feed_worker(self, work: Callable[[], None], description: str) -> object:
+        return self.run_worker(work, thread=True, group="feeds", exit_on_error=False, description=description)
+
+    @on(FeedLoaded)
+    def feed_loaded(self, message: FeedLoaded) -> None:
+        self.feeds.loaded(message)
+        self._tell_feeds({message.run_id: {ALL}})
+
+    def _poll_feeds(self) -> None:
+        keep = {rid for s in self.screen_stack if isinstance(rid := getattr(s, "run_id", None), str)}
+        changed = self.feeds.poll(keep)
+        if changed:
+            self._tell_feeds(changed)
+
+    def _tell_feeds(self, changed: dict[str, set[str]]) -> None:
+        """Each screen hears of the runs it follows (``wants_feed``), and of nothing else."""
+        for screen in reversed(self.screen_stack):
+            wants = getattr(screen, "wants_feed", None)
+            if wants is None:
+                continue
+            mine = {rid: set(aspects) for rid, aspects in changed.items() if wants(rid)}
+            if mine:
+                screen.post_message(FeedsChanged(mine))
+
+    # ---- notifications: never markup, never over a dialog
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: Any = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """A toast whose text is shown as written (text from files is never markup).
+
+        While a dialog is open (a question waits for an answer) the toast waits too.
+        """
+        kw: dict[str, Any] = {"title": clean_line(title, 120), "severity": severity, "timeout": timeout}
+        text = clean(message)
+        if getattr(self.screen, "DEFERS_TOASTS", False) if self.is_running and self.screen_stack else False:
+            self._deferred.append((text, kw))
+            return
+        super().notify(text, markup=False, **kw)
+
+    def pop_screen(self) -> Any:  # noqa: ANN401 - Textual's AwaitComplete
+        result = super().pop_screen()
+        if self._deferred:
+            self.call_later(self._flush_notifications)
+        return result
+
+    def _flush_notifications(self) -> None:
+        if getattr(self.screen, "DEFERS_TOASTS", False):
+            return
+        held, self._deferred = self._deferred, []
+        for text, kw in held:
+            super().notify(text, markup=False, **kw)
+
+    @on(Worker.StateChanged)
+    def worker_failed(self, event: Worker.StateChanged) -> None:
+        """The one place a worker's unexpected error is shown (the app goes on)."""
+        if event.state == WorkerState.ERROR and event.worker.error is not None:
+            err = event.worker.error
+            self.notify(
+                f"{event.worker.description or event.worker.name}: {type(err).__name__}: {err}",
+                title="error",
+                severity="error",
+                timeout=15,
+            )
 
     # ---- actions shared by footer, screens and command palette
 
@@ -158,7 +293,14 @@ class CockpitApp(App[None]):
         from .screens.help import HelpScreen
 
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(getattr(self.screen, "HELP_SECTION", "")))
+
+    def action_toggle_maximize(self) -> None:
+        screen = self.screen
+        if screen.maximized is not None:
+            screen.minimize()
+        elif screen.focused is None or not screen.maximize(screen.focused):
+            self.notify("nothing here to maximise: Tab moves to a pane first", severity="warning", timeout=3)
 
     def action_device(self) -> None:
         from .screens.device import DeviceScreen
@@ -168,14 +310,12 @@ class CockpitApp(App[None]):
 
     def run_kind(self, run_id: str) -> str:
         """ "pilot" or "train": the notebook row says, else the run's frozen run.toml."""
-        from .. import runs
-
         for row in self.notebook.runs:
             if row.id == run_id:
                 return row.kind
         try:
             return str(runs.read_run_toml(runs.run_dir(self.campaign_dir, run_id))["run"].get("kind", "pilot"))
-        except (OSError, KeyError, ValueError):
+        except (OSError, KeyError, ValueError, AttributeError):
             return "pilot"
 
     def open_run(self, run_id: str) -> None:
@@ -193,7 +333,7 @@ class CockpitApp(App[None]):
 
         if isinstance(self.screen, CompareScreen):
             self.screen.action_view(view)
-        else:
+        elif self.need_notebook("compare"):
             self.push_screen(CompareScreen(view))
 
     def open_data(self, run_id: str) -> None:
@@ -203,6 +343,9 @@ class CockpitApp(App[None]):
 
     def action_start_pilot(self) -> None:
         from .screens.dialogs import StartPilotScreen
+
+        if not self.need_notebook("start a pilot"):
+            return
 
         def chosen(choice: tuple[str, int] | None) -> None:
             if choice is not None:
@@ -217,149 +360,50 @@ class CockpitApp(App[None]):
         try:
             rid, rdir = launch.new_run(self.notebook_path, variant, seed, kind="pilot", starter=self.launcher.start)
         except (CockpitError, OSError) as exc:
-            self.notify(str(exc), title="pilot not started", severity="error", timeout=15, markup=False)
+            self.notify(str(exc), title="pilot not started", severity="error", timeout=15)
             return
         self.reload_notebook()
-        self.notify(f"pilot {rid} started ({variant}, seed {seed})", title="pilot", markup=False)
+        self.notify(f"pilot {rid} started ({variant}, seed {seed})", title="pilot")
         self.open_run(rid)
 
-    # ---- a series of train runs (variants x seeds), driven from here
+    # ---- a series of train runs (variants x seeds), driven from here (seriesctl.SeriesDriver)
 
     def action_start_series(self) -> None:
         from .. import series as sr
         from .screens.dialogs import StartSeriesScreen
 
-        if self.series is not None and not self.series.done:
+        if self.series.running:
             self.notify(
-                f"a series is running: {self.series_status()}; stop it first (palette: Stop the series)",
+                f"a series is running: {self.series.status()}; stop it first (palette: Stop the series)",
                 severity="warning",
             )
+            return
+        if not self.need_notebook("start a series"):
             return
 
         def chosen(choice: tuple[list[str], list[int], int, int | None] | None) -> None:
             if choice is not None:
-                self.start_series(*choice)
+                self.series.start(*choice)
 
         nb = self.notebook
         self.push_screen(StartSeriesScreen(nb, sr.default_variants(nb)), chosen)
 
-    def start_series(
-        self, variants: list[str], seeds: list[int], parallel: int = 1, updates: int | None = None
-    ) -> None:
-        """Plan it now (errors shown at once), then start and follow it from a timer."""
-        from .. import series as sr
-        from ..errors import CockpitError
-
-        try:
-            nb = nbm.load(self.notebook_path)
-            items, notes = sr.plan(nb, variants, seeds, overrides=sr.budget_overrides(updates))
-            notes += sr.parallel_check(self.notebook_path, [i.variant for i in items], parallel)
-            series = sr.Series(self.notebook_path, items, parallel=parallel, starter=self._series_starter)
-        except (CockpitError, nbm.NotebookError) as exc:
-            self.notify(str(exc), title="series not started", severity="error", timeout=20)
-            return
-        if not items:
-            self.notify("nothing to run", title="series", severity="warning")
-            return
-        self.series, self.series_started = series, []
-        budget = f"{updates} updates each (a quick look, recorded in each run)" if updates else "the notebook's budget"
-        self.notify("\n".join([f"{len(items)} runs, {parallel} at a time, {budget}", *notes]), title="series")
-        if self._series_timer is not None:
-            self._series_timer.stop()
-        self._series_timer = self.set_interval(self.timing.series_s, self._series_tick)
-        self._series_tick()
-
-    def _series_starter(self, campaign: Path, variant: str, seed: int, **kw: Any) -> tuple[str, Path]:
-        """``launch.new_run`` through this app's launcher (tests start a harmless process)."""
-        from .. import launch
-
-        return launch.new_run(campaign, variant, seed, starter=self.launcher.start, **kw)
-
-    def _series_tick(self) -> None:
-        if self.series is None or self._series_busy:
-            return
-        self._series_busy = True
-        self._series_poll()
-
-    @work(thread=True, group="series", exit_on_error=False, description="series: reap and start runs")
-    def _series_poll(self) -> None:
-        from .. import runs
-
-        series = self.series
-        changes: list = []
-        error = ""
-        try:
-            changes = series.poll()
-        except Exception as exc:  # noqa: BLE001 - shown; the runs already started keep running
-            error = f"{type(exc).__name__}: {exc}"
-            series.pending.clear()
-        done = series.done
-        if done:
-            try:
-                runs.settle(
-                    self.notebook_path
-                )  # this app drove the series: it writes the rows of runs killed on the way
-            except Exception as exc:  # noqa: BLE001
-                error = error or f"settle: {exc}"
-        self.call_from_thread(self._series_polled, series, changes, done, error)
-
-    def _series_polled(self, series, changes: list, done: bool, error: str) -> None:  # noqa: ANN001
-        self._series_busy = False
-        if series is not self.series:
-            return
-        if error:
-            self.notify(f"{error}\nno further run is started", title="series", severity="error", timeout=20)
-        for what, s in changes:
-            if what == "started":
-                self.series_started.append(s.run_id)
-                self.notify(f"{s.run_id} started: {s.item.label()}", title="series")
-            else:
-                st = s.state
-                bad = st is not None and st.status != "completed"
-                self.notify(
-                    f"{s.run_id} {st.status if st else '?'}: {st.stop_reason if st else ''}",
-                    title="series",
-                    severity="warning" if bad else "information",
-                    timeout=10 if bad else 5,
-                )
-        if changes or done or error:
+    @on(SeriesPolled)
+    def series_polled(self, message: SeriesPolled) -> None:
+        if self.series.polled(message):
             self.reload_notebook()
-        if done:
-            if self._series_timer is not None:
-                self._series_timer.stop()
-                self._series_timer = None
-            self.notify(f"series finished: {self.series_status()}; C compares the variants", title="series")
-
-    def series_status(self) -> str:
-        """The series in a few words, for the campaign screen."""
-        s = self.series
-        if s is None:
-            return ""
-        finished = [x for x in s.started if x.finished]
-        outcomes: dict[str, int] = {}
-        for x in finished:
-            status = x.state.status if x.state else "?"
-            outcomes[status] = outcomes.get(status, 0) + 1
-        total = len(s.started) + len(s.pending)
-        words = ", ".join(f"{n} {k}" for k, n in outcomes.items())
-        out = f"series {len(finished)}/{total} done" + (f" ({words})" if words else "")
-        if s.active:
-            out += f", running {', '.join(x.run_id for x in s.active)}"
-        if s.pending:
-            out += f", {len(s.pending)} waiting"
-        return out
 
     def action_stop_series(self) -> None:
         from .screens.dialogs import ConfirmScreen
 
-        s = self.series
+        s = self.series.series
         if s is None or s.done:
             self.notify("no series is running", severity="warning")
             return
 
         def confirmed(yes: bool | None) -> None:
             if yes:
-                self._stop_series()
+                self.series.stop()
 
         self.push_screen(
             ConfirmScreen(
@@ -369,22 +413,23 @@ class CockpitApp(App[None]):
             confirmed,
         )
 
-    @work(thread=True, group="series-stop", exit_on_error=False, description="stop the series")
-    def _stop_series(self) -> None:
-        said = self.series.stop() if self.series is not None else []
-        self.call_from_thread(self.notify, "\n".join(said) or "nothing was running", title="series stopped")
+    @on(SeriesStopped)
+    def series_stopped(self, message: SeriesStopped) -> None:
+        self.notify("\n".join(message.said) or "nothing was running", title="series stopped")
+
+    # ---- quitting: what keeps running is said
 
     async def action_quit(self) -> None:
         from .screens.dialogs import ConfirmScreen
 
-        s = self.series
+        s = self.series.series
         if s is None or not s.pending:
-            self.exit()
+            self._quit()
             return
 
         def confirmed(yes: bool | None) -> None:
             if yes:
-                self.exit()
+                self._quit()
 
         self.push_screen(
             ConfirmScreen(
@@ -394,69 +439,76 @@ class CockpitApp(App[None]):
             confirmed,
         )
 
+    def _quit(self) -> None:
+        self.quit_summary = still_running(self.campaign_dir, self.notebook)
+        self.exit()
+
+    # ---- notebook edits
+
     def action_note(self, kind: str = "decision", run_id: str = "") -> None:
-        from . import notes
         from .screens.dialogs import NoteScreen
 
-        digest = self.notebook.digest
-
-        def done(result: tuple[str, list[str]] | None) -> None:
-            if result is not None:
-                self.save(lambda: notes.add_note(self.notebook_path, digest, kind, *result))
-
-        self.push_screen(NoteScreen(kind, [run_id] if run_id else []), done)
+        if self.need_notebook(f"add a {kind}"):
+            self.push_screen(NoteScreen(kind, [run_id] if run_id else [], self.notebook.digest))
 
     def action_conclusion(self) -> None:
-        from . import notes
         from .screens.dialogs import ConclusionScreen
 
-        seen = self.notebook.conclusion
-
-        def done(result: tuple[str, str] | None) -> None:
-            if result is not None:
-                self.save(lambda: notes.set_conclusion(self.notebook_path, seen, *result))
-
-        self.push_screen(ConclusionScreen(seen, [v.id for v in self.notebook.variants]), done)
+        if self.need_notebook("edit the conclusion"):
+            self.push_screen(ConclusionScreen(self.notebook.conclusion, [v.id for v in self.notebook.variants]))
 
     def action_selection(self) -> None:
-        from . import notes
         from .screens.dialogs import SelectionScreen
 
-        seen = self.notebook.selection
-
-        def done(result: dict[str, str] | None) -> None:
-            if result is not None:
-                self.save(lambda: notes.set_selection(self.notebook_path, seen, notes.parse_selection(result)))
-
-        self.push_screen(SelectionScreen(seen), done)
+        if self.need_notebook("edit the selection sheet"):
+            self.push_screen(SelectionScreen(self.notebook.selection))
 
     def set_verdict(self, run_id: str) -> None:
-        from . import notes
         from .screens.dialogs import VerdictScreen
 
+        if not self.need_notebook("set a verdict"):
+            return
         try:
             seen = self.notebook.run(run_id).verdict
         except nbm.NotebookError as exc:
             self.notify(str(exc), severity="error")
             return
+        self.push_screen(VerdictScreen(run_id, seen))
 
-        def done(result: str | None) -> None:
-            if result is not None:
-                self.save(lambda: notes.set_verdict(self.notebook_path, run_id, seen, result))
-
-        self.push_screen(VerdictScreen(run_id, seen), done)
-
-    def save(self, edit) -> bool:  # noqa: ANN001 - a zero-argument callable returning notes.Saved
-        """Run one notebook edit; show what happened. A conflict is shown, never forced."""
-        try:
-            saved = edit()
-        except nbm.ConflictError as exc:
-            self.reload_notebook()
-            self.notify(str(exc), title="not saved: changed on disk", severity="error", timeout=30)
-            return False
-        except nbm.NotebookError as exc:
-            self.notify(str(exc), title="not saved", severity="error", timeout=20)
-            return False
+    def saved(self, saved: Saved) -> None:
+        """A dialog saved an edit: read the notebook again and say so."""
         self.reload_notebook()
         self.notify(saved.message, title="saved", severity="warning" if saved.merged else "information")
-        return True
+
+
+def still_running(campaign_dir: Path, nb: nbm.Notebook) -> str:
+    """One line for the terminal after quitting: the campaign's runs whose process still lives."""
+    kinds = {r.id: (r.kind, r.variant, r.seed) for r in nb.runs}
+    alive = []
+    for rdir in runs.run_dirs(campaign_dir):
+        try:
+            if runs.is_alive(rdir):
+                kind, variant, seed = kinds.get(rdir.name, ("run", "?", "?"))
+                alive.append(f"{rdir.name} ({kind} {variant} seed {seed})")
+        except OSError:
+            continue
+    if not alive:
+        return "Cockpit closed; no run of this campaign is running."
+    return (
+        f"Cockpit closed; still running, detached: {', '.join(alive)}. "
+        f"`cockpit` reattaches; `cockpit stop {campaign_dir} RUN` stops one."
+    )
+
+
+def main(campaign: Path | str, headless: bool = False) -> int:
+    """Run the TUI; afterwards say what keeps running. Non-zero when the app ended on an unhandled error."""
+    app = CockpitApp(campaign)
+    app.run(headless=headless)
+    if app.quit_summary:
+        print(app.quit_summary)
+    return app.return_code or 0
+
+
+def _is_cockpit(app: CockpitApp) -> Cockpit:
+    """Never called: mypy checks here that the application offers everything screens ask of it."""
+    return app

@@ -1,33 +1,38 @@
 """What the compare screen shows, read from the campaign's files. No textual, no torch.
 
-The tables are ``cockpit compare``'s own: :func:`table_renderables` runs
-:func:`cockpit.compare.render` against a collector in place of a console, so
-the TUI shows the very tables, flags and method text the CLI prints, laid out
-by Rich at the widget's width. The data is gathered like
-:func:`cockpit.compare.collect` but read-only: ``collect`` reconciles the
-notebook (a write), which the TUI leaves to its own edits and to the series it
-drives, so opening the compare screen never rewrites ``campaign.toml``.
+The figures are ``cockpit compare``'s: :func:`collect` builds the very
+dictionary :func:`cockpit.compare.summarize` builds, from the same functions
+(``train_runs``, ``group_runs``, ``pilot_memory``, ``flags``), but
 
-Curves: each train run's ``curve.csv`` (loss per update) and ``evals.csv``
-(validation points), non-finite values left out (a diverged run's last loss may
-be ``nan``; its stop reason says so). Each variant has a colour and each of its
-runs a marker, so every overlaid run is told apart by colour and by marker;
-the screen can also give each run a colour of its own.
+- read-only: ``compare.collect`` reconciles the notebook (a write), which the
+  TUI leaves to its own edits and to the series it drives;
+- from the app's cache of run folders (a finished run is read once) and, for
+  a running run, from its one incremental reader: opening compare on a
+  campaign of a thousand runs reads only what changed.
+
+``comparetables`` lays the figures out for the width at hand.
+
+Curves: each chosen train run's ``curve.csv`` (loss per update) and
+``evals.csv`` (validation points), non-finite values left out. Each variant has
+a colour and each of its runs a marker; a variant with more than
+``BAND_FROM`` chosen seeds is drawn as its mean with a min-max band. The
+default choice is capped: the counted runs of at most ``MAX_VARIANTS``
+variants (the reference, then the best), the running ones and a few that
+ended badly.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-from rich.text import Text
 
 from .. import compare, runs
 from .. import events as ev
 from .. import notebook as nbm
+from .runcache import RunCache
 
 VARIANT_STYLES = (
     "bright_green",
@@ -56,34 +61,66 @@ RUN_STYLES = (
     "turquoise2",
     "tan",
 )
+MAX_VARIANTS = 6  # variants chosen by default on the curves
+MAX_BAD = 6  # runs that ended badly chosen by default
+BAND_FROM = 4  # a variant with this many chosen seeds or more is drawn as mean and min-max band
+BAD = frozenset(
+    {
+        ev.Status.DIVERGED.value,
+        ev.Status.FAILED.value,
+        ev.Status.OOM.value,
+        ev.Status.ERROR.value,
+        ev.Status.CRASHED.value,
+    }
+)
 
 
-def collect(nb: nbm.Notebook) -> dict[str, Any]:
-    """The same dictionary as ``compare.collect``, without reconciling (no write)."""
-    return compare.summarize(nb)
+# --------------------------------------------------------------------------- the figures
 
 
-class Collector:
-    """Stands in for a Rich console: keeps what ``compare.render`` prints, as renderables."""
-
-    def __init__(self) -> None:
-        self.items: list[Any] = []
-
-    def print(self, *objects: Any, style: str | None = None, highlight: bool | None = None, **_: Any) -> None:
-        for obj in objects:
-            if isinstance(obj, str):
-                text = Text.from_markup(obj)
-                if style:
-                    text.stylize(style)
-                self.items.append(text)
-            else:
-                self.items.append(obj)
+def all_runs(campaign_dir: Path, cache: RunCache, live: dict[str, runs.RunFiles] | None = None) -> list[runs.RunFiles]:
+    """Every run of the campaign, oldest first: the live ones as given, the others from the cache."""
+    live = live or {}
+    out: list[runs.RunFiles] = []
+    for p in runs.run_dirs(campaign_dir):
+        r = live.get(p.name) or cache.read(p)
+        if r is not None:
+            out.append(r)
+    return out
 
 
-def table_renderables(data: dict[str, Any]) -> list[Any]:
-    out = Collector()
-    compare.render(data, out)
-    return out.items
+def collect(
+    nb: nbm.Notebook, cache: RunCache | None = None, live: dict[str, runs.RunFiles] | None = None
+) -> dict[str, Any]:
+    """The same dictionary as ``compare.summarize``, without reconciling (no write), from cached runs."""
+    rs = all_runs(nb.directory, cache or RunCache(), live)
+    trs = compare.train_runs(nb, rs)
+    groups = compare.group_runs(nb, trs)
+    mem = {v.id: compare.pilot_memory(nb, v.id, rs) for v in nb.variants}
+    c = nb.campaign
+    return {
+        "campaign": c.name,
+        "question": c.question,
+        "metric": c.quality_metric,
+        "higher_is_better": c.higher_is_better,
+        "quality_target": c.quality_target,
+        "held_constant": c.held_constant,
+        "reference": nb.reference.id,
+        "quality": [{**asdict(g), "stats": {**asdict(g.stats), "spread": g.stats.spread}} for g in groups],
+        "not_completed": [asdict(r) for r in trs if r.status != ev.Status.COMPLETED.value],
+        "superseded": [asdict(r) for r in trs if r.superseded_by],
+        "memory": {vid: _mem_dict(m) for vid, m in mem.items()},
+        "flags": {v.id: compare.flags(nb, v.id, mem, groups) for v in nb.variants},
+        "kinds": {v.id: v.kind for v in nb.variants},
+        "method": compare.METHOD,
+        "train_runs": [asdict(r) for r in trs],
+    }
+
+
+def _mem_dict(m: compare.PilotMem) -> dict[str, Any]:
+    d = asdict(m)
+    d["phases"] = {k: asdict(v) for k, v in m.phases.items()}
+    return d
 
 
 # --------------------------------------------------------------------------- curves
@@ -104,6 +141,7 @@ class Curve:
     evals: list[tuple[float, float]] = field(default_factory=list)  # (update, val_loss)
     counted: bool = False  # counted in the quality table (the latest completed run of its seed)
     run_style: str = ""  # a colour of its own, when runs rather than variants are coloured
+    loaded: bool = False  # its curve.csv and evals.csv were read
 
     def look(self, per_run: bool) -> str:
         return self.run_style if per_run and self.run_style else self.style
@@ -112,22 +150,18 @@ class Curve:
         return f"{self.id} {self.variant} s{self.seed}"
 
 
-def _finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
-
-
 def read_evals(path: Path) -> list[tuple[float, float]]:
     out: list[tuple[float, float]] = []
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        with open(path, newline="", encoding="utf-8", errors="replace") as fh:
             for row in csv.DictReader(fh):
                 try:
                     step, loss = float(row.get("step") or "nan"), float(row.get("val_loss") or "nan")
-                except ValueError:
+                except (ValueError, TypeError):
                     continue
                 if math.isfinite(step) and math.isfinite(loss):
                     out.append((step, loss))
-    except (FileNotFoundError, OSError):
+    except (OSError, csv.Error):
         pass
     return out
 
@@ -149,47 +183,80 @@ def styles(nb: nbm.Notebook, train: list[dict[str, Any]]) -> dict[str, tuple[str
     return out
 
 
-def curves(nb: nbm.Notebook, data: dict[str, Any]) -> list[Curve]:
-    """Every train run's loss and validation curve, in run order, with its colour and marker."""
+def listing(nb: nbm.Notebook, data: dict[str, Any]) -> list[Curve]:
+    """Every train run in run order, with its colour and marker; no file read (curves come later)."""
     train = data.get("train_runs") or []
     look = styles(nb, train)
     counted = {rid for g in data["quality"] for rid in g["runs"].values()}
-    rows = compare.curves(nb.path, [r["id"] for r in train])
     out: list[Curve] = []
     for r in train:
         style, marker = look[r["id"]]
-        c = Curve(
-            r["id"],
-            r["variant"],
-            int(r["seed"]),
-            r["status"],
-            r["stop_reason"],
-            r["value"],
-            style,
-            marker,
-            counted=r["id"] in counted,
-            run_style=RUN_STYLES[len(out) % len(RUN_STYLES)],
+        out.append(
+            Curve(
+                r["id"],
+                r["variant"],
+                int(r["seed"]),
+                r["status"],
+                r["stop_reason"],
+                r["value"],
+                style,
+                marker,
+                counted=r["id"] in counted,
+                run_style=RUN_STYLES[len(out) % len(RUN_STYLES)],
+            )
         )
-        for row in rows.get(r["id"], []):
-            step, loss = row.get("step"), row.get("loss")
-            if _finite(step) and _finite(loss):
-                c.steps.append(step)
-                c.loss.append(loss)
-        c.evals = read_evals(runs.run_dir(nb.directory, r["id"]) / runs.EVALS_FILE)
-        out.append(c)
     return out
 
 
-def default_selection(cs: list[Curve]) -> list[str]:
-    """The runs the quality table counts, and every run that ended badly (a diverged run is shown, not hidden)."""
-    bad = {
-        ev.Status.DIVERGED.value,
-        ev.Status.FAILED.value,
-        ev.Status.OOM.value,
-        ev.Status.ERROR.value,
-        ev.Status.CRASHED.value,
-    }
-    return [c.id for c in cs if c.counted or c.status in bad or c.status == ev.Status.RUNNING.value]
+def load(c: Curve, campaign_dir: Path) -> Curve:
+    """Read one run's curve.csv and evals.csv into ``c`` (non-finite values left out)."""
+    rdir = runs.run_dir(campaign_dir, c.id)
+    steps: list[float] = []
+    loss: list[float] = []
+    for row in runs.read_csv_rows(rdir / runs.CURVE_FILE):
+        step, value = row.get("step"), row.get("loss")
+        if step is not None and value is not None and math.isfinite(step) and math.isfinite(value):
+            steps.append(step)
+            loss.append(value)
+    c.steps, c.loss, c.evals, c.loaded = steps, loss, read_evals(rdir / runs.EVALS_FILE), True
+    return c
+
+
+def curves(nb: nbm.Notebook, data: dict[str, Any]) -> list[Curve]:
+    """Every train run's loss and validation curve, in run order, with its colour and marker."""
+    return [load(c, nb.directory) for c in listing(nb, data)]
+
+
+def default_selection(cs: list[Curve], data: dict[str, Any] | None = None) -> list[str]:
+    """The runs chosen on opening: capped so a campaign of hundreds of runs stays readable.
+
+    The counted runs of at most ``MAX_VARIANTS`` variants (the reference first, then the
+    best by mean), every running run, and up to ``MAX_BAD`` runs that ended badly (a
+    diverged run is shown, not hidden).
+    """
+    order = _variant_order(cs, data)[:MAX_VARIANTS]
+    chosen = [c.id for c in cs if c.variant in order and c.counted]
+    chosen += [c.id for c in cs if c.status == ev.Status.RUNNING.value]
+    bad = [c.id for c in cs if c.status in BAD]
+    in_chosen = [rid for rid in bad if any(c.id == rid and c.variant in order for c in cs)]
+    chosen += (in_chosen + [rid for rid in bad if rid not in in_chosen])[:MAX_BAD]
+    return list(dict.fromkeys(chosen))
+
+
+def _variant_order(cs: list[Curve], data: dict[str, Any] | None) -> list[str]:
+    variants = list(dict.fromkeys(c.variant for c in cs))
+    if not data:
+        return variants
+    ref = data.get("reference")
+    higher = bool(data.get("higher_is_better"))
+    means = {g["variant"]: g["stats"]["mean"] for g in data.get("quality", []) if not g["tag"]}
+
+    def key(v: str) -> tuple[int, float]:
+        m = means.get(v)
+        score = float("inf") if m is None else (-m if higher else m)
+        return (0 if v == ref else 1, score)
+
+    return sorted(variants, key=key)
 
 
 def zoom_top(cs: list[Curve]) -> float | None:
@@ -197,3 +264,57 @@ def zoom_top(cs: list[Curve]) -> float | None:
     tops = [max(c.loss) for c in cs if c.loss and c.status != ev.Status.DIVERGED.value]
     tops += [max(y for _, y in c.evals) for c in cs if c.evals and c.status != ev.Status.DIVERGED.value]
     return max(tops) if tops else None
+
+
+def smooth(values: list[float], weight: float = 0.8) -> list[float]:
+    """An exponential moving average, debiased at the start (TensorBoard's smoothing)."""
+    out: list[float] = []
+    last = 0.0
+    for i, v in enumerate(values):
+        last = weight * last + (1 - weight) * v
+        out.append(last / (1 - weight ** (i + 1)))
+    return out
+
+
+@dataclass
+class Band:
+    """A variant's chosen runs as one curve: the mean loss per update with its min and max."""
+
+    variant: str
+    style: str
+    runs: list[str]
+    steps: list[float]
+    mean: list[float]
+    lo: list[float]
+    hi: list[float]
+
+
+def bands(shown: list[Curve]) -> tuple[list[Band], list[Curve]]:
+    """Variants with ``BAND_FROM`` or more chosen runs that did not end badly become bands; the rest stay runs."""
+    by_variant: dict[str, list[Curve]] = {}
+    for c in shown:
+        if c.status not in BAD:
+            by_variant.setdefault(c.variant, []).append(c)
+    out: list[Band] = []
+    banded: set[str] = set()
+    for vid, members in by_variant.items():
+        if len(members) < BAND_FROM:
+            continue
+        at: dict[float, list[float]] = {}
+        for c in members:
+            for s, y in zip(c.steps, c.loss, strict=False):
+                at.setdefault(s, []).append(y)
+        steps = sorted(at)
+        out.append(
+            Band(
+                vid,
+                members[0].style,
+                [c.id for c in members],
+                steps,
+                [sum(at[s]) / len(at[s]) for s in steps],
+                [min(at[s]) for s in steps],
+                [max(at[s]) for s in steps],
+            )
+        )
+        banded |= {c.id for c in members}
+    return out, [c for c in shown if c.id not in banded]

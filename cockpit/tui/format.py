@@ -1,4 +1,4 @@
-"""Words, units and colours shared by the screens. Colour always comes with a word."""
+"""Units and shared pieces of text: sizes, durations, clocks, bars. Colours of meaning live in ``style``."""
 
 from __future__ import annotations
 
@@ -6,27 +6,9 @@ import datetime as _dt
 
 from rich.text import Text
 
+from .style import status_text
+
 MIB = 2**20
-
-STATUS_STYLE = {
-    "created": "dim",
-    "running": "bold cyan",
-    "passed": "bold green",
-    "completed": "green",
-    "failed": "bold red",
-    "diverged": "bold red",
-    "oom": "bold red",
-    "error": "bold red",
-    "stopped": "yellow",
-    "crashed": "bold magenta",
-}
-
-VERDICT_STYLE = {"pass": "bold green", "warn": "bold yellow", "fail": "bold red", "skipped": "dim"}
-VERDICT_WORD = {"pass": "pass", "warn": "warn", "fail": "FAIL", "skipped": "skip"}
-
-
-def status_text(status: str) -> Text:
-    return Text(status, style=STATUS_STYLE.get(status, ""))
 
 
 def run_head(run_id: str, start: dict, status: str) -> Text:
@@ -38,12 +20,6 @@ def run_head(run_id: str, start: dict, status: str) -> Text:
         out.append("probe ", style="bold magenta")
     out.append_text(status_text(status))
     return out
-
-
-def verdict_text(verdict: str | None) -> Text:
-    if not verdict:
-        return Text("...", style="dim")
-    return Text(VERDICT_WORD.get(verdict, verdict), style=VERDICT_STYLE.get(verdict, ""))
 
 
 def mib(value: float | None, unit: bool = True) -> str:

@@ -23,6 +23,7 @@ back raw lines, so the decision to decode comes before the cost of decoding.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ MAX_STRIDE = 64
 SAMPLE_TAGS = (b'"kind":"sample"', b'"kind": "sample"')  # compact (EventWriter) or default json
 MAX_POINTS = 2048
 LOG_LINES = 500
+_KEY_KINDS = frozenset({ev.RUN_START, ev.PHASE_START, ev.GATE, ev.RUN_END})
 
 
 @dataclass
@@ -104,6 +106,15 @@ class RunFeed:
     samples_skipped: int = 0  # sample lines passed over while catching up
     first_t: float | None = None
     last_t: float | None = None
+    # The events a run's state is derived from (run_start, phase_start, gate, run_end), in file order,
+    # and the last eval: enough for cockpit.runs.state and compare, without keeping every event.
+    key_events: list[dict[str, Any]] = field(default_factory=list)
+    last_eval: dict[str, Any] | None = None
+    # Measured time per update (rank 0's step events): the ETA of a train run comes from these.
+    step_seconds: float = 0.0
+    steps_timed: int = 0
+    timed_steps: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> its last timed step
+    gone: bool = False  # the file was read, then disappeared (the run folder was deleted)
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
@@ -111,6 +122,7 @@ class RunFeed:
         self._pending = b""
         self._bad = 0
         self._sample_n = 0
+        self._size = -1  # the file's size at the last look
 
     @property
     def offset(self) -> int:
@@ -119,10 +131,8 @@ class RunFeed:
     @property
     def behind_bytes(self) -> int:
         """How much of the file is written but not read yet (back-pressure, in bytes)."""
-        try:
-            return max(0, self.path.stat().st_size - self._offset)
-        except FileNotFoundError:
-            return 0
+        self._grown()
+        return max(0, self._size - self._offset)
 
     @property
     def bad_lines(self) -> int:
@@ -132,13 +142,25 @@ class RunFeed:
     def lines_read(self) -> int:
         return self.events_read + self.samples_skipped
 
+    def _grown(self) -> bool:
+        """Whether the file holds bytes not read yet (one stat: an idle run costs nothing more)."""
+        try:
+            size = os.stat(self.path).st_size
+        except (FileNotFoundError, NotADirectoryError):
+            if self._offset:
+                self.gone = True
+            return False
+        self.gone = False
+        self._size = size
+        return size > self._offset
+
     def _read_lines(self, max_bytes: int | None) -> list[bytes] | None:
         """Complete new lines (possibly none); None when no new bytes at all."""
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(self._offset)
                 chunk = fh.read() if max_bytes is None else fh.read(max_bytes)
-        except FileNotFoundError:
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
             return None
         if not chunk:
             return None
@@ -150,12 +172,14 @@ class RunFeed:
     def poll(self) -> set[str]:
         """Read new events within the time budget; return the aspects that changed."""
         dirty: set[str] = set()
+        if not self._grown():
+            return dirty
         start = time.perf_counter()
         budget = self.budget_s
         while True:
             stride = 1
             if self.decimate:
-                stride = min(MAX_STRIDE, 1 + self.behind_bytes // BEHIND_PER_STRIDE)
+                stride = min(MAX_STRIDE, 1 + max(0, self._size - self._offset) // BEHIND_PER_STRIDE)
             lines = self._read_lines(None if budget is None else self.chunk_bytes)
             if lines is None:
                 return dirty
@@ -167,7 +191,11 @@ class RunFeed:
                         continue
                 event = self._decode(raw)
                 if event is not None:
-                    self._apply(event, dirty)
+                    try:
+                        self._apply(event, dirty)
+                    except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError):
+                        self._bad += 1  # a well-formed line with a payload of the wrong shape: skipped
+                        continue
                     self.events_read += 1
             if budget is None or time.perf_counter() - start >= budget:
                 return dirty
@@ -212,21 +240,30 @@ class RunFeed:
             if self.first_t is None:
                 self.first_t = t
             self.last_t = t
+        if kind in _KEY_KINDS:
+            self.key_events.append(e)
         if kind == ev.SAMPLE:
             self._sample(e, t)
             dirty.add("mem")
         elif kind == ev.STEP:
+            if e.get("duration_s") and isinstance(e.get("phase"), str):
+                self.timed_steps[e["phase"]] = e
             loss = e.get("loss")
             if isinstance(loss, (int, float)) and isinstance(t, (int, float)):
                 self.loss.add(t, float(loss))
                 dirty.add("loss")
             if e.get("rank") in (None, 0):
                 self.last_step = e
+                secs = e.get("duration_s")
+                if isinstance(secs, (int, float)) and secs >= 0:
+                    self.step_seconds += float(secs)
+                    self.steps_timed += 1
                 step = e.get("step")
                 if isinstance(loss, (int, float)) and isinstance(step, (int, float)):
                     self.step_loss.add(float(step), float(loss))
                 dirty.add("steps")
         elif kind == ev.EVAL:
+            self.last_eval = e
             if e.get("rank") in (None, 0):
                 self.evals.append(e)
                 self.log.append(f"{'eval':<7} {eval_words(e)}")
@@ -297,6 +334,24 @@ class RunFeed:
 
     # ---- queries
 
+    def state(self) -> runs.RunState:
+        """The run's state by the one rule (``cockpit.runs.state``), from the events read so far."""
+        evs = list(self.key_events)
+        if self.last_t is not None and (not evs or evs[-1].get("t") != self.last_t):
+            evs.append({"kind": "tail", "t": self.last_t})  # only its time counts (a crashed run's end)
+        return safe_state(self.path.parent, evs)
+
+    def events_for_compare(self) -> list[dict[str, Any]]:
+        """The events compare needs of a run (its state's, the last step and eval), in file order."""
+        extra = [e for e in (self.last_step, self.last_eval, *self.timed_steps.values()) if e is not None]
+        seen: set[int] = set()
+        out = []
+        for e in [*self.key_events, *extra]:
+            if id(e) not in seen:
+                seen.add(id(e))
+                out.append(e)
+        return sorted(out, key=lambda e: e["t"] if isinstance(e.get("t"), (int, float)) else 0.0)
+
     @property
     def phases(self) -> list[str]:
         planned = (self.start or {}).get("phases")
@@ -330,13 +385,35 @@ class RunFeed:
         return None
 
 
+UNREADABLE = "unreadable"
+
+
+def safe_state(rdir: Path, evs: list[dict[str, Any]]) -> runs.RunState:
+    """``runs.state``, or an "unreadable" state saying why when the events are not what a run writes."""
+    try:
+        return runs.state(rdir, evs)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError) as exc:
+        return runs.RunState(
+            rdir.name,
+            rdir,
+            UNREADABLE,
+            None,
+            f"events.jsonl holds an event Cockpit cannot read ({type(exc).__name__}: {exc})",
+            None,
+            None,
+            None,
+            "",
+        )
+
+
 def eval_words(e: dict[str, Any]) -> str:
     """One validation point in words: update, val_loss and the task's metrics."""
     loss = e.get("loss")
     out = f"update {e.get('step', '?')}: val_loss " + (
         f"{loss:.4g}" if isinstance(loss, (int, float)) else "non-finite"
     )
-    for k, v in (e.get("metrics") or {}).items():
+    metrics = e.get("metrics")
+    for k, v in (metrics if isinstance(metrics, dict) else {}).items():
         out += f" {k} " + (f"{v:.3g}" if isinstance(v, (int, float)) else "-")
     return out
 
@@ -353,13 +430,3 @@ def gate_peak(gate: dict[str, Any] | None, gpu: bool | None = None) -> tuple[flo
     if value is None or (gpu and counter != runs.GPU_PEAK):
         return None, ""
     return float(value), counter
-
-
-def gate_capacity(gate: dict[str, Any] | None) -> float | None:
-    """The largest GPU capacity a gate saw (bytes), None without a GPU."""
-    if not gate:
-        return None
-    totals = [
-        g.get("total") for g in (gate.get("mem") or {}).get("nvml") or [] if isinstance(g, dict) and g.get("total")
-    ]
-    return float(max(totals)) if totals else None

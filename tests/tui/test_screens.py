@@ -7,14 +7,16 @@ import time
 from pathlib import Path
 
 import pytest
+from textual.widgets import Log
 
 from cockpit import events as ev
 from cockpit import notebook as nbm
 from cockpit.tui.screens.campaign import CampaignScreen
-from cockpit.tui.screens.data import DataScreen
+from cockpit.tui.screens.data import DataScreen, text_of
 from cockpit.tui.screens.device import DeviceScreen
 from cockpit.tui.screens.help import HelpScreen
 from cockpit.tui.screens.run import RunScreen
+from cockpit.tui.widgets.gates import GateTable
 from tests.tui.support import screen_text
 
 pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
@@ -72,8 +74,8 @@ async def test_run_screen_replays_every_gate_from_files(make_app):
         await until(pilot, shows(app, "14/14 gates"))
         text = screen_text(app)
         assert "passed" in text and "every gate passed (1 warning)" in text
-        for phase in ("stack", "forward", "worst_case", "resume", "export"):
-            assert phase in text
+        table = app.screen.query_one(GateTable)
+        assert [str(k.value) for k in table.rows] == list(ev.PHASES)  # every phase has its row (the table scrolls)
         assert "warn" in text  # the data gate's warning, in words
         assert "vs 22G" in text and "\u25c0" in text  # bars against capacity, the peak marked
         assert "GPU memory" in text and "gpu0 NVML" in text
@@ -97,11 +99,13 @@ async def test_crashed_run_says_so_with_rss_when_no_gpu(make_app):
         await until(pilot, shows(app, "crashed"))
         text = screen_text(app)
         assert "r0002" in text
-        assert "process gone without a final event during phase backward" in text
+        assert "process ended without a final event during phase backward" in text  # the CLI's words
+        assert "backward       crashed" in text  # the phase it crashed in, said in its row
         assert "no GPU, process RSS" in text
         assert "running" not in text.split("phase")[0]
-        assert "Killed" in text  # the output.log tail after a crash
-        assert "out of host memory" in text
+        assert "Killed" in text  # the output.log tail after a crash, its last line on screen
+        log = "\n".join(app.screen.query_one(Log).lines)
+        assert "out of host memory" in log
 
 
 async def test_data_view_shows_supervised_spans_and_rows(make_app):
@@ -117,8 +121,7 @@ async def test_data_view_shows_supervised_spans_and_rows(make_app):
         await pilot.press("down")
         await until(pilot, shows(app, "Q: sort dcab A: abcd"))
         # the supervised span carries its own style
-        static = app.screen.query_one("#example")
-        rendered = static.render()
+        rendered = text_of(app.screen.examples[1])
         spans = [rendered.plain[s.start : s.end] for s in rendered.spans if "green" in str(s.style)]
         assert " abcd" in spans
         await pilot.press("escape", "down", "i")
@@ -195,7 +198,7 @@ async def test_start_pilot_watch_it_live_and_stop_it(make_app, recorded: Path, l
             mem={"torch": None, "nvml": None, "rss": 2**30, "rss_peak": 2**30},
         )
         writer.close()
-        await until(pilot, shows(app, "FAIL"))
+        await until(pilot, shows(app, "fail"))
         # Stop asks first; n keeps it running, y stops it.
         await pilot.press("x")
         await until(pilot, shows(app, f"Stop pilot {NEW}?"))
@@ -279,8 +282,12 @@ async def test_change_on_disk_meanwhile_is_shown_never_overwritten(make_app, rec
         nbm.mutate(recorded, lambda nb: setattr(nb.run("r0001"), "verdict", "rerun"))
         await pilot.press(*"keep", "enter")
         await until(pilot, shows(app, "changed on disk"), what="conflict message")
-        assert "rerun" in notes(app)
+        assert "'rerun'" in screen_text(app) and "keep" in screen_text(app)  # both values, in the open dialog
         assert nbm.load(recorded).run("r0001").verdict == "rerun"
+        # The dialog kept what was typed; Enter now saves it over the other change, knowingly.
+        await pilot.press("enter")
+        await until(pilot, shows(app, "verdict of r0001 saved"), what="saved on the second Enter")
+        assert nbm.load(recorded).run("r0001").verdict == "keep"
 
 
 async def test_external_change_is_detected_and_reloaded(make_app, recorded: Path):

@@ -259,7 +259,7 @@ async def test_start_a_series_and_watch_its_runs_live(make_app, recorded: Path, 
         nb = nbm.load(recorded)
         assert nb.run(NEW).status == "completed"
         assert nb.run(second.name).status == "crashed"
-        assert "1 completed" in app.series_status() and "1 crashed" in app.series_status()
+        assert "1 completed" in app.series.status() and "1 crashed" in app.series.status()
 
 
 async def test_series_dialog_refuses_bad_seeds_and_stops_a_series(make_app, launcher):
@@ -270,7 +270,9 @@ async def test_series_dialog_refuses_bad_seeds_and_stops_a_series(make_app, laun
         await pilot.press("tab", *["backspace"] * 5, *"2-1")
         await until(pilot, shows(app, "seeds '2-1': write seeds as 0,1,2 or a range 0-4"))
         await pilot.press("enter")
-        await until(pilot, lambda: "write seeds as" in notes(app))
+        # refused in the dialog itself: the field is marked and keeps what was typed
+        await until(pilot, lambda: app.screen.query_one("#series-seeds").has_class("-invalid"))
+        assert app.screen.query_one("#series-seeds").value == "2-1"
         assert not launcher.started
         await pilot.press(*["backspace"] * 3, "0", "tab", "backspace", "2", "enter")  # seed 0, two at once
         await until(pilot, lambda: len(launcher.started) == 2, what="two runs at once")

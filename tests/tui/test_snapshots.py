@@ -1,4 +1,5 @@
-"""Snapshots of the main screens at 80x24 and 120x40, against the recorded campaign.
+"""Snapshots of the main screens at 80x24 and 120x40, against the recorded campaign (and, for some, the
+recorded campaign grown by ``tests/tui/scenarios.py``: 200 runs, many seeds, a stopped pilot).
 
 Deterministic: fixed event times, a fake device source (no NVML), no clocks
 on screen, and every worker finished before the picture is taken.
@@ -8,9 +9,14 @@ checking the report.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
 from cockpit.tui.app import Timing
+
+from . import scenarios
 
 pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
 
@@ -27,6 +33,20 @@ SCREENS = {
     "train_run": ["down", "down", "enter"],
     "train_diverged": ["down"] * 8 + ["enter"],
     "series_dialog": ["S"],
+    # hundreds of runs, many seeds, a stopped pilot, a dialog that keeps an invalid entry
+    "runs_200": ["end"],
+    "compare_many_seeds": ["C", "l"],
+    "compare_many_seeds_tables": ["C"],
+    "stopped_pilot": ["end", "enter"],
+    "stopped_gate": ["end", "enter", "end", "up", "up", "up", "up", "up", "enter"],
+    "dialog_invalid": ["s", "tab", "tab", *"bf61", "tab", *"two", "ctrl+s"],
+}
+SETUP: dict[str, Callable[[Path], object]] = {
+    "runs_200": lambda campaign: scenarios.add_series(campaign, 189),
+    "compare_many_seeds": lambda campaign: scenarios.add_series(campaign, 48),
+    "compare_many_seeds_tables": lambda campaign: scenarios.add_series(campaign, 48),
+    "stopped_pilot": scenarios.add_stopped_pilot,
+    "stopped_gate": scenarios.add_stopped_pilot,
 }
 SLOW = Timing(events_s=30, runs_s=30, notebook_s=30, device_s=30)
 
@@ -40,7 +60,9 @@ async def settle(pilot) -> None:
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("screen", list(SCREENS))
-def test_snapshot(snap_compare, make_app, screen, size):
+def test_snapshot(snap_compare, make_app, recorded, screen, size):
+    if screen in SETUP:
+        SETUP[screen](recorded)
     app = make_app(gpu=True, timing=SLOW, watch=False)
 
     async def run_before(pilot) -> None:

@@ -1,57 +1,67 @@
 """The campaign at a glance: question, what is held constant, batch arithmetic,
 runs (status in colour and in words), variants, decisions, selection and conclusion.
 
-Runs come first from the notebook (instant), then from their folders, whose
-events a worker thread reads so a large events.jsonl never delays the first
-paint; that re-reading repeats every few seconds so a running pilot's row
-moves on by itself. Pilots and series (train) runs share the table; the runs
-of a series started here appear as soon as they are created, and the table's
-bottom border says how far the series is.
+Runs come first from the notebook (instant), then from their folders. A run
+that has ended is read once, in a worker, through the app's cache of run
+folders (``runcache``: only the events a state needs are decoded); a running
+run is followed by its one incremental reader (``feeds``), shared with the run
+screen, so nothing is re-read every few seconds however large its
+``events.jsonl`` grows.
+
+Built for hundreds of runs: the run id column stays put when the table scrolls
+sideways; ``/`` filters (``variant:lr1e-4 status:failed seed:0-2`` or any
+text), ``t`` sorts by the next column (``T`` reverses), ``n`` and ``f`` jump to
+the next running and the next failed run, Home and End go to the first and
+last row; the line under the table gives the selected run's stop reason and
+progress. Pilots and series (train) runs share the table; while a series
+runs, the table's bottom border says how far it is and when it should end.
 """
 
 from __future__ import annotations
+
+import time
 
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.timer import Timer
+from textual.widgets import DataTable, Header, Input
 
-from ... import arithmetic, runs
 from ... import notebook as nbm
-from .. import format as fm
-from ..app import NotebookChanged
+from ... import runs
+from .. import progress as pg
+from .. import style as sty
+from ..api import app_of
+from ..feeds import ALL
+from ..messages import FeedsChanged, NotebookChanged, RunStates
+from ..plain import one_line
+from ..runtable import RUN_COLUMNS, SORTS, RunView, matches, scan_one, sort_key, view_of
+from ..widgets.footer import FittingFooter
 from ..widgets.keyed import put_row
+from ..widgets.table import CursorTable
+from ..widgets.text import TextBox
+from .notebookview import decisions, empty_hint, sheet, summary, variants
 
-# Fixed widths: rows change in place as runs progress, and columns must not jump.
-RUN_COLUMNS = (
-    ("run", "run", 5),
-    ("variant", "variant", 8),
-    ("seed", "seed", 4),
-    ("status", "status", 9),
-    ("phase", "phase", 13),
-    ("peak", "peak MiB", 8),
-    ("time", "time", 7),
-    ("verdict", "verdict", 10),
-    ("reason", "stop reason", None),
-)
-
-
-class RunStates(Message):
-    def __init__(self, states: dict[str, runs.RunState]) -> None:
-        super().__init__()
-        self.states = states
+SCAN_BATCH_S = 0.5  # a scan of the run folders hands over what it read this often
+LIVE_S = 1.0  # a running run's row and the detail line are redrawn at most this often
 
 
 class CampaignScreen(Screen[None]):
+    HELP_SECTION = "Campaign"
+    AUTO_FOCUS = "#runs"
     BINDINGS = [
         Binding("enter", "open", "Open run", id="open", show=False),
         Binding("p", "app.start_pilot", "Pilot", id="pilot"),
         Binding("S", "app.start_series", "Series", id="series"),
         Binding("C", "app.compare", "Compare", id="compare"),
+        Binding("slash", "filter", "Filter", id="filter", key_display="/"),
+        Binding("t", "sort", "Sort", id="sort"),
+        Binding("T", "sort(True)", "Reverse", id="reverse", show=False),
+        Binding("n", "next('running')", "Next running", id="next-running", show=False),
+        Binding("f", "next('bad')", "Next failed", id="next-failed", show=False),
         Binding("d", "note('decision')", "Decision", id="decision"),
         Binding("o", "note('observation')", "Observe", id="observation", show=False),
         Binding("v", "verdict", "Verdict", id="verdict", show=False),
@@ -64,51 +74,173 @@ class CampaignScreen(Screen[None]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.states: dict[str, runs.RunState] = {}
+        self.states: dict[str, runs.RunState] = {}  # from run folders (finished) and readers (running)
+        self.live: set[str] = set()  # runs whose process lives: followed by their reader
+        self.views: dict[str, RunView] = {}
+        self.meta: dict[str, tuple[str, int, str]] = {}  # from run.toml, for runs without a notebook row
+        self.query_text = ""
+        self.sort_by = "run"
+        self.sort_reverse = False
+        self._order: list[str] = []  # the row keys in the table, in order
         self._shown: dict[str, tuple[str, ...]] = {}
-        self._ended: dict[str, runs.RunState] = {}  # only the worker thread touches it
+        self._live_dirty: set[str] = set()
+        self._scanning = False  # a reading of the run folders is under way
+        self._scan_again = False  # ... and another was asked for meanwhile
+        self._next_scan: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(id="summary")
-        table: DataTable[Text] = DataTable(id="runs", cursor_type="row")
-        yield table
+        yield TextBox(id="summary")
+        # disabled until / shows it: a hidden field must never take the focus (its keys would hide the screen's)
+        yield Input(
+            placeholder="filter: variant:ID status:failed seed:0-2 or any text; Enter keeps, Escape clears",
+            id="filter",
+            compact=True,
+            disabled=True,
+        )
+        yield TextBox(id="empty")
+        yield CursorTable(id="runs", fixed_columns=1)
+        yield TextBox(id="run-detail")
         with VerticalScroll(id="notes"):
-            yield Static(id="variants")
-            yield Static(id="decisions")
-            yield Static(id="sheet")
-        yield Footer(compact=True)  # every main key fits in 80 columns
+            yield TextBox(id="variants")
+            yield TextBox(id="decisions")
+            yield TextBox(id="sheet")
+        yield FittingFooter(compact=True)
 
     def on_mount(self) -> None:
-        table = self.query_one("#runs", DataTable)
+        table = self.query_one("#runs", CursorTable)
         for key, label, width in RUN_COLUMNS:
             table.add_column(label, key=key, width=width)
         self.show_notebook()
-        self.load_states()
-        self.set_interval(self.app.timing.runs_s, self.load_states)
+        # Read the run folders once the first frame is out: a thousand folders read in a thread
+        # would otherwise share the interpreter with the first paint.
+        self.call_after_refresh(self.load_states)
+        self.set_interval(LIVE_S, self.refresh_live)
         table.focus()
 
     # ---- data
 
     @property
     def nb(self) -> nbm.Notebook:
-        return self.app.notebook
+        return app_of(self).notebook
 
-    @work(thread=True, exclusive=True, group="run-states", exit_on_error=False, description="read run folders")
     def load_states(self) -> None:
-        # As runs.list_runs, but a run that has ended (its final event written, no rank still running)
-        # is read once: a long series does not re-parse every finished run's events every few seconds.
-        states: dict[str, runs.RunState] = {}
-        for p in runs.run_dirs(self.app.campaign_dir):
-            st = self._ended.get(p.name) or runs.state(p)
-            if st.run_end is not None and st.final:
-                self._ended[p.name] = st
-            states[p.name] = st
-        self.post_message(RunStates(states))
+        """Read the run folders again, unless a reading is under way (then once more when it ends).
 
-    def on_run_states(self, message: RunStates) -> None:
-        self.states = message.states
-        self.show_runs()
+        The reading re-arms itself (dolphie's way): the next starts ``runs_s`` after the last ended,
+        so a slow disk or a thousand folders never stack readings on top of each other.
+        """
+        if self._scanning:
+            self._scan_again = True
+            return
+        self._scanning, self._scan_again = True, False
+        self._scan()
+
+    @work(thread=True, group="run-states", exit_on_error=False, description="read run folders")
+    def _scan(self) -> None:
+        """Every run folder: a finished run from the cache (read once), a running one left to its reader.
+
+        What is read is handed over every half second (a thousand cold folders fill the table as they
+        are read), and the last message is always sent, whatever happens on the way.
+        """
+        app = app_of(self)
+        followed = set(self.live)
+        states: dict[str, runs.RunState] = {}
+        live: list[str] = []
+        meta: dict[str, tuple[str, int, str]] = {}
+        handed = time.monotonic()
+        try:
+            for p in runs.run_dirs(app.campaign_dir):
+                try:
+                    scan_one(app.cache, p, followed, states, live, meta)
+                except (OSError, ValueError, TypeError, RecursionError):
+                    continue  # a folder being written or deleted: read again at the next scan
+                if time.monotonic() - handed > SCAN_BATCH_S:
+                    self.post_message(RunStates(states, [], meta, final=False))
+                    states, meta, handed = {}, {}, time.monotonic()
+        finally:
+            self.post_message(RunStates(states, live, meta))
+
+    @on(RunStates)
+    def run_states(self, message: RunStates) -> None:
+        if not message.final:  # a batch of a scan under way: more rows with their state
+            self.states.update(message.states)
+            self.meta.update(message.meta)
+            self.show_runs()
+            return
+        self._scanning = False
+        if self._scan_again:
+            self.load_states()
+        elif self._next_scan is None:
+            self._next_scan = self.set_timer(app_of(self).timing.runs_s, self._rescan)
+        feeds = app_of(self).feeds
+        # A finished run read from the cache is the very same object as before: nothing to redraw.
+        changed = any(self.states.get(rid) is not st for rid, st in message.states.items())
+        changed = changed or any(self.meta.get(rid) != m for rid, m in message.meta.items())
+        changed = changed or set(message.live) != self.live
+        self.states.update(message.states)
+        self.meta.update(message.meta)
+        self.live = set(message.live)
+        for rid in message.live:
+            feed = feeds.want(rid)
+            if feed is not None:
+                self.states[rid] = feed.state()
+                changed = True
+        if changed:
+            self.show_runs()
+
+    def _rescan(self) -> None:
+        self._next_scan = None
+        self.load_states()
+
+    @on(FeedsChanged)
+    def feeds_changed(self, message: FeedsChanged) -> None:
+        for rid, aspects in message.changed.items():
+            if rid in self.live and aspects & {ALL, "status", "gates", "steps"}:
+                self._live_dirty.add(rid)
+        if any(ALL in a for a in message.changed.values()):
+            self.refresh_live()
+
+    def refresh_live(self) -> None:
+        """The running runs' rows from their readers (at most once a second), and the detail line.
+
+        Only their rows are redrawn; the table is rebuilt only when a run ended (its status may
+        move it in a sorted or filtered table).
+        """
+        feeds = app_of(self).feeds
+        changed: list[str] = []
+        ended = False
+        for rid in list(self._live_dirty):
+            feed = feeds.get(rid)
+            if feed is None:
+                continue
+            self._live_dirty.discard(rid)
+            st = feed.state()
+            self.states[rid] = st
+            if st.final:
+                self.live.discard(rid)
+                ended = True
+            changed.append(rid)
+        if ended or (changed and (self.query_text or self.sort_by != "run" or self.sort_reverse)):
+            self.show_runs()
+            return
+        rows = {r.id: r for r in self.nb.runs}
+        columns = [key for key, _, _ in RUN_COLUMNS]
+        table = self.query_one("#runs", CursorTable)
+        for rid in {*changed, *self.live}:  # a running run's time column moves on by itself
+            if rid not in self.views:
+                continue
+            v = view_of(rid, rows.get(rid), self.states.get(rid), feeds.loading(rid), self.meta.get(rid))
+            self.views[rid] = v
+            if rid in self._order:
+                put_row(table, self._shown, rid, v.cells(), columns)
+        if self.live:
+            self.show_titles(len(self.views), len(self._order))
+        self.show_detail()
+
+    def wants_feed(self, run_id: str) -> bool:
+        """Only news of running runs concerns the table (their reader brings status and progress)."""
+        return run_id in self.live
 
     @on(NotebookChanged)
     def notebook_changed(self) -> None:
@@ -116,63 +248,185 @@ class CampaignScreen(Screen[None]):
         self.load_states()
 
     def action_reload(self) -> None:
-        self.app.reload_notebook()
+        app_of(self).reload_notebook()
 
     # ---- drawing
 
     def show_notebook(self) -> None:
+        app = app_of(self)
         nb = self.nb
-        self.query_one("#summary", Static).update(summary(nb))
-        self.query_one("#variants", Static).update(variants(nb))
-        self.query_one("#decisions", Static).update(decisions(nb))
-        self.query_one("#sheet", Static).update(sheet(nb))
+        self.query_one("#summary", TextBox).show(summary(nb, app.notebook_error, app.notebook_partial))
+        self.query_one("#variants", TextBox).show(variants(nb))
+        self.query_one("#decisions", TextBox).show(
+            decisions(nb, app.notebook_decisions if app.notebook_partial else None)
+        )
+        self.query_one("#sheet", TextBox).show(sheet(nb))
         self.show_runs()
 
     def show_runs(self) -> None:
-        table = self.query_one("#runs", DataTable)
+        app = app_of(self)
+        table = self.query_one("#runs", CursorTable)
         rows = {r.id: r for r in self.nb.runs}
         ids = list(rows) + [rid for rid in self.states if rid not in rows]
-        for rid in ids:
-            put_row(
-                table,
-                self._shown,
-                rid,
-                run_cells(rid, rows.get(rid), self.states.get(rid)),
-                [key for key, _, _ in RUN_COLUMNS],
-            )
-        running = [rid for rid in ids if self.states.get(rid) and self.states[rid].status == "running"]
-        table.border_title = f"runs ({len(ids)})" + (f"  running: {', '.join(running)}" if running else "")
-        table.border_subtitle = self.app.series_status()
+        feeds = app.feeds
+        self.views = {
+            rid: view_of(rid, rows.get(rid), self.states.get(rid), feeds.loading(rid), self.meta.get(rid))
+            for rid in ids
+        }
+        visible = (
+            [v for v in self.views.values() if matches(v, self.query_text)]
+            if self.query_text
+            else list(self.views.values())
+        )
+        if self.sort_by != "run" or self.sort_reverse:
+            visible.sort(key=sort_key(self.sort_by), reverse=self.sort_reverse)
+        order = [v.id for v in visible]
+        columns = [key for key, _, _ in RUN_COLUMNS]
+        with self.app.batch_update():
+            if order != self._order[: len(order)] or len(order) < len(self._order):
+                # The set or the order of rows changed (a filter, a sort): rebuild, keeping the cursor's run.
+                keep = table.cursor_key()
+                table.clear()
+                self._shown = {}
+                for v in visible:
+                    put_row(table, self._shown, v.id, v.cells(), columns)
+                if keep is not None:
+                    table.move_to(keep)
+            else:
+                for v in visible:
+                    put_row(table, self._shown, v.id, v.cells(), columns)
+            self._order = order
+            self.show_titles(len(ids), len(order))
+            empty = self.query_one("#empty", TextBox)
+            if empty.display != (not ids):
+                empty.display = not ids
+            if not ids:
+                empty.show(empty_hint())
+            self.show_detail()
+
+    def show_titles(self, total: int, shown: int) -> None:
+        table = self.query_one("#runs", CursorTable)
+        running = sorted((rid for rid, v in self.views.items() if v.status == "running"), key=runs.order_key)
+        title = f"runs ({shown} of {total})" if shown != total else f"runs ({total})"
+        if self.sort_by != "run" or self.sort_reverse:
+            title += f"  sorted by {self.sort_by}" + (" \u2193" if self.sort_reverse else "")
+        if running:
+            more = f" +{len(running) - 4}" if len(running) > 4 else ""
+            title += f"  running: {', '.join(running[:4])}{more}"
+        if str(table.border_title or "") != title:
+            table.border_title = Text(title)
+        series = app_of(self).series
+        status = series.status()
+        if status and series.series is not None and not series.series.done:
+            eta = pg.series_eta(series.series, app_of(self).feeds)
+            status += f", {eta}" if eta else ""
+        if str(table.border_subtitle or "") != status:
+            table.border_subtitle = Text(status)
+
+    def show_detail(self) -> None:
+        """The line under the table: the selected run's stop reason and progress."""
+        line = self.query_one("#run-detail", TextBox)
+        rid = self.query_one("#runs", CursorTable).cursor_key()
+        v = self.views.get(rid) if rid else None
+        if v is None:
+            line.show(Text("no run selected", style="dim") if self.views else Text())
+            return
+        out = Text()
+        out.append(f"{v.id} ", style="bold")
+        out.append_text(
+            one_line(f"{v.kind or 'run'} {v.variant} seed {v.seed if v.seed is not None else '?'}  ", limit=80)
+        )
+        out.append_text(sty.status_text(v.status))
+        feed = app_of(self).feeds.get(v.id)
+        if feed is not None and feed.start is not None:
+            if feed.kind == "train":
+                out.append(f"  {pg.train_progress(feed).words()}")
+            else:
+                out.append(f"  {pg.pilot_progress(feed, v.status == 'running')}")
+        if v.reason:
+            out.append("  ")
+            out.append_text(one_line(v.reason, style="dim", limit=400))
+        line.show(out)
+
+    @on(DataTable.RowHighlighted, "#runs")
+    def row_highlighted(self) -> None:
+        self.show_detail()
 
     def selected_run(self) -> str | None:
-        table = self.query_one("#runs", DataTable)
-        if table.row_count == 0:
-            return None
-        try:
-            return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
-        except Exception:
-            return None
+        return self.query_one("#runs", CursorTable).cursor_key()
+
+    # ---- filter, sort, jumps
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.disabled = False
+        box.display = True
+        box.focus()
+
+    @on(Input.Changed, "#filter")
+    def filter_changed(self, event: Input.Changed) -> None:
+        self.query_text = event.value.strip()
+        self.show_runs()
+
+    @on(Input.Submitted, "#filter")
+    def filter_done(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = bool(self.query_text)
+        box.disabled = not self.query_text
+        self.query_one("#runs", CursorTable).focus()
+
+    def key_escape(self) -> None:
+        box = self.query_one("#filter", Input)
+        if box.has_focus or self.query_text:
+            box.value = ""
+            box.display = False
+            box.disabled = True
+            self.query_text = ""
+            self.show_runs()
+            self.query_one("#runs", CursorTable).focus()
+
+    def action_sort(self, reverse: bool = False) -> None:
+        if reverse:
+            self.sort_reverse = not self.sort_reverse
+        else:
+            self.sort_by = SORTS[(SORTS.index(self.sort_by) + 1) % len(SORTS)]
+            self.sort_reverse = self.sort_by in ("peak", "time")  # the largest first
+        self.show_runs()
+
+    def action_next(self, which: str) -> None:
+        table = self.query_one("#runs", CursorTable)
+        if not self._order:
+            return
+        start = table.cursor_row
+        n = len(self._order)
+        for step in range(1, n + 1):
+            rid = self._order[(start + step) % n]
+            status = self.views[rid].status
+            if (which == "running" and status == "running") or (which == "bad" and status in sty.BAD_STATUSES):
+                table.move_cursor(row=(start + step) % n)
+                return
+        self.notify("no running run" if which == "running" else "no failed, diverged or crashed run", timeout=3)
 
     # ---- actions
 
     @on(DataTable.RowSelected, "#runs")
     def row_selected(self, event: DataTable.RowSelected) -> None:
-        self.app.open_run(str(event.row_key.value))
+        app_of(self).open_run(str(event.row_key.value))
 
     def action_open(self) -> None:
         rid = self.selected_run()
         if rid:
-            self.app.open_run(rid)
+            app_of(self).open_run(rid)
 
     def action_data(self) -> None:
         rid = self.selected_run()
         if rid:
-            self.app.open_data(rid)
+            app_of(self).open_data(rid)
         else:
             self.notify("no run yet: start a pilot with p", severity="warning")
 
     def action_note(self, kind: str) -> None:
-        self.app.action_note(kind, self.selected_run() or "")
+        app_of(self).action_note(kind, self.selected_run() or "")
 
     def action_verdict(self) -> None:
         rid = self.selected_run()
@@ -181,99 +435,4 @@ class CampaignScreen(Screen[None]):
         elif rid not in {r.id for r in self.nb.runs}:
             self.notify(f"{rid} has no row in campaign.toml: run `cockpit runs` to reconcile", severity="warning")
         else:
-            self.app.set_verdict(rid)
-
-
-def run_cells(rid: str, row: nbm.RunRow | None, st: runs.RunState | None) -> tuple[Text, ...]:
-    status = st.status if st else (row.status if row else "?")
-    phase = (st.phase if st else None) or (row.phase if row else "") or ""
-    peak = st.peak_mib if st else None  # the one rule (cockpit.runs): gates and the final event alike
-    if peak is None and row is not None:
-        peak = row.peak_mib
-    secs = st.duration_s if st and st.started is not None else (row.duration_s if row else None)
-    reason = (st.stop_reason if st else "") or (row.stop_reason if row else "")
-    return (
-        Text(rid, style="bold"),
-        Text(row.variant if row else "?"),
-        Text(str(row.seed) if row else ""),
-        fm.status_text(status),
-        Text(phase),
-        Text(f"{peak:,.0f}" if peak is not None else "-", justify="right"),
-        Text(fm.duration(secs)),
-        Text(row.verdict if row else "", style="italic"),
-        Text(reason, style="dim"),
-    )
-
-
-def summary(nb: nbm.Notebook) -> Text:
-    c = nb.campaign
-    out = Text()
-    out.append("Question ", style="bold")
-    out.append(c.question or "(none written: say what this campaign decides)")
-    out.append("\nHeld constant ", style="bold")
-    out.append(c.held_constant)
-    budget = nb.batch.updates or nb.batch.epochs or nb.batch.examples
-    out.append(f" ({budget} {c.held_constant})")
-    out.append("  quality ", style="bold")
-    out.append(f"{c.quality_metric} ({'higher' if c.higher_is_better else 'lower'} is better)")
-    b = nb.batch
-    try:
-        plan = arithmetic.BatchPlan(
-            b.microbatch, b.accumulation, b.data_replicas, b.model_parallel, b.dataset_size, b.drop_last
-        )
-        for name, value in arithmetic.describe(plan)[:2]:
-            out.append(f"\n{name.capitalize()} ", style="bold")
-            out.append(value)
-    except ValueError as exc:
-        out.append(f"\nBatch arithmetic: {exc}", style="red")
-    return out
-
-
-def variants(nb: nbm.Notebook) -> Text:
-    out = Text("Variants", style="bold underline")
-    for v in nb.variants:
-        out.append(f"\n {v.id:<10}", style="bold")
-        out.append(" reference" if v.reference else " ", style="cyan")
-        overrides = ", ".join(f"{k}={val}" for k, val in v.set.items())
-        out.append(f" {v.differs}" + (f" ({overrides})" if overrides else ""))
-        if v.why:
-            out.append(f": {v.why}", style="dim")
-    return out
-
-
-def decisions(nb: nbm.Notebook) -> Text:
-    out = Text(f"Decisions and observations ({len(nb.decisions)})", style="bold underline")
-    if not nb.decisions:
-        out.append("\n none yet: d adds a decision, o an observation", style="dim")
-    for d in nb.decisions:
-        out.append(f"\n {d.date} ", style="dim")
-        out.append(d.kind, style="bold yellow" if d.kind == "decision" else "bold cyan")
-        if d.runs:
-            out.append(f" [{', '.join(d.runs)}]", style="cyan")
-        out.append(f" {d.text}")
-    return out
-
-
-def sheet(nb: nbm.Notebook) -> Text:
-    out = Text("Selection sheet", style="bold underline")
-    out.append("  (s edits)", style="dim")
-    s = nb.selection
-    filled = [(k, v) for k, v in vars(s).items() if v not in (None, "")]
-    if not filled:
-        out.append("\n not filled yet", style="dim")
-    for k, v in filled:
-        out.append(f"\n {k.replace('_', ' ')}: ", style="bold")
-        out.append(str(v))
-    out.append("\nConclusion", style="bold underline")
-    out.append("  (c edits)", style="dim")
-    c = nb.conclusion
-    if c.text or c.chosen_variant:
-        if c.chosen_variant:
-            out.append(f"\n chosen: {c.chosen_variant}", style="bold green")
-        if c.text:
-            out.append(f"\n {c.text}")
-        if c.date:
-            out.append(f"\n {c.date}", style="dim")
-    else:
-        out.append("\n not written yet", style="dim")
-    return out
+            app_of(self).set_verdict(rid)

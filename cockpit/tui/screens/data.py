@@ -1,8 +1,12 @@
-"""What reaches the loss: the examples a run's data gate inspected (inspect.json).
+"""What reaches the loss: the examples a run's data gate inspected (inspect.json), as ``cockpit inspect`` shows them.
 
-For each example: its split and id, the decoded text with the supervised
-spans highlighted (the part the loss counts), the target, and every batch
-row (input ids, masks, labels) aligned position by position.
+For each example: its split and id (pinned above the scroll), the decoded
+text with the supervised spans highlighted (the part the loss counts) and the
+masked ones dimmed, the target, and every batch row (input ids, masks,
+labels) position by position across the screen, in blocks as wide as the
+screen. The head gives the data gate's verdict, its failed and warned
+checks, and what cropping to max_length cost. A series run inspects no data:
+its variant's pilot is shown, and said to be.
 """
 
 from __future__ import annotations
@@ -11,71 +15,149 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rich.console import Group, RenderableType
+from rich.table import Table
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, OptionList, Static
+from textual.widgets import Header, OptionList, Static
+from textual.widgets.option_list import Option
 
 from ... import runs
+from .. import style as sty
+from ..api import app_of
+from ..messages import DataRead
+from ..plain import clean_line, one_line, plain
+from ..widgets.footer import FittingFooter
+from .run import NARROW
 
 SUPERVISED = "bold black on green"
+MASKED = "dim"
+IGNORE = -100
 
 
 def load_inspect(rdir: Path) -> tuple[dict[str, Any] | None, str]:
     """The document and, when it cannot be shown, why (in words)."""
     path = Path(rdir) / runs.INSPECT_FILE
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(path.read_text("utf-8", errors="replace"))
     except FileNotFoundError:
         return None, f"{path}: no inspected examples; the data gate writes them (this run did not reach or pass it)"
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         return None, f"{path}: not valid JSON ({exc}); the pilot may still be writing it"
+    except OSError as exc:
+        return None, f"{path}: cannot be read ({exc})"
     if not isinstance(doc, dict) or not isinstance(doc.get("examples"), list):
         return None, f"{path}: no 'examples' list in it"
     return doc, ""
 
 
+def source_run(campaign_dir: Path, run_id: str, all_runs: list[runs.RunFiles]) -> tuple[str, str]:
+    """The run whose inspected examples to show for ``run_id``, and a note when it is another run.
+
+    A series (train) run inspects no data; its variant's latest pilot that wrote inspect.json
+    (a passed one first) stands for it.
+    """
+    me = next((r for r in all_runs if r.id == run_id), None)
+    if me is None or me.kind == "pilot":
+        return run_id, ""
+    pilots = [
+        r for r in all_runs if r.kind == "pilot" and r.variant == me.variant and (r.dir / runs.INSPECT_FILE).is_file()
+    ]
+    if not pilots:
+        return run_id, f"{run_id} is a series run (it inspects no data) and variant {me.variant} has no pilot that did"
+    passed = [r for r in pilots if r.status == "passed"]
+    pick = (passed or pilots)[-1]
+    return pick.id, f"{run_id} is a series run: the data of variant {me.variant} as its pilot {pick.id} inspected it"
+
+
 class DataScreen(Screen[None]):
-    BINDINGS = [Binding("escape,b", "app.pop_screen", "Back", id="back")]
+    HELP_SECTION = "Data"
+    BINDINGS = [
+        Binding("escape,b", "app.pop_screen", "Back", id="back"),
+        Binding("m", "app.toggle_maximize", "Max", id="maximize", show=False),
+    ]
 
     def __init__(self, run_id: str) -> None:
         super().__init__()
         self.run_id = run_id
         self.examples: list[dict[str, Any]] = []
+        self.index = 0
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(id="data-head")
+        yield Static(Text(f"{self.run_id}: reading inspect.json ...", style="dim"), id="data-head")
         with Horizontal(id="data-body"):
             yield OptionList(id="examples")
-            with VerticalScroll(id="example-scroll"):
-                yield Static(id="example")
-        yield Footer()
+            with Vertical(id="example-side"):
+                yield Static(id="example-id")
+                with VerticalScroll(id="example-scroll"):
+                    yield Static(id="example")
+        yield FittingFooter()
 
     def on_mount(self) -> None:
+        self.set_class(self.app.size.width < NARROW, "-narrow")
         self.sub_title = f"{self.run_id} data"
-        doc, why = load_inspect(runs.run_dir(self.app.campaign_dir, self.run_id))
+        self.query_one("#examples", OptionList).display = False
+        app = app_of(self)
+        cdir, cache, rid = app.campaign_dir, app.cache, self.run_id
+
+        def work() -> None:
+            try:
+                all_runs = [r for p in runs.run_dirs(cdir) if (r := cache.read(p)) is not None]
+                source, note = source_run(cdir, rid, all_runs)
+                doc, why = load_inspect(runs.run_dir(cdir, source))
+                src = next((r for r in all_runs if r.id == source), None)
+                gate = src.gate("data") if src is not None else None
+            except Exception as exc:  # noqa: BLE001 - said on the screen; the app goes on
+                self.post_message(
+                    DataRead(None, f"the run's data cannot be read: {type(exc).__name__}: {exc}", "", None)
+                )
+                return
+            self.post_message(DataRead(doc, why or "", note, gate, source))
+
+        self.run_worker(work, thread=True, exclusive=True, group="data", exit_on_error=False, description="read data")
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.width < NARROW, "-narrow")
+        if self.examples:
+            self.show(self.index)
+
+    @on(DataRead)
+    def data_read(self, message: DataRead) -> None:
         head = self.query_one("#data-head", Static)
         options = self.query_one("#examples", OptionList)
-        if doc is None:
-            head.update(Text(why, style="yellow"))
-            options.display = False
+        out = Text()
+        if message.source:
+            out.append_text(one_line(message.source, style="cyan", limit=300))
+            out.append("\n")
+        if message.doc is None:
+            out.append_text(plain(message.why, style="yellow"))
+            head.update(out)
             return
+        doc = message.doc
         self.examples = [e for e in doc["examples"] if isinstance(e, dict)]
-        out = Text(f"{self.run_id}: {len(self.examples)} inspected examples", style="bold")
+        out.append(f"{message.run_id or self.run_id}: {len(self.examples)} inspected examples", style="bold")
         counts = doc.get("class_counts") or {}
-        if counts:
-            out.append("  classes: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-        out.append("\nsupervised span", style=SUPERVISED)
-        out.append(" = what the loss counts", style="dim")
+        if isinstance(counts, dict) and counts:
+            out.append_text(one_line("  classes: " + ", ".join(f"{k} {v}" for k, v in counts.items()), limit=200))
+        out.append_text(gate_summary(message.gate))
+        out.append("\n")
+        out.append("supervised", style=SUPERVISED)
+        out.append(" spans count in the loss; ", style="dim")
+        out.append("dimmed", style=MASKED)
+        out.append(f" spans and labels {IGNORE} are ignored", style="dim")
         head.update(out)
-        options.add_options([f"{e.get('split', '?')} {e.get('id', '?')}" for e in self.examples])
+        options.display = True
+        options.add_options(
+            [Option(one_line(f"{e.get('split', '?')} {e.get('id', '?')}", limit=40)) for e in self.examples]
+        )
         if self.examples:
             options.highlighted = 0
-            self.show(0)
+            self.call_after_refresh(self.show, 0)  # once the list is laid out: the positions fit the width left
         options.focus()
 
     @on(OptionList.OptionHighlighted, "#examples")
@@ -83,57 +165,123 @@ class DataScreen(Screen[None]):
         self.show(event.option_index)
 
     def show(self, index: int) -> None:
-        if 0 <= index < len(self.examples):
-            self.query_one("#example", Static).update(example_text(self.examples[index]))
+        if not 0 <= index < len(self.examples):
+            return
+        self.index = index
+        e = self.examples[index]
+        pinned = Text()
+        pinned.append_text(one_line(f"{e.get('split', '?')} {e.get('id', '?')}", style="bold", limit=100))
+        pinned.append(f"  example {index + 1} of {len(self.examples)}", style="dim")
+        self.query_one("#example-id", Static).update(pinned)
+        scroll = self.query_one("#example-scroll", VerticalScroll)
+        width = scroll.scrollable_content_region.width or (self.app.size.width - 24)
+        self.query_one("#example", Static).update(example_view(e, max(20, width - 1)))
 
 
-def example_text(e: dict[str, Any]) -> Text:
-    out = Text(f"{e.get('split', '?')} {e.get('id', '?')}", style="bold")
+def gate_summary(gate: dict[str, Any] | None) -> Text:
+    """The data gate's verdict, its checks that did not pass, and what cropping cost (as ``cockpit inspect``)."""
+    out = Text()
+    if gate is None:
+        out.append("\ndata gate: not reached", style="dim")
+        return out
+    view = sty.gate_view(gate, None)
+    out.append("\ndata gate: ", style="bold")
+    out.append(view.word, style=view.style)
+    for c in gate.get("checks") or []:
+        if isinstance(c, dict) and not c.get("ok"):
+            result = sty.check_result(c)
+            out.append(f"\n  {result} ", style=sty.CHECK_STYLE[result])
+            out.append_text(one_line(c.get("name", ""), style="bold", limit=60))
+            out.append(": ")
+            out.append_text(one_line(c.get("detail", ""), limit=300))
+    trunc = gate.get("truncation")
+    if isinstance(trunc, dict):
+        out.append("\n")
+        out.append_text(
+            one_line(
+                f"cropping to max_length {trunc.get('max_length')}: {trunc.get('lose_target_tokens')} of "
+                f"{trunc.get('examples')} train examples lose target tokens, {trunc.get('no_target_left')} keep none",
+                style="yellow" if trunc.get("lose_target_tokens") else "",
+                limit=300,
+            )
+        )
+    return out
+
+
+def text_of(e: dict[str, Any]) -> Text:
+    """The decoded text: supervised spans highlighted, masked spans dimmed."""
+    out = Text()
     text = e.get("text")
-    out.append("\ntext   ", style="bold")
     if isinstance(text, list):
         for span in text:
             if isinstance(span, (list, tuple)) and len(span) == 2:
-                out.append(str(span[0]), style=SUPERVISED if span[1] else "")
+                out.append_text(plain(span[0], style=SUPERVISED if span[1] else MASKED))
             else:
-                out.append(str(span))
+                out.append_text(plain(span))
     elif text is not None:
-        out.append(str(text))
+        out.append_text(plain(text))
     else:
-        out.append("(no decode function in the task)", style="dim")
+        out.append("(no decode function in the task)", style="dim italic")
+    return out
+
+
+def example_view(e: dict[str, Any], width: int) -> RenderableType:
+    body: list[RenderableType] = []
+    line = Text()
+    line.append("text   ", style="bold")
+    line.append_text(text_of(e))
+    body.append(line)
     if e.get("target") is not None:
-        out.append("\ntarget ", style="bold")
-        out.append(str(e["target"]))
+        body.append(Text.assemble(("target ", "bold"), plain(e["target"], style="green")))
     if e.get("generated") is not None:  # a task that generates: the model's text, beside the target
-        out.append("\ngenerated ", style="bold")
-        out.append(str(e["generated"]))
+        body.append(Text.assemble(("generated ", "bold"), plain(e["generated"])))
     if e.get("label_name") is not None:
-        out.append("\nlabel  ", style="bold")
-        out.append(str(e["label_name"]))
-    row = e.get("row") or {}
-    lists = {k: v for k, v in row.items() if isinstance(v, list)}
+        body.append(Text.assemble(("label  ", "bold"), plain(e["label_name"])))
+    raw_row = e.get("row")
+    row: dict[str, Any] = raw_row if isinstance(raw_row, dict) else {}
     for k, v in row.items():
-        if k not in lists:
-            out.append(f"\n{k} ", style="bold")
-            out.append(str(v))
-    if lists:
-        out.append("\n\nposition by position", style="bold underline")
-        out.append_text(aligned(lists))
-    return out
+        if not isinstance(v, list):
+            body.append(Text.assemble(one_line(f"{k} ", style="bold", limit=40), one_line(v, limit=400)))
+    blocks = positions(row, width)
+    if blocks:
+        body.append(Text("\nposition by position", style="bold underline"))
+        body.extend(blocks)
+    return Group(*body)
 
 
-def aligned(lists: dict[str, list[Any]]) -> Text:
-    """One line per position: a value per key, padded, with ignored labels dimmed."""
-    keys = list(lists)
-    widths = {k: max([len(k)] + [len(str(x)) for x in lists[k]]) for k in keys}
-    out = Text("\n  #  " + "  ".join(k.rjust(widths[k]) for k in keys), style="dim")
-    length = max(len(v) for v in lists.values())
-    for i in range(length):
-        out.append(f"\n{i:>3}  ", style="dim")
-        for j, k in enumerate(keys):
-            v = lists[k][i] if i < len(lists[k]) else ""
-            style = "dim" if v in (-100, 0) and ("label" in k or "mask" in k) else ""
-            if "label" in k and v not in (-100, ""):
-                style = "green"
-            out.append(("  " if j else "") + str(v).rjust(widths[k]), style=style)
-    return out
+def positions(row: dict[str, Any], width: int) -> list[Table]:
+    """The batch row position by position, positions across, in blocks that fit ``width`` columns."""
+    lists = {
+        clean_line(k, 24): v
+        for k, v in row.items()
+        if isinstance(v, list) and all(not isinstance(x, (list, dict)) for x in v)
+    }
+    if not lists:
+        return []
+    n = max(len(v) for v in lists.values())
+    cell = min(12, max([3] + [len(clean_line(x, 12)) for v in lists.values() for x in v]))
+    label_w = max(len(k) for k in lists)
+    per_block = max(4, (width - label_w - 1) // (cell + 1))  # each column and the space before it
+    masked = lists.get("attention_mask")
+    blocks = []
+    for start in range(0, n, per_block):
+        tab = Table.grid(padding=(0, 1), pad_edge=False)
+        tab.add_column(width=label_w, no_wrap=True)
+        stop = min(n, start + per_block)
+        for _ in range(start, stop):
+            tab.add_column(justify="right", width=cell, no_wrap=True)
+        tab.add_row(Text("pos", style="dim"), *(Text(str(i), style="dim") for i in range(start, stop)))
+        for k, v in lists.items():
+            cells = []
+            for i in range(start, stop):
+                x = v[i] if i < len(v) else ""
+                style = ""
+                pad = masked is not None and i < len(masked) and masked[i] == 0
+                if "label" in k or "target" in k:
+                    style = MASKED if x == IGNORE or x == "" else "bold green"
+                elif pad:
+                    style = MASKED
+                cells.append(one_line(x, style=style, limit=cell))
+            tab.add_row(Text(k, style="bold"), *cells)
+        blocks.append(tab)
+    return blocks

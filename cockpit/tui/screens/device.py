@@ -12,18 +12,15 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from .. import format as fm
+from ..api import app_of
 from ..device import DeviceSnapshot
-
-
-class Reading(Message):
-    def __init__(self, snapshot: DeviceSnapshot) -> None:
-        super().__init__()
-        self.snapshot = snapshot
+from ..messages import Reading
+from ..plain import one_line, plain
+from ..widgets.footer import FittingFooter
 
 
 class DeviceScreen(Screen[None]):
@@ -33,7 +30,7 @@ class DeviceScreen(Screen[None]):
         yield Header()
         with VerticalScroll(id="device-scroll"):
             yield Static(Text("reading NVML ...", style="dim"), id="device")
-        yield Footer()
+        yield FittingFooter()
 
     def on_mount(self) -> None:
         self.sub_title = "GPUs"
@@ -41,31 +38,34 @@ class DeviceScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="nvml", exit_on_error=False, description="read NVML")
     def read(self) -> None:
-        self.post_message(Reading(self.app.device_source.read()))
+        self.post_message(Reading(app_of(self).device_source.read()))
 
     def on_reading(self, message: Reading) -> None:
         self.query_one("#device", Static).update(device_text(message.snapshot, self.size.width))
         if message.snapshot.available:
-            self.set_timer(self.app.timing.device_s, self.read)
+            self.set_timer(app_of(self).timing.device_s, self.read)
 
 
 def device_text(snap: DeviceSnapshot, width: int = 80) -> Text:
     if not snap.available:
-        out = Text("no NVIDIA GPU", style="bold yellow")
-        out.append(f"\n{snap.error}", style="")
+        out = Text()
+        out.append("no NVIDIA GPU", style="bold yellow")
+        out.append("\n")
+        out.append_text(plain(snap.error or ""))
         out.append(
             "\n\nPilots still run on the CPU; their memory is the process RSS. "
             "On a GPU box, check `nvidia-smi` and that nvidia-ml-py is installed.",
             style="dim",
         )
         return out
-    out = Text(f"{len(snap.gpus)} GPU{'s' if len(snap.gpus) != 1 else ''}", style="bold")
+    out = Text()
+    out.append(f"{len(snap.gpus)} GPU{'s' if len(snap.gpus) != 1 else ''}", style="bold")
     if snap.driver:
-        out.append(f"  driver {snap.driver}", style="dim")
+        out.append_text(one_line(f"  driver {snap.driver}", style="dim", limit=60))
     bar_w = max(10, min(40, width - 40))
     for g in snap.gpus:
         out.append(f"\n\nGPU {g.index} ", style="bold")
-        out.append(g.name, style="bold cyan")
+        out.append_text(one_line(g.name, style="bold cyan", limit=60))
         out.append("\n memory ")
         out.append_text(fm.bar(g.used, g.total, bar_w, style="green"))
         out.append(f" {fm.mib(g.used)} / {fm.mib(g.total)}")
@@ -78,7 +78,8 @@ def device_text(snap: DeviceSnapshot, width: int = 80) -> Text:
         out.append(f"\n power  {power}{limit}   temperature {temp}")
         if g.processes:
             for p in g.processes:
-                out.append(f"\n  pid {p.pid:<8} {p.name:<20} {fm.mib(p.used)}")
+                out.append("\n")
+                out.append_text(one_line(f"  pid {p.pid:<8} {p.name:<20} {fm.mib(p.used)}", limit=120))
         else:
             out.append("\n  no compute processes", style="dim")
     return out

@@ -2,36 +2,175 @@
 
 Every dialog works from the keyboard alone: Enter accepts (ctrl+s in the
 multi-field ones), Escape cancels, Tab moves between fields.
+
+A dialog never loses what was typed. It checks the fields itself first
+(allowed values are offered as suggestions and named in the message); an
+edit dialog then saves in a worker and stays open until the notebook says it
+is saved. A value the notebook refuses marks its field, keeps the text and
+says what is allowed; a field changed on disk meanwhile is shown with the
+file's value, and Enter then saves over it knowingly. Notifications wait
+while a dialog is open (``DEFERS_TOASTS``).
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
 from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widgets import Input, Label, OptionList, SelectionList, Static, TextArea
+from textual.widgets.option_list import Option
 from textual.widgets.selection_list import Selection
 
 from ... import notebook as nbm
 from .. import format as fm
+from .. import notes
+from .. import style as sty
+from ..api import app_of
 from ..ingest import gate_peak
-from ..notes import SELECTION_FIELDS
+from ..notes import SELECTION_FIELDS, Saved
+from ..plain import one_line, plain
+
+T = TypeVar("T")
+
+VERDICTS = ("keep", "reject", "rerun", "inconclusive")
+CHOICES = {"precision": nbm.PRECISIONS, "strategy": nbm.STRATEGIES}
 
 
-class Dialog(ModalScreen):
+class FieldError(ValueError):
+    """A value a dialog refuses: which field, and what to write instead."""
+
+    def __init__(self, field: str | None, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def suggested(value: str, words: Sequence[str]) -> str:
+    """What Enter saves in a field with suggestions: the word the field shows in grey, else the text typed."""
+    typed = value.strip()
+    if not typed:
+        return typed
+    low = typed.lower()
+    for word in words:
+        if word.lower().startswith(low):
+            return word
+    return typed
+
+
+def problems_of(message: str) -> list[tuple[str, str]]:
+    """The (key path, problem) lines of a notebook error; one ("", message) when it has none."""
+    found = re.findall(r"^\s+- ([\w.\[\]]+): (.*)$", message, flags=re.MULTILINE)
+    return found or [("", message)]
+
+
+class EditDone(Message):
+    """An edit saved in a worker: what was saved, or why not."""
+
+    def __init__(self, saved: Saved | None, error: str = "", conflict: bool = False, now: Any = None) -> None:
+        super().__init__()
+        self.saved = saved
+        self.error = error
+        self.conflict = conflict
+        self.now = now
+
+
+class Dialog(ModalScreen[T]):
+    DEFERS_TOASTS = True  # the app holds notifications while a dialog waits for an answer
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="cancel")]
 
     def action_cancel(self) -> None:
         self.dismiss(None)
 
+    def error_line(self) -> Static:
+        return Static(id="dialog-error", classes="error")
 
-class ConfirmScreen(Dialog):
+    def mark(self, field: str | None, message: str) -> None:
+        """Mark the field the message is about, keep its text, and say what is wrong."""
+        for widget in self.query(".-invalid"):
+            widget.remove_class("-invalid")
+        if field:
+            for widget in self.query(f"#{field}"):
+                widget.add_class("-invalid")
+                widget.focus()
+        box = self.query_one("#dialog-error", Static)
+        box.update(plain(message, style="bold red"))
+        box.display = True
+
+    def unmark(self) -> None:
+        for widget in self.query(".-invalid"):
+            widget.remove_class("-invalid")
+        self.query_one("#dialog-error", Static).display = False
+
+
+class EditDialog(Dialog[None]):
+    """A dialog that saves its edit itself and closes only once it is saved."""
+
+    FIELDS: dict[str, str] = {}  # notebook key path (its start) -> the field's id
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saving = False
+
+    def save(self, edit: Callable[[], Saved], now: Callable[[], Any] | None = None) -> None:
+        """Run ``edit`` in a worker; on a conflict, ``now`` reads what the file holds instead."""
+        if self.saving:
+            return
+        self.saving = True
+        self.unmark()
+
+        def work() -> None:
+            try:
+                saved = edit()
+            except nbm.ConflictError as exc:
+                value = None
+                if now is not None:
+                    try:
+                        value = now()
+                    except Exception:  # noqa: BLE001 - the message says enough without it
+                        value = None
+                self.post_message(EditDone(None, str(exc), conflict=True, now=value))
+                return
+            except nbm.NotebookError as exc:
+                self.post_message(EditDone(None, str(exc)))
+                return
+            except (OSError, RecursionError) as exc:
+                self.post_message(EditDone(None, f"campaign.toml could not be written: {exc}"))
+                return
+            self.post_message(EditDone(saved))
+
+        self.run_worker(work, thread=True, group="save", exclusive=True, exit_on_error=False, description="save")
+
+    @on(EditDone)
+    def edit_done(self, message: EditDone) -> None:
+        self.saving = False
+        if message.saved is not None:
+            app_of(self).saved(message.saved)
+            self.dismiss(None)
+            return
+        if message.conflict:
+            app_of(self).reload_notebook()
+            self.conflict(message.now)
+            self.mark(None, f"not saved: {message.error}\nEnter saves yours over it; Escape keeps the file's.")
+            return
+        path, problem = problems_of(message.error)[0]
+        field = next((f for key, f in self.FIELDS.items() if path.startswith(key)), None)
+        where = path.rsplit(".", 1)[-1] if path else ""
+        self.mark(field, f"not saved: {where + ': ' if where else ''}{problem}")
+
+    def conflict(self, now: Any) -> None:
+        """The file's value is the one seen from now on (a second Enter saves over it knowingly)."""
+
+
+class ConfirmScreen(Dialog[bool]):
     BINDINGS = [
         Binding("y", "yes", "Yes", id="yes"),
         Binding("n,escape", "cancel", "No", id="no"),
@@ -43,7 +182,7 @@ class ConfirmScreen(Dialog):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(self.question, classes="question")
+            yield Static(plain(self.question), classes="question")
             yield Label("y: yes    n or Escape: no", classes="hint")
 
     def action_yes(self) -> None:
@@ -53,7 +192,7 @@ class ConfirmScreen(Dialog):
         self.dismiss(False)
 
 
-class StartPilotScreen(Dialog):
+class StartPilotScreen(Dialog[tuple[str, int]]):
     """Pick a variant (arrows) and a seed, then Enter."""
 
     BINDINGS = [Binding("ctrl+s", "start", "Start", id="start")]
@@ -67,13 +206,16 @@ class StartPilotScreen(Dialog):
         with Vertical(classes="dialog"):
             yield Label("Start a pilot: every phase once, gated and measured", classes="title")
             yield Label("variant (arrows, Enter)")
-            options = OptionList(*self.variants, id="variant")
-            yield options
+            yield OptionList(
+                *[Option(one_line(v, limit=60), id=f"v{i}") for i, v in enumerate(self.variants)], id="variant"
+            )
             yield Label("seed")
-            yield Input("0", id="seed", type="integer", compact=True)
+            yield Input("0", id="seed", compact=True)
+            yield self.error_line()
             yield Label("Enter on the seed starts; Escape cancels", classes="hint")
 
     def on_mount(self) -> None:
+        self.unmark()
         options = self.query_one("#variant", OptionList)
         options.highlighted = self.variants.index(self.reference) if self.reference in self.variants else 0
         options.focus()
@@ -89,13 +231,13 @@ class StartPilotScreen(Dialog):
         try:
             seed = int(raw)
         except ValueError:
-            self.notify(f"seed {raw!r} is not a whole number", severity="error")
+            self.mark("seed", f"seed: {raw!r} is not a whole number; write one such as 0, 1 or 42")
             return
         index = options.highlighted if options.highlighted is not None else 0
         self.dismiss((self.variants[index], seed))
 
 
-class StartSeriesScreen(Dialog):
+class StartSeriesScreen(Dialog[tuple[list[str], list[int], int, "int | None"]]):
     """Choose variants (space) and seeds; Enter starts one train run per variant x seed."""
 
     BINDINGS = [Binding("ctrl+s", "start", "Start", id="start")]
@@ -111,7 +253,10 @@ class StartSeriesScreen(Dialog):
             yield Label("Start a series: each variant x seed a full training run", classes="title")
             yield Label("variants (space chooses, arrows move)")
             yield SelectionList[str](
-                *[Selection(f"{v.id}  {v.kind}: {v.differs}"[:56], v.id, v.id in self.chosen) for v in nb.variants],
+                *[
+                    Selection(one_line(f"{v.id}  {v.kind}: {v.differs}", limit=56), v.id, v.id in self.chosen)
+                    for v in nb.variants
+                ],
                 id="series-variants",
             )
             with Horizontal(classes="field"):
@@ -119,14 +264,16 @@ class StartSeriesScreen(Dialog):
                 yield Input("0,1,2", id="series-seeds", compact=True)
             with Horizontal(classes="field"):
                 yield Label("at once", classes="name")
-                yield Input("1", id="series-parallel", type="integer", compact=True)
+                yield Input("1", id="series-parallel", compact=True)
             with Horizontal(classes="field"):
                 yield Label("updates", classes="name")
-                yield Input("", id="series-updates", type="integer", compact=True)
+                yield Input("", id="series-updates", compact=True)
             yield Static(id="series-plan", classes="hint")
+            yield self.error_line()
             yield Label("Enter in a field or ctrl+s starts; Tab moves; Escape cancels", classes="hint")
 
     def on_mount(self) -> None:
+        self.unmark()
         self.query_one("#series-variants", SelectionList).focus()
         self.show_plan()
 
@@ -136,8 +283,8 @@ class StartSeriesScreen(Dialog):
         text = Text()
         try:
             variants, seeds, parallel, updates = self.choice()
-        except ValueError as exc:
-            text.append(str(exc), style="bold red")
+        except FieldError as exc:
+            text.append_text(plain(str(exc), style="bold red"))
         else:
             from ... import series as sr
 
@@ -159,44 +306,50 @@ class StartSeriesScreen(Dialog):
         self.query_one("#series-plan", Static).update(text)
 
     def choice(self) -> tuple[list[str], list[int], int, int | None]:
-        """The chosen series, or ValueError with what to fix."""
+        """The chosen series, or FieldError with the field and what to fix."""
         from ... import series as sr
         from ...errors import CockpitError
 
         variants = list(self.query_one("#series-variants", SelectionList).selected)
         if not variants:
-            raise ValueError("choose at least one variant (space)")
+            raise FieldError("series-variants", "choose at least one variant (space)")
         try:
             seeds = sr.parse_seeds(self.query_one("#series-seeds", Input).value)
         except CockpitError as exc:
-            raise ValueError(str(exc).replace("--seeds", "seeds")) from None
+            raise FieldError("series-seeds", str(exc).replace("--seeds", "seeds")) from None
         raw = self.query_one("#series-parallel", Input).value.strip() or "1"
         parallel = int(raw) if raw.lstrip("-").isdigit() else 0
         if parallel < 1:
-            raise ValueError("at once: a whole number >= 1")
+            raise FieldError("series-parallel", f"at once: {raw!r} is not a whole number >= 1")
         raw = self.query_one("#series-updates", Input).value.strip()
         updates = int(raw) if raw.lstrip("-").isdigit() else None
         if raw and (updates is None or updates < 1):
-            raise ValueError("updates: a whole number >= 1, or empty for the notebook's budget")
+            raise FieldError(
+                "series-updates",
+                f"updates: {raw!r} is not a whole number >= 1; leave it empty for the notebook's budget",
+            )
         return variants, seeds, parallel, updates
 
     @on(Input.Submitted)
     def action_start(self) -> None:
         try:
             choice = self.choice()
-        except ValueError as exc:
-            self.notify(str(exc), severity="error")
+        except FieldError as exc:
+            self.mark(exc.field, str(exc))
             return
         self.dismiss(choice)
 
 
-class NoteScreen(Dialog):
-    """A decision or an observation, linked to runs."""
+class NoteScreen(EditDialog):
+    """A decision or an observation, linked to runs; saved at once."""
 
-    def __init__(self, kind: str, run_ids: list[str]) -> None:
+    FIELDS = {"decisions": "text"}
+
+    def __init__(self, kind: str, run_ids: list[str], digest: str | None) -> None:
         super().__init__()
         self.kind = kind
         self.run_ids = run_ids
+        self.digest = digest
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
@@ -204,23 +357,34 @@ class NoteScreen(Dialog):
             yield Input(placeholder=f"the {self.kind}, in one sentence", id="text", compact=True)
             yield Label("linked runs (comma separated)")
             yield Input(", ".join(self.run_ids), id="runs", compact=True)
+            yield self.error_line()
             yield Label("Enter saves to campaign.toml at once; Escape cancels", classes="hint")
 
     def on_mount(self) -> None:
+        self.unmark()
         self.query_one("#text", Input).focus()
 
     @on(Input.Submitted)
     def submitted(self) -> None:
         text = self.query_one("#text", Input).value.strip()
         if not text:
-            self.notify(f"write the {self.kind} first", severity="warning")
-            self.query_one("#text", Input).focus()
+            self.mark("text", f"write the {self.kind} first")
             return
         raw = self.query_one("#runs", Input).value
-        self.dismiss((text, [r.strip() for r in raw.replace(" ", ",").split(",") if r.strip()]))
+        linked = [r.strip() for r in raw.replace(" ", ",").split(",") if r.strip()]
+        known = [r.id for r in app_of(self).notebook.runs]
+        unknown = [r for r in linked if r not in known]
+        if unknown:
+            shown = ", ".join(known[:6]) + (f" ... {known[-1]}" if len(known) > 6 else "")
+            self.mark("runs", f"linked runs: no run {', '.join(map(repr, unknown))}; runs are {shown or 'none yet'}")
+            return
+        path, kind, digest = app_of(self).notebook_path, self.kind, self.digest
+        self.save(lambda: notes.add_note(path, digest, kind, text, linked))
 
 
-class VerdictScreen(Dialog):
+class VerdictScreen(EditDialog):
+    FIELDS = {"runs": "verdict"}
+
     def __init__(self, run_id: str, current: str) -> None:
         super().__init__()
         self.run_id = run_id
@@ -229,23 +393,34 @@ class VerdictScreen(Dialog):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label(f"Verdict on {self.run_id}", classes="title")
-            suggest = SuggestFromList(["keep", "reject", "rerun", "inconclusive"], case_sensitive=False)
             yield Input(
                 self.current,
                 id="verdict",
-                suggester=suggest,
+                suggester=SuggestFromList(VERDICTS, case_sensitive=False),
                 compact=True,
-                placeholder="keep, reject, rerun, inconclusive or your words",
+                placeholder=f"{', '.join(VERDICTS)} or your words",
             )
-            yield Label("Enter saves; Escape cancels", classes="hint")
+            yield self.error_line()
+            yield Label("Enter saves what is shown (a suggestion in grey included); Escape cancels", classes="hint")
+
+    def on_mount(self) -> None:
+        self.unmark()
 
     @on(Input.Submitted)
     def submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(event.value)
+        verdict = suggested(event.value, VERDICTS)
+        event.input.value = verdict
+        path, rid, seen = app_of(self).notebook_path, self.run_id, self.current
+        self.save(lambda: notes.set_verdict(path, rid, seen, verdict), now=lambda: nbm.load(path).run(rid).verdict)
+
+    def conflict(self, now: Any) -> None:
+        if isinstance(now, str):
+            self.current = now
 
 
-class ConclusionScreen(Dialog):
+class ConclusionScreen(EditDialog):
     BINDINGS = [Binding("ctrl+s", "save", "Save", id="save")]
+    FIELDS = {"conclusion.chosen": "chosen", "conclusion": "text"}
 
     def __init__(self, current: nbm.Conclusion, variants: list[str]) -> None:
         super().__init__()
@@ -256,22 +431,40 @@ class ConclusionScreen(Dialog):
         with Vertical(classes="dialog wide"):
             yield Label("Conclusion", classes="title")
             yield TextArea(self.current.text, id="text", soft_wrap=True, show_line_numbers=False)
-            yield Label(f"chosen variant ({', '.join(self.variants)} or empty)")
+            yield Label(one_line(f"chosen variant ({', '.join(self.variants)} or empty)", limit=200))
             yield Input(
                 self.current.chosen_variant, id="chosen", compact=True, suggester=SuggestFromList(self.variants)
             )
+            yield self.error_line()
             yield Label("ctrl+s saves; Escape cancels", classes="hint")
 
     def on_mount(self) -> None:
+        self.unmark()
         self.query_one("#text", TextArea).focus()
 
     @on(Input.Submitted)
     def action_save(self) -> None:
-        self.dismiss((self.query_one("#text", TextArea).text, self.query_one("#chosen", Input).value.strip()))
+        box = self.query_one("#chosen", Input)
+        chosen = suggested(box.value, self.variants)
+        box.value = chosen
+        if chosen and chosen not in self.variants:
+            self.mark(
+                "chosen",
+                f"chosen variant: no variant {chosen!r}; choose one of {', '.join(self.variants)}, or leave it empty",
+            )
+            return
+        text = self.query_one("#text", TextArea).text
+        path, seen = app_of(self).notebook_path, self.current
+        self.save(lambda: notes.set_conclusion(path, seen, text, chosen), now=lambda: nbm.load(path).conclusion)
+
+    def conflict(self, now: Any) -> None:
+        if isinstance(now, nbm.Conclusion):
+            self.current = now
 
 
-class SelectionScreen(Dialog):
+class SelectionScreen(EditDialog):
     BINDINGS = [Binding("ctrl+s", "save", "Save", id="save")]
+    FIELDS = {f"selection.{name}": f"f-{name}" for name in SELECTION_FIELDS}
 
     def __init__(self, current: nbm.Selection) -> None:
         super().__init__()
@@ -283,74 +476,126 @@ class SelectionScreen(Dialog):
             with VerticalScroll(id="fields"):
                 for name in SELECTION_FIELDS:
                     value = getattr(self.current, name)
-                    yield Label(name.replace("_", " "))
-                    yield Input("" if value is None else str(value), id=f"f-{name}", compact=True)
+                    choices = CHOICES.get(name)
+                    yield Label(name.replace("_", " ") + (f" ({', '.join(choices)})" if choices else ""))
+                    yield Input(
+                        "" if value is None else str(value),
+                        id=f"f-{name}",
+                        compact=True,
+                        suggester=SuggestFromList(choices, case_sensitive=False) if choices else None,
+                    )
+            yield self.error_line()
             yield Label("Tab moves; Enter or ctrl+s saves; Escape cancels", classes="hint")
 
     def on_mount(self) -> None:
+        self.unmark()
         self.query_one(f"#f-{SELECTION_FIELDS[0]}", Input).focus()
+
+    def values(self) -> dict[str, Any]:
+        """The form as typed values; FieldError names the first field that is not."""
+        raw: dict[str, str] = {}
+        for name in SELECTION_FIELDS:
+            box = self.query_one(f"#f-{name}", Input)
+            choices = CHOICES.get(name)
+            if choices:
+                box.value = suggested(box.value, choices)
+                if box.value and box.value not in choices:
+                    raise FieldError(
+                        f"f-{name}", f"{name.replace('_', ' ')}: {box.value!r} is not one of {', '.join(choices)}"
+                    )
+            raw[name] = box.value
+        try:
+            return notes.parse_selection(raw)
+        except nbm.NotebookError as exc:
+            name = str(exc).split(":", 1)[0].removeprefix("selection.")
+            raise FieldError(f"f-{name}", str(exc).removeprefix("selection.")) from None
 
     @on(Input.Submitted)
     def action_save(self) -> None:
-        self.dismiss({name: self.query_one(f"#f-{name}", Input).value for name in SELECTION_FIELDS})
+        try:
+            values = self.values()
+        except FieldError as exc:
+            self.mark(exc.field, str(exc))
+            return
+        path, seen = app_of(self).notebook_path, self.current
+        self.save(lambda: notes.set_selection(path, seen, values), now=lambda: nbm.load(path).selection)
+
+    def conflict(self, now: Any) -> None:
+        if isinstance(now, nbm.Selection):
+            self.current = now
 
 
-class GateScreen(Dialog):
+class GateScreen(Dialog[None]):
     """One gate in full: checks, inputs, memory, remedy."""
 
     BINDINGS = [Binding("escape,enter,q", "cancel", "Close", id="close")]
 
-    def __init__(self, phase: str, gate: dict | None) -> None:
+    def __init__(self, phase: str, gate: dict[str, Any] | None, end: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.phase = phase
         self.gate = gate
+        self.end = end
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog wide"):
-            yield Static(gate_text(self.phase, self.gate))
+            yield Static(gate_text(self.phase, self.gate, self.end))
 
 
-def gate_text(phase: str, gate: dict | None) -> Text:
-    out = Text(f"Gate {phase}  ", style="bold")
+def gate_text(phase: str, gate: dict[str, Any] | None, end: dict[str, Any] | None = None) -> Text:
+    """The gate detail, with the CLI's words: each check pass, warn or fail."""
+    out = Text()
+    out.append_text(one_line(f"Gate {phase}  ", style="bold"))
     if gate is None:
         out.append("not reached yet", style="dim")
         return out
-    out.append_text(fm.verdict_text(gate.get("verdict")))
+    view = sty.gate_view(gate, end)
+    out.append(view.word, style=view.style)
     secs = gate.get("duration_s")
     if isinstance(secs, (int, float)):
         out.append(f"  {secs:.2f} s")
     for check in gate.get("checks") or []:
-        ok = check.get("ok")
-        mark, style = (
-            ("ok  ", "green") if ok and not check.get("warn") else (("warn", "yellow") if ok else ("FAIL", "bold red"))
-        )
-        out.append(f"\n {mark} ", style=style)
-        out.append(str(check.get("name", "")), style="bold")
+        if not isinstance(check, dict):
+            continue
+        result = sty.check_result(check)
+        if result == "fail" and check.get("name") == "stopped":
+            result = "stopped"
+        out.append(f"\n {result:<7} ", style=sty.CHECK_STYLE.get(result, sty.STATUS_STYLE["stopped"]))
+        out.append_text(one_line(check.get("name", ""), style="bold"))
         if check.get("detail"):
-            out.append(f": {check['detail']}")
+            out.append(": ")
+            out.append_text(plain(check["detail"]))
     if gate.get("inputs"):
         out.append("\ninputs ", style="bold")
-        out.append(json.dumps(gate["inputs"]))
+        out.append_text(plain(json.dumps(gate["inputs"], default=str)))
     mem = gate.get("mem") or {}
+    if not isinstance(mem, dict):
+        mem = {}
     peak, counter = gate_peak(gate)
     out.append("\nmemory ", style="bold")
     out.append(f"peak {fm.mib(peak)} ({counter or 'not measured'})")
     torch = mem.get("torch")
-    if torch:
+    if isinstance(torch, dict):
         out.append(
             f"\n torch allocated {fm.mib(torch.get('allocated'))}, reserved {fm.mib(torch.get('reserved'))}, "
             f"peak allocated {fm.mib(torch.get('peak_allocated'))}"
         )
     for g in mem.get("nvml") or []:
-        out.append(
-            f"\n GPU {g.get('index')} {g.get('name', '')}: NVML used {fm.mib(g.get('used'))} "
-            f"of {fm.mib(g.get('total'))}"
-        )
+        if isinstance(g, dict):
+            out.append("\n")
+            out.append_text(
+                one_line(
+                    f" GPU {g.get('index')} {g.get('name', '')}: NVML used {fm.mib(g.get('used'))} "
+                    f"of {fm.mib(g.get('total'))}"
+                )
+            )
     if mem.get("rss") is not None:
         out.append(f"\n process RSS {fm.mib(mem.get('rss'))}, peak {fm.mib(mem.get('rss_peak'))}")
-    if gate.get("remedy"):
+    if gate.get("remedy") and view.remedy:
         out.append("\nremedy ", style="bold yellow")
-        out.append(str(gate["remedy"]))
+        out.append_text(plain(gate["remedy"]))
     if gate.get("message") and gate.get("message") != gate.get("remedy"):
-        out.append(f"\n{gate['message']}", style="dim")
+        out.append("\n")
+        out.append_text(plain(gate["message"], style="dim"))
+    if view.word == "stopped":
+        out.append("\nstopped by a signal (x, cockpit stop or Ctrl+C): not a failure of this phase", style="dim")
     return out

@@ -15,14 +15,19 @@ HELP = (
         (
             ("?", "this help"),
             ("ctrl+p", "command palette: every main action by name"),
-            ("q", "quit Cockpit (running pilots keep running)"),
+            ("q", "quit Cockpit (running pilots keep running; it says which)"),
             ("Escape / b", "back"),
+            ("m", "maximise the focused pane (Tab moves between panes); m or Escape restores"),
         ),
     ),
     (
         "Campaign",
         (
             ("arrows, Enter", "choose a run and open it (live if it is running)"),
+            ("Home / End", "first / last run"),
+            ("/", "filter: variant:ID status:failed seed:0-2 kind:train or any text; Escape clears"),
+            ("t / T", "sort by the next column (run, variant, seed, status, peak, time, verdict) / reverse"),
+            ("n / f", "next running run / next failed, diverged or crashed run"),
             ("p", "start a pilot: pick variant and seed"),
             ("S", "start a series: variants x seeds, each a training run"),
             ("C", "compare variants: tables and loss curves"),
@@ -42,7 +47,7 @@ HELP = (
             ("i", "data view"),
         ),
     ),
-    ("Series run", (("x / i", "stop it / data view; no gates: loss by update, validation, stop reason"),)),
+    ("Series run", (("x / i", "stop it / data view (its variant's pilot); no gates: loss by update, validation"),)),
     (
         "Compare",
         (
@@ -50,9 +55,11 @@ HELP = (
             ("space, a, n", "choose the run under the cursor / all / none"),
             ("z", "zoom the curves to the runs that did not diverge"),
             ("c", "a colour per variant (markers per run) or per run"),
+            ("s / y", "smooth the curves / loss on a log scale"),
             ("o", "open the run under the cursor"),
         ),
     ),
+    ("Data", (("arrows", "choose an example; its batch row is shown position by position"),)),
 )
 
 NOTES = (
@@ -66,16 +73,25 @@ NOTES = (
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close", id="close")]
 
+    def __init__(self, section: str = "") -> None:
+        super().__init__()
+        self.section = section
+
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog wide", id="help"):
-            yield Static(help_text())
+            yield Static(help_text(self.section))
 
 
-def help_text() -> Text:
-    out = Text("Cockpit", style="bold")
+def help_text(section: str = "") -> Text:
+    """Every key; the screen's own section first (what ? was pressed on), then the rest."""
+    out = Text()
+    out.append("Cockpit", style="bold")
     out.append("  pilot every phase of a training campaign before paying for it", style="dim")
-    for section, keys in HELP:
-        out.append(f"\n\n{section}", style="bold underline")
+    order = sorted(HELP, key=lambda s: (s[0] != section, s[0] != "Everywhere"))
+    for name, keys in order:
+        out.append(f"\n\n{name}", style="bold underline")
+        if name == section:
+            out.append("  (this screen)", style="dim")
         for key, what in keys:
             out.append(f"\n {key:<14}", style="bold cyan")
             out.append(what)

@@ -1,11 +1,11 @@
 """One run, live or finished, read from its folder: gates, memory, loss, log.
 
-Reattaching is the same as attaching: the screen tails events.jsonl from the
-start, so a pilot started before this TUI (or before an SSH drop) shows its
-whole history, then its new events. A timer drains one bounded batch of
-events per tick and redraws only the widgets whose data changed, inside one
-``batch_update``: however fast the pilot writes, the screen repaints at most
-once per tick and each tick costs a bounded parse.
+Reattaching is the same as attaching: the run's one reader (``feeds``, shared
+with the campaign table) reads its events.jsonl from the start in a worker,
+then only the new bytes, so a pilot started before this TUI (or before an SSH
+drop) shows its whole history, then its new events. Widgets redraw only when
+their data changed, inside one ``batch_update``; charts at most twice a
+second. Below 100 columns the gate table and the charts are stacked.
 """
 
 from __future__ import annotations
@@ -14,167 +14,244 @@ import time
 from pathlib import Path
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Log, Static
+from textual.timer import Timer
+from textual.widgets import DataTable, Header, Log
 
 from ... import events as ev
 from ... import runs
 from .. import format as fm
+from .. import progress as pg
+from .. import style as sty
+from ..api import app_of
+from ..feeds import ALL
 from ..ingest import RunFeed
+from ..messages import FeedsChanged, StopDone
+from ..plain import clean_line, one_line
+from ..widgets.footer import FittingFooter
 from ..widgets.gates import GateTable
 from ..widgets.plot import BraillePlot, Line, Mark
+from ..widgets.text import TextBox
 
 GPU_STYLES = ("green", "bright_green", "spring_green3", "chartreuse3")
-ATTACH_S = 1.0  # reading a run's history on opening it may take this long before the first frame
-CHART_EVERY_S = 0.5  # charts redraw at most twice a second; gates and log at every tick
-
-
-class StopDone(Message):
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
+CHART_EVERY_S = 1.0  # charts redraw at most once a second (each is a few ms of Python); gates and log at once
+NARROW = 100  # below this many columns the panes are stacked
+CATCHING_UP = 2**20  # a backlog worth saying (a few lines behind a live writer is the normal state)
+EVERY = frozenset({"gates", "status", "mem", "loss", "log", "steps", "evals"})
 
 
 class RunScreen(Screen[None]):
+    HELP_SECTION = "Run"
     BINDINGS = [
         Binding("escape,b", "app.pop_screen", "Back", id="back"),
         Binding("x", "stop", "Stop", id="stop"),
         Binding("i", "data", "Data", id="data"),
         Binding("enter", "gate", "Gate", id="gate", show=False),
+        Binding("m", "app.toggle_maximize", "Max", id="maximize"),
         Binding("g", "app.device", "GPUs", id="gpus"),
     ]
 
     noun = "pilot"
+    FIRST_FOCUS = "#gates"
 
     def __init__(self, run_id: str) -> None:
         super().__init__()
         self.run_id = run_id
         self.rdir: Path = Path()
         self.feed: RunFeed | None = None
+        self.state: runs.RunState | None = None
         self.alive = False
         self._log_shown = 0
         self._output_shown = False
         self._charts_pending: set[str] = set()
         self._charts_drawn = float("-inf")
+        self._chart_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(id="run-head")
+        yield TextBox(id="run-head")
+        yield TextBox(id="run-banner")
         with Horizontal(id="run-body"):
             yield GateTable(id="gates")
             with Vertical(id="charts"):
                 yield BraillePlot("memory", fmt=_mib_label, id="mem")
                 yield BraillePlot("loss", zero_based=False, id="loss")
         yield Log(id="log", max_lines=500, highlight=False)
-        yield Footer()
+        yield FittingFooter()
 
     def on_mount(self) -> None:
+        self.set_class(self.app.size.width < NARROW, "-narrow")
+        self.query_one("#run-banner", TextBox).display = False
         self.attach()  # Textual calls on_mount of every class in the MRO: subclasses override attach()
 
+    def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.width < NARROW, "-narrow")
+
+    def wants_feed(self, run_id: str) -> bool:
+        """Whether news of this run's reader concerns the screen (the app tells only those that care)."""
+        return run_id == self.run_id
+
     def attach(self) -> None:
-        self.rdir = runs.run_dir(self.app.campaign_dir, self.run_id)
-        self.feed = RunFeed(self.rdir / ev.EVENTS_FILE)
-        self.sub_title = f"{self.app.notebook.campaign.name} / {self.run_id}"
-        self.check_alive()
-        self.tick(attach_s=ATTACH_S)
-        self.set_interval(self.app.timing.events_s, self.tick)
-        self.set_interval(1.0, self.check_alive)
-        self.query_one(GateTable).focus()
+        app = app_of(self)
+        self.rdir = runs.run_dir(app.campaign_dir, self.run_id)
+        self.sub_title = clean_line(f"{app.notebook.campaign.name} / {self.run_id}", 80)
+        self.feed = app.feeds.want(self.run_id)
+        if self.feed is not None:
+            self.apply(set(EVERY))
+        else:
+            self.show_reading()
+        self.set_interval(1.0, self.every_second)
+        self.query_one(self.FIRST_FOCUS).focus()
 
     # ---- reading
 
-    def check_alive(self) -> None:
-        if self.feed is not None and self.feed.end is not None:
-            self.alive = False
-            return
-        was = self.alive
-        self.alive = runs.is_alive(self.rdir)
-        if was != self.alive:
-            self.show_head()
+    def show_reading(self) -> None:
+        try:
+            size = (self.rdir / ev.EVENTS_FILE).stat().st_size
+        except OSError:
+            size = 0
+        out = Text()
+        out.append(f"{self.run_id} ", style="bold")
+        out.append(f"reading events.jsonl ({size / 2**20:.1f} MiB) ...", style="dim")
+        self.query_one("#run-head", TextBox).show(out)
 
-    def tick(self, attach_s: float | None = None) -> None:
+    @on(FeedsChanged)
+    def feeds_changed(self, message: FeedsChanged) -> None:
+        dirty = message.changed.get(self.run_id)
+        if not dirty:
+            return
+        if ALL in dirty:
+            self.feed = app_of(self).feeds.get(self.run_id)
+            dirty = set(EVERY)
+        self.apply(dirty)
+
+    def apply(self, dirty: set[str]) -> None:
         feed = self.feed
         if feed is None:
             return
-        dirty = feed.poll() if attach_s is None else feed.catch_up(attach_s)
-        behind = feed.behind_bytes
-        self._charts_pending |= dirty & {"mem", "loss"}
+        if dirty & {"status", "gates"} or self.state is None:
+            self.state = feed.state()
+        self._charts_pending |= dirty & {"mem", "loss", "steps", "evals"}
         now = time.monotonic()
-        charts = self._charts_pending if now - self._charts_drawn >= CHART_EVERY_S else set()
-        if not dirty and not behind and not charts:
-            return
+        charts: set[str] = set()
+        if self._charts_pending:
+            if now - self._charts_drawn >= CHART_EVERY_S:
+                charts, self._charts_pending, self._charts_drawn = self._charts_pending, set(), now
+            elif self._chart_timer is None:
+                self._chart_timer = self.set_timer(CHART_EVERY_S - (now - self._charts_drawn), self._charts_due)
         with self.app.batch_update():
-            if charts:
-                self._charts_drawn = now
-                self._charts_pending = set()
-            self.redraw(dirty, charts, behind)
+            self.redraw(dirty, charts)
 
-    def redraw(self, dirty: set[str], charts: set[str], behind: int) -> None:
+    def _charts_due(self) -> None:
+        self._chart_timer = None
+        if self._charts_pending:
+            self.apply(set())
+
+    def every_second(self) -> None:
+        """The clock-driven parts: is the process alive, the elapsed times, the banner."""
+        feed = self.feed
+        if feed is None:
+            return
+        if feed.end is None:
+            was = self.alive
+            self.alive = runs.is_alive(self.rdir)
+            if was != self.alive or self.state is None or not self.state.final:
+                self.state = feed.state()
+            self.show_gates(feed)
+        self.show_head()
+
+    def show_gates(self, feed: RunFeed) -> None:
+        self.query_one(GateTable).show(feed, status=self.status())
+
+    def redraw(self, dirty: set[str], charts: set[str]) -> None:
         """Redraw what changed (inside one batch_update); charts only when their turn has come."""
-        if "gates" in dirty:
-            self.query_one(GateTable).show(self.feed)
-        if "mem" in charts:
+        feed = self.feed
+        assert feed is not None
+        if dirty & {"gates", "status"}:
+            self.show_gates(feed)
+        if charts & {"mem"}:
             self.show_memory()
-        if "loss" in charts:
+        if charts & {"loss", "steps"}:
             self.show_loss()
         if "log" in dirty:
             self.show_log()
-        self.show_head(behind)
+        self.show_head()
 
     # ---- drawing
 
     def status(self) -> str:
-        feed = self.feed
-        if feed is not None and feed.end is not None:
-            return str(feed.end.get("status", "error"))
-        if self.alive:
-            return ev.Status.RUNNING.value
-        if feed is not None and feed.behind_bytes:
+        feed, st = self.feed, self.state
+        if feed is None or st is None:
+            return "reading"
+        if not st.final and st.status != ev.Status.RUNNING.value and feed.behind_bytes:
             return "reading"  # not crashed until its history is read: the end may be in it
-        if feed is None or (feed.start is None and runs.process_info(self.rdir) is None):
-            return ev.Status.CREATED.value
-        return ev.Status.CRASHED.value
+        return st.status
 
-    def show_head(self, behind: int = 0) -> None:
+    def reason(self) -> str:
+        return self.state.stop_reason if self.state is not None else ""
+
+    def elapsed(self) -> str:
+        feed = self.feed
+        if feed is None or feed.first_t is None:
+            return ""
+        end_t = time.time() if self.status() == "running" else (feed.last_t or feed.first_t)
+        return fm.duration(max(0.0, end_t - feed.first_t))
+
+    def show_head(self) -> None:
         feed = self.feed
         if feed is None:
             return
-        start = feed.start or {}
         status = self.status()
-        out = fm.run_head(self.run_id, start, status)
-        phase = (feed.end or {}).get("phase") or feed.phase
-        done = sum(1 for p in feed.phases if p in feed.gates)
-        out.append(f"  {done}/{len(feed.phases)} gates  phase {phase or '-'}")
-        if feed.first_t is not None:
-            end_t = feed.last_t if status != "running" else time.time()
-            out.append(f"  {fm.duration((end_t or feed.first_t) - feed.first_t)}")
-        reason = self.crash_reason(status, phase)
+        out = fm.run_head(self.run_id, feed.start or {}, status)
+        out.append(f"  {pg.pilot_progress(feed, status == 'running')}")
+        if status != "running":
+            out.append_text(one_line(f"  phase {(feed.end or {}).get('phase') or feed.phase or '-'}", limit=60))
+        elapsed = self.elapsed()
+        if elapsed:
+            out.append(f"  {elapsed}")
+        reason = self.reason()
         if reason:
-            out.append(f"\n{reason}", style="dim" if status == "passed" else "bold")
+            out.append("\n")
+            style = "dim" if status in ("passed", "completed") else sty.STATUS_STYLE.get(status, "bold")
+            out.append_text(one_line(reason, style=style, limit=400))
         elif status == "running":
             out.append("\nx stops it; quitting Cockpit leaves it running", style="dim")
         if feed.gates:
             out.append(f"  ({self.query_one(GateTable).scale_label})", style="dim")
-        self.finish_head(out, status, behind)
+        self.finish_head(out, status)
 
-    def finish_head(self, out: Text, status: str, behind: int) -> None:
-        """Shared end of the header: the backlog being read, then the output tail of a failed run."""
-        if behind:
+    def finish_head(self, out: Text, status: str) -> None:
+        """Shared end of the header: the backlog being read, the banner, the output tail of a failed run."""
+        feed = self.feed
+        behind = feed.behind_bytes if feed is not None else 0
+        if behind >= CATCHING_UP:
             out.append(f"  catching up: {behind / 2**20:.1f} MiB of events to read", style="yellow")
-        self.query_one("#run-head", Static).update(out)
+        self.query_one("#run-head", TextBox).show(out)
+        self.show_banner()
         if status in (ev.Status.CRASHED.value, ev.Status.ERROR.value) and not self._output_shown:
             self.show_output_tail()
 
-    def crash_reason(self, status: str, phase: str | None) -> str:
-        reason = ((self.feed.end or {}).get("stop_reason") or "") if self.feed else ""
-        if status == ev.Status.CRASHED.value:
-            reason = f"process gone without a final event during phase {phase or 'start-up'}"
-        return reason
+    def show_banner(self) -> None:
+        """Said once, in a line of its own: a deleted run folder, lines that could not be read."""
+        feed = self.feed
+        banner = self.query_one("#run-banner", TextBox)
+        words: list[str] = []
+        if feed is not None and (feed.gone or not self.rdir.is_dir()):
+            words.append("the run folder was deleted: what is shown is what was read before")
+        if feed is not None and feed.bad_lines:
+            n = feed.bad_lines
+            words.append(
+                f"{n} line{'s' if n != 1 else ''} of events.jsonl could not be read and "
+                f"{'were' if n != 1 else 'was'} skipped"
+            )
+        if banner.display != bool(words):
+            banner.display = bool(words)
+        if words:
+            banner.show(Text("; ".join(words), style="bold yellow"))
 
     def show_memory(self) -> None:
         feed = self.feed
@@ -211,29 +288,35 @@ class RunScreen(Screen[None]):
         new = feed.log_total - self._log_shown
         if new <= 0:
             return
-        lines = list(feed.log)[-min(new, len(feed.log)) :]
-        self.query_one(Log).write_lines(lines)
+        lines = [clean_line(x) for x in list(feed.log)[-min(new, len(feed.log)) :]]
+        log = self.query_one(Log)
+        follow = self._log_shown == 0 or log.is_vertical_scroll_end
+        log.write_lines(lines, scroll_end=False)
+        if follow:  # after the layout: lines written before the log has its size would leave it short of the end
+            log.call_after_refresh(log.scroll_end, animate=False)
         self._log_shown = feed.log_total
 
     def show_output_tail(self) -> None:
         self._output_shown = True
         try:
             text = (self.rdir / runs.LOG_FILE).read_text(errors="replace")
-        except FileNotFoundError:
+        except OSError:
             return
         tail = text.splitlines()[-20:]
         if tail:
-            self.query_one(Log).write_lines([f"--- last lines of {runs.LOG_FILE}:", *tail])
+            log = self.query_one(Log)
+            log.write_lines([f"--- last lines of {runs.LOG_FILE}:", *(clean_line(x) for x in tail)], scroll_end=False)
+            log.call_after_refresh(log.scroll_end, animate=False)
 
     # ---- actions
 
     def action_data(self) -> None:
-        self.app.open_data(self.run_id)
+        app_of(self).open_data(self.run_id)
 
     def action_gate(self) -> None:
-        table = self.query_one(GateTable)
-        if table.row_count:
-            self.open_gate(str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value))
+        phase = self.query_one(GateTable).cursor_key()
+        if phase:
+            self.open_gate(phase)
 
     @on(DataTable.RowSelected, "#gates")
     def gate_selected(self, event: DataTable.RowSelected) -> None:
@@ -243,8 +326,8 @@ class RunScreen(Screen[None]):
     def open_gate(self, phase: str) -> None:
         from .dialogs import GateScreen
 
-        assert self.feed is not None
-        self.app.push_screen(GateScreen(phase, self.feed.gates.get(phase)))
+        if self.feed is not None:
+            self.app.push_screen(GateScreen(phase, self.feed.gates.get(phase), self.feed.end))
 
     def action_stop(self) -> None:
         from .dialogs import ConfirmScreen
@@ -265,12 +348,11 @@ class RunScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="stop", exit_on_error=False, description="stop the run")
     def stop_run(self) -> None:
-        self.post_message(StopDone(self.app.launcher.stop(self.rdir)))
+        self.post_message(StopDone(app_of(self).launcher.stop(self.rdir)))
 
     def on_stop_done(self, message: StopDone) -> None:
         self.notify(f"{self.run_id}: {message.text}", title="stop")
-        self.check_alive()
-        self.show_head()
+        self.every_second()
 
 
 def _mib_label(value: float) -> str:

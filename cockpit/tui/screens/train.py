@@ -13,24 +13,33 @@ task's metrics and the mean times are shown as the run recorded them.
 from __future__ import annotations
 
 import json
-import time
+import math
 from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Footer, Header, Log, Static
+from textual.widgets import Header, Log
 
-from ... import events as ev
 from ... import runs
 from .. import format as fm
+from .. import progress as pg
+from .. import style as sty
+from ..api import app_of
+from ..ingest import RunFeed
+from ..plain import clean_line, one_line
+from ..widgets.footer import FittingFooter
 from ..widgets.keyed import put_row
 from ..widgets.plot import BraillePlot, Line
-from .run import ATTACH_S, RunScreen, _mib_label
+from ..widgets.table import CursorTable
+from ..widgets.text import TextBox
+from .run import RunScreen, _mib_label
 
 
 class TrainRunScreen(RunScreen):
+    HELP_SECTION = "Series run"
     noun = "run"
+    FIRST_FOCUS = "#evals"
 
     def __init__(self, run_id: str) -> None:
         super().__init__(run_id)
@@ -40,130 +49,130 @@ class TrainRunScreen(RunScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(id="run-head")
+        yield TextBox(id="run-head")
+        yield TextBox(id="run-banner")
         with Horizontal(id="train-body"):
             with Vertical(id="train-side"):
-                yield DataTable(id="evals", cursor_type="row", zebra_stripes=False)
-                yield Static(id="train-metrics")
+                yield CursorTable(id="evals", zebra_stripes=False)
+                yield TextBox(id="train-metrics")
             with Vertical(id="charts"):
                 yield BraillePlot("loss", zero_based=False, id="loss")
                 yield BraillePlot("memory", fmt=_mib_label, id="mem")
         yield Log(id="log", max_lines=500, highlight=False)
-        yield Footer()
+        yield FittingFooter()
 
     def attach(self) -> None:
-        from ... import runs
-        from ..ingest import RunFeed
-
-        self.rdir = runs.run_dir(self.app.campaign_dir, self.run_id)
-        self.feed = RunFeed(self.rdir / ev.EVENTS_FILE)
-        self.sub_title = f"{self.app.notebook.campaign.name} / {self.run_id}"
         plot = self.query_one("#loss", BraillePlot)
         plot.x_fmt = lambda x: f"update {x:.0f}"
         plot.empty_text = "no update yet"
-        table = self.query_one("#evals", DataTable)
+        table = self.query_one("#evals", CursorTable)
         table.border_title = "validation"
+        self.rdir = runs.run_dir(app_of(self).campaign_dir, self.run_id)
         self.read_metrics()
-        self.check_alive()
-        self.tick(attach_s=ATTACH_S)
-        self.set_interval(self.app.timing.events_s, self.tick)
-        self.set_interval(1.0, self.check_alive)
-        table.focus()
+        super().attach()
 
     # ---- reading
 
     def read_metrics(self) -> None:
         """metrics.json, written once at the run's end (small: read on the UI thread)."""
         try:
-            self.metrics = json.loads((self.rdir / runs.METRICS_FILE).read_text())
-        except (FileNotFoundError, ValueError, OSError):
-            self.metrics = None
+            data = json.loads((self.rdir / runs.METRICS_FILE).read_text())
+        except (ValueError, OSError, RecursionError):
+            data = None
+        self.metrics = data if isinstance(data, dict) else None
 
-    def redraw(self, dirty: set[str], charts: set[str], behind: int) -> None:
+    def redraw(self, dirty: set[str], charts: set[str]) -> None:
         if "status" in dirty and self.feed is not None and self.feed.end is not None and self.metrics is None:
             self.read_metrics()
-        if "evals" in dirty or "status" in dirty:
+        if dirty & {"evals", "status"}:
             self.show_evals()
-        if "mem" in charts:
+        if charts & {"mem"}:
             self.show_memory()
-        if "loss" in charts:
+        if charts & {"loss", "steps", "evals"}:
             self.show_loss()
         if "log" in dirty:
             self.show_log()
-        self.show_head(behind)
+        self.show_head()
 
     # ---- drawing
 
-    def show_head(self, behind: int = 0) -> None:
+    def show_head(self) -> None:
         feed = self.feed
         if feed is None:
             return
         start = feed.start or {}
         status = self.status()
         out = fm.run_head(self.run_id, start, status)
-        step = feed.last_step or {}
-        planned = feed.planned_updates
-        done = step.get("step", 0)
-        out.append(f"  update {done}" + (f"/{planned}" if planned else ""))
-        if feed.first_t is not None:
-            end_t = feed.last_t if status != "running" else time.time()
-            out.append(f"  {fm.duration((end_t or feed.first_t) - feed.first_t)}")
+        progress = pg.train_progress(feed)
+        out.append(
+            f"  {progress.words() if status == 'running' else f'update {progress.done}' + (f'/{progress.planned}' if progress.planned else '')}"
+        )
+        elapsed = self.elapsed()
+        if elapsed:
+            out.append(f"  {elapsed}")
         if start.get("follows"):
-            out.append(f"  follows {start['follows']}", style="dim")
+            out.append_text(one_line(f"  follows {start['follows']}", style="dim", limit=40))
         out.append("\n")
+        step = feed.last_step or {}
         if step:
             out.append("last update ", style="dim")
-            out.append(step_words(step))
+            out.append(clean_line(step_words(step), 300))
         else:
             out.append("no update yet", style="dim")
-        reason = self.crash_reason(status, feed.phase)
+        reason = self.reason()
         if reason:
             out.append("\n")
             out.append("stop reason ", style="dim")
-            out.append(reason, style="" if status == "completed" else "bold red")
+            out.append_text(
+                one_line(reason, style="" if status == "completed" else sty.STATUS_STYLE.get(status, "bold"), limit=400)
+            )
         elif status == "running":
             out.append("\nx stops it; quitting Cockpit leaves it running", style="dim")
-        self.finish_head(out, status, behind)
+        self.finish_head(out, status)
 
     def show_evals(self) -> None:
         feed = self.feed
         assert feed is not None
-        table = self.query_one("#evals", DataTable)
-        names = list(dict.fromkeys(k for e in feed.evals for k in (e.get("metrics") or {})))
+        table = self.query_one("#evals", CursorTable)
+        names = list(dict.fromkeys(k for e in feed.evals for k in _metrics(e)))[:8]
         columns = ["step", "val_loss", *names]
         if columns != self._eval_columns:
             table.clear(columns=True)
             self._eval_shown = {}
             self._eval_columns = columns
-            for col in columns:
-                table.add_column(short(col), key=col)
-        best = min((e["loss"] for e in feed.evals if isinstance(e.get("loss"), (int, float))), default=None)
+            for i, col in enumerate(columns):
+                table.add_column(one_line(short(col), limit=12), key=f"c{i}")
+        best = min((e["loss"] for e in feed.evals if _num(e.get("loss"))), default=None)
         for e in feed.evals:
             loss = e.get("loss")
             cells = [
-                Text(str(e.get("step", "?")), justify="right"),
+                one_line(e.get("step", "?"), limit=12),
                 Text(
-                    f"{loss:.4f}" if isinstance(loss, (int, float)) else "non-finite",
+                    f"{loss:.4f}" if _num(loss) else "non-finite",
                     justify="right",
-                    style="bold green" if loss is not None and loss == best else "",
+                    style=sty.BEST if loss is not None and loss == best else "",
                 ),
             ]
+            metrics = _metrics(e)
             for k in names:
-                v = (e.get("metrics") or {}).get(k)
-                cells.append(Text(f"{v:.3g}" if isinstance(v, (int, float)) else "-", justify="right"))
-            put_row(table, self._eval_shown, str(e.get("step")), cells, columns)
+                v = metrics.get(k)
+                cells.append(Text(f"{v:.3g}" if _num(v) else "-", justify="right"))
+            cells[0].justify = "right"
+            put_row(
+                table, self._eval_shown, clean_line(e.get("step"), 40), cells, [f"c{i}" for i in range(len(columns))]
+            )
         every = ((feed.start or {}).get("validation") or {}).get("every_updates")
-        table.border_title = f"validation ({len(feed.evals)})" + (f" every {every}" if every else "")
-        self.query_one("#train-metrics", Static).update(metrics_text(self.metrics))
+        table.border_title = Text(
+            f"validation ({len(feed.evals)})" + (f" every {clean_line(every, 12)}" if every else "")
+        )
+        self.query_one("#train-metrics", TextBox).show(metrics_text(self.metrics))
 
     def show_loss(self) -> None:
         feed = self.feed
         assert feed is not None
         plot = self.query_one("#loss", BraillePlot)
         points = [
-            (float(e["step"]), float(e["loss"]))
-            for e in feed.evals
-            if isinstance(e.get("step"), (int, float)) and isinstance(e.get("loss"), (int, float))
+            (float(e["step"]), float(e["loss"])) for e in feed.evals if _num(e.get("step")) and _num(e.get("loss"))
         ]
         title = "loss"
         if feed.step_loss.y:
@@ -181,8 +190,17 @@ class TrainRunScreen(RunScreen):
     def action_gate(self) -> None:
         """A train run has no gates: Enter on a validation row does nothing more than show it."""
 
-    def action_data(self) -> None:
-        self.app.open_data(self.run_id)
+    def show_gates(self, feed: RunFeed) -> None:
+        """A train run has no gates."""
+
+
+def _metrics(e: dict[str, Any]) -> dict[str, Any]:
+    m = e.get("metrics")
+    return m if isinstance(m, dict) else {}
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def short(name: str) -> str:
@@ -212,17 +230,22 @@ def metrics_text(m: dict[str, Any] | None) -> Text:
     out.append("final ", style="bold")
     out.append(f"val {fv:.4g}" if isinstance(fv, (int, float)) else "no validation")
     if m.get("final_step") is not None:
-        out.append(f" @{m['final_step']}")
+        out.append(clean_line(f" @{m['final_step']}", 40))
     if isinstance(bv, (int, float)):
-        out.append(f", best {bv:.4g} @{m.get('best_step')}")
-    fm_ = m.get("final_metrics") or {}
+        out.append(clean_line(f", best {bv:.4g} @{m.get('best_step')}", 60))
+    fm_ = m.get("final_metrics") if isinstance(m.get("final_metrics"), dict) else {}
     if fm_:
         out.append("\n")
         out.append(
-            ", ".join(f"{short(k)} {v:.3g}" if isinstance(v, (int, float)) else f"{short(k)} -" for k, v in fm_.items())
+            clean_line(
+                ", ".join(
+                    f"{short(k)} {v:.3g}" if isinstance(v, (int, float)) else f"{short(k)} -" for k, v in fm_.items()
+                ),
+                300,
+            )
         )
     out.append("\n")
-    out.append(f"{m.get('updates', '?')}/{m.get('planned_updates', '?')} updates")
+    out.append(clean_line(f"{m.get('updates', '?')}/{m.get('planned_updates', '?')} updates", 60))
     if isinstance(m.get("step_time_s"), (int, float)):
         out.append(f", {m['step_time_s']:.3f} s/update")
     value, counter = runs.mem_peak(m.get("peak") if isinstance(m.get("peak"), dict) else None)

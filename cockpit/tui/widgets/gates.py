@@ -2,20 +2,26 @@
 
 Rows are keyed by phase and updated cell by cell (only cells whose text
 changed), never cleared, so the cursor stays where the user put it while a
-pilot writes. The last column draws each phase's peak memory as a bar against
-the GPU's capacity (or, without a GPU, against the largest phase's RSS); the
-phase that sets the run's peak is drawn in its own colour and marked.
+pilot writes. The running phase shows how long it has been running. The last
+column draws each phase's peak memory as a bar against the GPU's capacity (or,
+without a GPU, against the largest phase's RSS); the phase that sets the
+run's peak is drawn in its own colour and marked. A phase a person stopped
+reads "stopped", not a failure.
 """
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
-from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
 from .. import format as fm
+from .. import style as sty
 from ..ingest import RunFeed
+from ..plain import one_line
 from .keyed import put_row
+from .table import CursorTable
 
 BAR_WIDTH = 8
 COLUMNS = (
@@ -27,13 +33,13 @@ COLUMNS = (
 )
 
 
-class GateTable(DataTable):
+class GateTable(CursorTable):
     DEFAULT_CSS = """
     GateTable { height: 1fr; }
     """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=False)
+        super().__init__(id=id, classes=classes, zebra_stripes=False)
         self._shown: dict[str, tuple[str, ...]] = {}
         self.scale_label = ""
 
@@ -41,13 +47,15 @@ class GateTable(DataTable):
         for key, label, width in COLUMNS:
             self.add_column(label, key=key, width=width)
 
-    def show(self, feed: RunFeed) -> None:
+    def show(self, feed: RunFeed, now: float | None = None, status: str = "running") -> None:
+        """Fill the rows from the run's reader; ``status`` is the run's (the phase a crash ended in says so)."""
         peaks = {p: feed.phase_peak(p)[0] for p in feed.phases}
         capacity = max(feed.capacity.values()) if feed.capacity else None
         measured = [v for v in peaks.values() if v is not None]
         top = max(measured) if measured else None
         # the first phase reaching the top sets the peak; later ties do not
         top_phase = next((p for p in feed.phases if top is not None and peaks.get(p) == top), None)
+        scale: float | None
         if capacity:
             scale, label = (
                 capacity,
@@ -61,26 +69,42 @@ class GateTable(DataTable):
         if column is not None and column.label.plain != label:
             column.label = Text(label)
             self.refresh()
-        running = None if feed.end else feed.phase
+        running = status in ("running", "reading")
+        running_phase = None if feed.end or not running else feed.phase
+        ended_phase = (feed.end or {}).get("phase") or feed.phase
         for phase in feed.phases:
             gate = feed.gates.get(phase)
             peak = peaks.get(phase)
             is_top = phase == top_phase
             if gate is not None:
-                verdict = fm.verdict_text(gate.get("verdict"))
+                view = sty.gate_view(gate, feed.end)
+                verdict = Text(view.word, style=view.style)
                 secs = gate.get("duration_s")
                 time_text = Text(f"{secs:.2f}" if isinstance(secs, (int, float)) else "-")
-            elif phase == running:
-                verdict, time_text = Text("running", style="bold cyan"), Text("...", style="cyan")
-            elif feed.end is not None and phase == (feed.end.get("phase") or feed.phase):
-                verdict, time_text = Text(feed.end.get("status", "ended"), style="bold red"), Text("-")
+            elif phase == running_phase:
+                started = feed.phase_started(phase)
+                verdict = Text("running", style=sty.RUNNING)
+                elapsed = max(0.0, (now or time.time()) - started) if started is not None else None
+                time_text = Text(_short(elapsed) if elapsed is not None else "...", style="cyan")
+            elif not running and phase == ended_phase:
+                ended = str((feed.end or {}).get("status") or status)
+                verdict, time_text = sty.status_text(ended), Text("-")
             else:
-                verdict, time_text = Text("...", style="dim"), Text("")
+                verdict, time_text = Text("...", style=sty.PENDING), Text("")
             peak_text = Text(fm.mib(peak, unit=False) if peak is not None else "", style="bold" if is_top else "")
-            bar = fm.bar(peak, scale, BAR_WIDTH, style="bold red" if is_top else "green")
-            bar.append("\u25c0" if is_top else " ", style="bold red")
-            cells = (Text(phase), verdict, time_text, peak_text, bar)
+            bar = fm.bar(peak, scale, BAR_WIDTH, style=sty.PEAK if is_top else "green")
+            bar.append("\u25c0" if is_top else " ", style=sty.PEAK)
+            cells = (one_line(phase, limit=40), verdict, time_text, peak_text, bar)
             self._put(phase, cells)
 
     def _put(self, phase: str, cells: tuple[Text, ...]) -> None:
         put_row(self, self._shown, phase, cells, [key for key, _, _ in COLUMNS])
+
+
+def _short(seconds: float) -> str:
+    """Elapsed time in at most 5 characters (the secs column)."""
+    if seconds < 100:
+        return f"{seconds:.1f}"
+    if seconds < 6000:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.0f}h"

@@ -12,11 +12,16 @@ several runs are overlaid), so runs stay apart on a terminal without colour.
 
 from __future__ import annotations
 
+import itertools
+import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rich.text import Text
 from textual.widget import Widget
+
+from ..plain import clean_line
 
 _BITS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
 
@@ -29,6 +34,9 @@ class Line:
     y: Sequence[float]
     points: Sequence[tuple[float, float]] = ()  # (x, y) drawn as ``marker`` over the braille line
     marker: str = ""
+    # A band (e.g. min..max over seeds) drawn dim under the line: lo[i]..hi[i] at t[i].
+    lo: Sequence[float] = ()
+    hi: Sequence[float] = ()
 
 
 @dataclass
@@ -40,7 +48,10 @@ class Mark:
 class BraillePlot(Widget):
     DEFAULT_CSS = """
     BraillePlot { height: 1fr; min-height: 4; text-wrap: nowrap; text-overflow: clip; }
+    BraillePlot:focus { background: $boost; }
     """
+    ALLOW_MAXIMIZE = True
+    can_focus = True  # so m can maximise it
 
     def __init__(
         self,
@@ -61,6 +72,7 @@ class BraillePlot(Widget):
         self.empty_text = "no data yet"
         self.legend = True  # False: the caller shows its own legend (many overlaid runs)
         self.x_fmt: Callable[[float], str] | None = None  # x labels on the bottom row when there are no marks
+        self.log_y = False
 
     def set_data(self, lines: list[Line], marks: list[Mark] | None = None, y_max: float | None = None) -> None:
         self.lines = [ln for ln in lines if len(ln.t) or len(ln.points)]
@@ -82,7 +94,55 @@ class BraillePlot(Widget):
             self.empty_text,
             legend=self.legend,
             x_fmt=self.x_fmt,
+            log_y=self.log_y,
         )
+
+
+def _clean(t: Sequence[float], y: Sequence[float]) -> bool:
+    """Finite values with x never decreasing (and as many x as y)."""
+    return (
+        len(t) == len(y)
+        and all(map(math.isfinite, t))
+        and all(map(math.isfinite, y))
+        and all(map(operator.le, t, itertools.islice(t, 1, None)))
+    )
+
+
+def _usable(y: float, log_y: bool) -> bool:
+    return math.isfinite(y) and (not log_y or y > 0)
+
+
+def _ready(ln: Line, log_y: bool) -> Line:
+    """The line's finite values, sorted by x (a wall clock that stepped back must not break the chart),
+    on a log scale when asked; values a log scale cannot show are left out."""
+    band = len(ln.lo) == len(ln.t) and len(ln.hi) == len(ln.t)
+    if not log_y and not band and _clean(ln.t, ln.y) and all(map(math.isfinite, (p for pt in ln.points for p in pt))):
+        return ln  # the usual case, checked at C speed: finite and in order already
+    conv: Callable[[float], float] = math.log10 if log_y else float
+    rows = []
+    for i, (t, y) in enumerate(zip(ln.t, ln.y, strict=False)):
+        if not (math.isfinite(t) and _usable(y, log_y)):
+            continue
+        if band:
+            lo, hi = ln.lo[i], ln.hi[i]
+            if not (_usable(lo, log_y) and _usable(hi, log_y)):
+                lo = hi = y
+            rows.append((t, conv(y), conv(lo), conv(hi)))
+        else:
+            rows.append((t, conv(y), 0.0, 0.0))
+    if any(rows[i][0] > rows[i + 1][0] for i in range(len(rows) - 1)):
+        rows.sort(key=lambda r: r[0])
+    points = [(x, conv(y)) for x, y in ln.points if math.isfinite(x) and _usable(y, log_y)]
+    return Line(
+        ln.label,
+        ln.style,
+        [r[0] for r in rows],
+        [r[1] for r in rows],
+        points=points,
+        marker=ln.marker,
+        lo=[r[2] for r in rows] if band else (),
+        hi=[r[3] for r in rows] if band else (),
+    )
 
 
 def render_plot(
@@ -98,15 +158,21 @@ def render_plot(
     *,
     legend: bool = True,
     x_fmt: Callable[[float], str] | None = None,
+    log_y: bool = False,
 ) -> Text:
     out = Text(no_wrap=True, overflow="crop")
-    head = Text(title, style="bold")
+    head = Text()
+    head.append(clean_line(title, 200), style="bold")
     if legend:
         for ln in lines:
             head.append("  ")
             head.append(f"{ln.marker or chr(0x28FF)} ", style=ln.style)
-            head.append(ln.label)
+            head.append(clean_line(ln.label, 80))
     out.append_text(head)
+    lines = [r for r in (_ready(ln, log_y) for ln in lines) if len(r.t) or len(r.points)]
+    if log_y and y_max is not None:
+        y_max = math.log10(y_max) if y_max > 0 and math.isfinite(y_max) else None
+    label: Callable[[float], str] = (lambda v: fmt(10**v)) if log_y else fmt
     if not lines or width < 12 or height < 3:
         if height >= 2:
             out.append("\n")
@@ -116,26 +182,59 @@ def render_plot(
     t0, t1 = min(xs), max(xs)
     if t1 <= t0:
         t1 = t0 + 1.0
-    ys = [max(ln.y) for ln in lines if len(ln.y)] + [p[1] for ln in lines for p in ln.points]
+    ys = [max(ln.y) for ln in lines if len(ln.y)] + [max(ln.hi) for ln in lines if len(ln.hi)]
+    ys += [p[1] for ln in lines for p in ln.points]
     top = max(ys) if y_max is None else y_max
-    lows = [min(ln.y) for ln in lines if len(ln.y)] + [p[1] for ln in lines for p in ln.points]
-    bottom = 0.0 if zero_based else min(lows)
+    lows = [min(ln.y) for ln in lines if len(ln.y)] + [min(ln.lo) for ln in lines if len(ln.lo)]
+    lows += [p[1] for ln in lines for p in ln.points]
+    bottom = 0.0 if zero_based and not log_y else min(lows)
     if top <= bottom:
         top = bottom + (abs(bottom) or 1.0)
-    top_label, bottom_label = fmt(top), fmt(bottom)
+    top_label, bottom_label = label(top), label(bottom)
     gutter = max(len(top_label), len(bottom_label)) + 1
     cols = width - gutter
     rows = height - 2  # legend above, phase labels below
+    if cols < 2 or rows < 1:
+        return out
     dots_x, dots_y = cols * 2, rows * 4
     cells = [[0] * cols for _ in range(rows)]
     owner: list[list[int]] = [[-1] * cols for _ in range(rows)]
+    shade = [[0] * cols for _ in range(rows)]  # band dots, under the lines
+    shade_owner: list[list[int]] = [[-1] * cols for _ in range(rows)]
     span = t1 - t0
     yspan = top - bottom
 
+    def col(t: float) -> int:
+        return min(dots_x - 1, max(0, int((t - t0) / span * (dots_x - 1))))
+
+    def row(y: float) -> int:
+        dy = int(round((min(max(y, bottom), top) - bottom) / yspan * (dots_y - 1)))
+        return dots_y - 1 - dy  # row 0 is the top
+
     for si, ln in enumerate(lines):
+        if len(ln.lo):
+            band_lo: list[float | None] = [None] * dots_x
+            band_hi: list[float | None] = [None] * dots_x
+            for t, lo, hi in zip(ln.t, ln.lo, ln.hi, strict=True):
+                x = col(t)
+                cur_lo, cur_hi = band_lo[x], band_hi[x]
+                band_lo[x] = lo if cur_lo is None else min(cur_lo, lo)
+                band_hi[x] = hi if cur_hi is None else max(cur_hi, hi)
+            for x in range(dots_x):
+                lo_v, hi_v = band_lo[x], band_hi[x]
+                if lo_v is None or hi_v is None:
+                    continue
+                for d in range(row(hi_v), row(lo_v) + 1):
+                    r, c = d // 4, x // 2
+                    shade[r][c] |= _BITS[x % 2][d % 4]
+                    shade_owner[r][c] = si
+
         column_max: list[float | None] = [None] * dots_x
-        for t, y in zip(ln.t, ln.y, strict=True):
-            x = int((t - t0) / span * (dots_x - 1))
+        last_x = dots_x - 1
+        for t, y in zip(ln.t, ln.y, strict=True):  # the hot loop: col() inlined, the same arithmetic
+            x = int((t - t0) / span * last_x)
+            if x < 0 or x > last_x:
+                x = 0 if x < 0 else last_x
             cur = column_max[x]
             if cur is None or y > cur:
                 column_max[x] = y
@@ -148,11 +247,10 @@ def render_plot(
 
         prev: int | None = None
         prev_x = 0
-        for x, y in enumerate(column_max):
-            if y is None:
+        for x, value in enumerate(column_max):
+            if value is None:
                 continue
-            dy = int(round((min(max(y, bottom), top) - bottom) / yspan * (dots_y - 1)))
-            dy = dots_y - 1 - dy  # row 0 is the top
+            dy = row(value)
             if prev is None:
                 run(x, dy, dy)
             else:
@@ -174,33 +272,32 @@ def render_plot(
         for px, py in ln.points:
             if py > top or py < bottom:
                 continue  # a point outside a fixed scale is not drawn at the edge as if it were there
-            x = int((px - t0) / span * (dots_x - 1))
-            dy = dots_y - 1 - int(round((py - bottom) / yspan * (dots_y - 1)))
-            points[(dy // 4, x // 2)] = (ln.marker, si)
+            points[(row(py) // 4, col(px) // 2)] = (ln.marker, si)
 
     mark_cols: dict[int, str] = {}
     for m in marks:
-        if t0 <= m.t <= t1:
-            c = int((m.t - t0) / span * (dots_x - 1)) // 2
-            mark_cols.setdefault(c, m.label)
+        if math.isfinite(m.t) and t0 <= m.t <= t1:
+            mark_cols.setdefault(col(m.t) // 2, clean_line(m.label, 40))
 
     for r in range(rows):
         out.append("\n")
         if r == 0:
-            label = top_label
+            axis_label = top_label
         elif r == rows - 1:
-            label = bottom_label
+            axis_label = bottom_label
         else:
-            label = ""
-        out.append(label.rjust(gutter - 1) + "\u2502", style="dim")
-        row = cells[r]
+            axis_label = ""
+        out.append(axis_label.rjust(gutter - 1) + "\u2502", style="dim")
+        line_row, shade_row = cells[r], shade[r]
         for c in range(cols):
-            bits = row[c]
+            bits = line_row[c]
             if (r, c) in points:
                 marker, si = points[(r, c)]
                 out.append(marker, style=f"bold {lines[si].style}")
             elif bits:
                 out.append(chr(0x2800 + bits), style=lines[owner[r][c]].style)
+            elif shade_row[c]:
+                out.append(chr(0x2800 + shade_row[c]), style=f"dim {lines[shade_owner[r][c]].style}")
             elif c in mark_cols:
                 out.append("\u250a", style="dim")
             else:
@@ -209,11 +306,11 @@ def render_plot(
     axis = [" "] * cols
     free_from = 0
     for c in sorted(mark_cols):
-        label = mark_cols[c]
+        text_label = mark_cols[c]
         if c < free_from or c >= cols:
             continue
         room = cols - c
-        text = label[: max(1, min(len(label), room))]
+        text = text_label[: max(1, min(len(text_label), room))]
         for i, ch in enumerate(text):
             axis[c + i] = ch
         free_from = c + len(text) + 1

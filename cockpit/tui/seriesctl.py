@@ -1,0 +1,163 @@
+"""A series (``cockpit.series.Series``) driven from the TUI, without ever blocking it.
+
+A timer hands ``Series.poll`` to a worker thread, which reaps the finished
+runs and starts the next ones detached; the worker ends by posting
+:class:`~cockpit.tui.messages.SeriesPolled`, which the application hands back
+to :meth:`SeriesDriver.polled` on the UI thread. Polls never overlap: a tick
+that finds the previous poll still running does nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from textual.app import App
+from textual.timer import Timer
+
+from .. import notebook as nbm
+from .. import series as sr
+from .messages import SeriesPolled, SeriesStopped
+
+
+class SeriesDriver:
+    """The series started from this TUI (at most one at a time), its timer and its notifications."""
+
+    def __init__(self, app: App[Any], notebook_path: Path, start: Callable[..., int], interval_s: float) -> None:
+        self.app = app
+        self.notebook_path = notebook_path
+        self._start_process = start
+        self.interval_s = interval_s
+        self.series: sr.Series | None = None
+        self.started: list[str] = []  # run ids, in the order they started
+        self._timer: Timer | None = None
+        self.busy = False  # a poll is running in a thread (it writes campaign.toml itself)
+
+    # ---- state
+
+    @property
+    def running(self) -> bool:
+        return self.series is not None and not self.series.done
+
+    def status(self) -> str:
+        """The series in a few words, for the campaign screen."""
+        s = self.series
+        if s is None:
+            return ""
+        finished = [x for x in s.started if x.finished]
+        outcomes: dict[str, int] = {}
+        for x in finished:
+            status = x.state.status if x.state else "?"
+            outcomes[status] = outcomes.get(status, 0) + 1
+        total = len(s.started) + len(s.pending)
+        words = ", ".join(f"{n} {k}" for k, n in outcomes.items())
+        out = f"series {len(finished)}/{total} done" + (f" ({words})" if words else "")
+        if s.active:
+            out += f", running {', '.join(x.run_id for x in s.active)}"
+        if s.pending:
+            out += f", {len(s.pending)} waiting"
+        return out
+
+    # ---- starting and following
+
+    def start(self, variants: list[str], seeds: list[int], parallel: int = 1, updates: int | None = None) -> bool:
+        """Plan it now (errors shown at once), then start and follow it from a timer."""
+        from ..errors import CockpitError
+
+        try:
+            nb = nbm.load(self.notebook_path)
+            items, notes = sr.plan(nb, variants, seeds, overrides=sr.budget_overrides(updates))
+            notes += sr.parallel_check(self.notebook_path, [i.variant for i in items], parallel)
+            series = sr.Series(self.notebook_path, items, parallel=parallel, starter=self._starter)
+        except (CockpitError, nbm.NotebookError) as exc:
+            self.app.notify(str(exc), title="series not started", severity="error", timeout=20)
+            return False
+        if not items:
+            self.app.notify("nothing to run", title="series", severity="warning")
+            return False
+        self.series, self.started = series, []
+        budget = f"{updates} updates each (a quick look, recorded in each run)" if updates else "the notebook's budget"
+        self.app.notify("\n".join([f"{len(items)} runs, {parallel} at a time, {budget}", *notes]), title="series")
+        if self._timer is not None:
+            self._timer.stop()
+        self._timer = self.app.set_interval(self.interval_s, self.tick)
+        self.tick()
+        return True
+
+    def _starter(self, campaign: Path, variant: str, seed: int, **kw: Any) -> tuple[str, Path]:
+        """``launch.new_run`` through the app's launcher (tests start a harmless process)."""
+        from .. import launch
+
+        return launch.new_run(campaign, variant, seed, starter=self._start_process, **kw)
+
+    def tick(self) -> None:
+        series = self.series
+        if series is None or self.busy:
+            return
+        self.busy = True
+        self.app.run_worker(
+            lambda: self._poll(series),
+            thread=True,
+            group="series",
+            exit_on_error=False,
+            description="series: reap and start runs",
+        )
+
+    def _poll(self, series: sr.Series) -> None:
+        """In a worker thread: one poll; the result goes back as a message."""
+        from .. import runs
+
+        changes: list[tuple[str, sr.Started]] = []
+        error = ""
+        try:
+            changes = series.poll()
+        except Exception as exc:  # noqa: BLE001 - shown; the runs already started keep running
+            error = f"{type(exc).__name__}: {exc}"
+            series.pending.clear()
+        done = series.done
+        if done:
+            try:
+                runs.settle(self.notebook_path)  # this app drove the series: it writes the rows of runs killed
+            except Exception as exc:  # noqa: BLE001
+                error = error or f"settle: {exc}"
+        self.app.post_message(SeriesPolled(series, changes, done, error))
+
+    def polled(self, message: SeriesPolled) -> bool:
+        """On the UI thread: say what happened. True when the notebook should be read again."""
+        self.busy = False
+        if message.series is not self.series:
+            return False
+        if message.error:
+            self.app.notify(f"{message.error}\nno further run is started", title="series", severity="error", timeout=20)
+        for what, s in message.changes:
+            if what == "started":
+                self.started.append(s.run_id)
+                self.app.notify(f"{s.run_id} started: {s.item.label()}", title="series")
+            else:
+                st = s.state
+                bad = st is not None and st.status != "completed"
+                self.app.notify(
+                    f"{s.run_id} {st.status if st else '?'}: {st.stop_reason if st else ''}",
+                    title="series",
+                    severity="warning" if bad else "information",
+                    timeout=10 if bad else 5,
+                )
+        if message.done:
+            if self._timer is not None:
+                self._timer.stop()
+                self._timer = None
+            self.app.notify(f"series finished: {self.status()}; C compares the variants", title="series")
+        return bool(message.changes or message.done or message.error)
+
+    # ---- stopping
+
+    def stop(self) -> None:
+        """Drop the waiting runs and stop the running ones (SIGTERM, then SIGKILL), in a worker."""
+        series = self.series
+
+        def work() -> None:
+            said = series.stop() if series is not None else []
+            self.app.post_message(SeriesStopped(said))
+
+        self.app.run_worker(work, thread=True, group="series-stop", exit_on_error=False, description="stop the series")

@@ -1,0 +1,89 @@
+"""Every colour that carries a meaning in the TUI, each with its word.
+
+A status, a verdict or a check is never shown by colour alone: the word is
+always written, the colour only repeats it (a terminal without colour, or a
+reader who does not tell red from green, loses nothing). The words are the
+CLI's: a run's status as ``cockpit runs`` prints it, a gate's verdict and a
+check's result as ``cockpit pilot`` and ``cockpit inspect`` print them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+
+# A run's status (cockpit.events.Status), as written in events and the notebook.
+STATUS_STYLE = {
+    "created": "dim",
+    "running": "bold cyan",
+    "reading": "dim",  # the TUI is still reading the run's history: not known yet
+    "passed": "bold green",
+    "completed": "green",
+    "failed": "bold red",
+    "diverged": "bold red",
+    "oom": "bold red",
+    "error": "bold red",
+    "stopped": "yellow",
+    "crashed": "bold magenta",
+    "unreadable": "bold magenta",  # the TUI could not make sense of the run's events
+}
+BAD_STATUSES = frozenset({"failed", "diverged", "oom", "error", "crashed", "unreadable"})
+
+# A gate's verdict (cockpit.events.Verdict) and the word shown for it.
+VERDICT_STYLE = {"pass": "bold green", "warn": "bold yellow", "fail": "bold red", "skipped": "dim"}
+VERDICT_WORD = {"pass": "pass", "warn": "warn", "fail": "fail", "skipped": "skipped"}
+
+# One check of a gate: its result in the CLI's words.
+CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
+
+# Other meanings
+RUNNING = "bold cyan"  # a phase or a run in progress
+PENDING = "dim"  # not reached yet
+BEST = "bold green"  # the best validation point
+PEAK = "bold red"  # the phase that sets a run's peak memory
+NOTE_KIND_STYLE = {"decision": "bold yellow", "observation": "bold cyan"}
+
+
+def status_text(status: str) -> Text:
+    """A run's status: the word, in its colour."""
+    return Text(status, style=STATUS_STYLE.get(status, ""))
+
+
+def verdict_text(verdict: str | None) -> Text:
+    """A gate's verdict: the word, in its colour; ``...`` while the gate has not ended."""
+    if not verdict:
+        return Text("...", style=PENDING)
+    return Text(VERDICT_WORD.get(verdict, verdict), style=VERDICT_STYLE.get(verdict, ""))
+
+
+def check_result(check: dict[str, Any]) -> str:
+    """``pass``, ``warn`` or ``fail``: a check that did not hold is a warning when it is marked ``warn``."""
+    if check.get("ok"):
+        return "pass"
+    return "warn" if check.get("warn") else "fail"
+
+
+@dataclass(frozen=True)
+class GateView:
+    """A gate as shown: the verdict's word and colour, and whether its remedy applies."""
+
+    word: str
+    style: str
+    remedy: bool
+
+
+def gate_view(gate: dict[str, Any], end: dict[str, Any] | None) -> GateView:
+    """A phase a person stopped reads "stopped", not a failure with a failure's remedy.
+
+    The pilot records the phase a SIGTERM interrupted as a failed gate with a failed
+    ``stopped`` check; the run itself ends ``stopped``.
+    """
+    checks = gate.get("checks") or []
+    stopped_check = any(isinstance(c, dict) and c.get("name") == "stopped" and not c.get("ok") for c in checks)
+    end_stopped = end is not None and end.get("status") == "stopped" and end.get("phase") in (None, gate.get("phase"))
+    if stopped_check or (end_stopped and gate.get("verdict") == "fail"):
+        return GateView("stopped", STATUS_STYLE["stopped"], False)
+    verdict = str(gate.get("verdict") or "")
+    return GateView(VERDICT_WORD.get(verdict, verdict), VERDICT_STYLE.get(verdict, ""), verdict in ("fail", "warn"))
