@@ -183,6 +183,14 @@ def repeated_failure(
     return same[-1] if same else None
 
 
+class Refused(UsageError):
+    """The series guard's refusal; ``reasons`` says each in a few words (the message says what to run)."""
+
+    def __init__(self, message: str, reasons: list[str]) -> None:
+        super().__init__(message)
+        self.reasons = reasons
+
+
 def guard(
     nb: nbm.Notebook,
     items: list[Item],
@@ -206,6 +214,7 @@ def guard(
     if changed:
         raise UsageError(protocol.drift_message(nb, changed, who))
     problems: list[str] = []
+    short: list[str] = []  # the same reasons in a few words each, for the TUI's dialog
     decisions: list[str] = []
     missing: dict[str, str] = {}
     for item in items:
@@ -220,6 +229,7 @@ def guard(
         if failed is not None:
             item.follows = failed.id
             if again is None:
+                short.append(f"{item.variant} seed {item.seed} ended {failed.status} before ({failed.id})")
                 problems.append(
                     f"{item.variant} seed {item.seed}: {failed.id} already ran exactly these settings and "
                     f"ended {failed.status} ({failed.stop_reason}); change a setting, or give --again "
@@ -232,6 +242,7 @@ def guard(
                 )
     for vid, why in missing.items():
         if without_pilot is None:
+            short.append(f"{vid} has no passed pilot ({why})")
             problems.append(
                 f"{vid}: no passed pilot with these settings and this task code ({why}); run "
                 f'`cockpit pilot {nb.directory} --variant {vid}` first, or give --without-pilot "REASON"'
@@ -246,8 +257,9 @@ def guard(
     disk = disk_for_series(nb, all_runs, items, parallel)
     if not disk.fits:
         problems.append("the disk: " + disk.words())
+        short.append("the disk: " + disk.words())
     if problems:
-        raise UsageError(f"{nb.path}: the series does not start:\n" + "\n".join(f"  - {p}" for p in problems))
+        raise Refused(f"{nb.path}: the series does not start:\n" + "\n".join(f"  - {p}" for p in problems), short)
     return decisions
 
 

@@ -41,13 +41,25 @@ if TYPE_CHECKING:
 __all__ = ["CockpitApp", "Launcher", "ProcessLauncher", "Timing", "main"]
 
 
+def _notebook_path(campaign: Path | str) -> Path:
+    """The notebook's path; one that exists but cannot be read (a folder there) is opened, and says why."""
+    try:
+        return nbm.find(campaign)
+    except nbm.NotebookError:
+        p = Path(campaign)
+        path = p if p.name == nbm.NOTEBOOK_FILE else p / nbm.NOTEBOOK_FILE
+        if not path.exists():
+            raise  # nothing here at all: the command says so before any screen
+        return path
+
+
 class ProcessLauncher:
     """Starts and stops real pilots and series runs, detached (cockpit.launch)."""
 
-    def start(self, rdir: Path, nproc: int = 1, env: dict[str, str] | None = None) -> int:
+    def start(self, rdir: Path, nproc: int = 1, env: dict[str, str] | None = None, resume: bool = False) -> int:
         from .. import launch
 
-        return launch.start(rdir, nproc=nproc, env=env)
+        return launch.start(rdir, nproc=nproc, env=env, resume=resume)
 
     def stop(self, rdir: Path) -> str:
         from .. import launch
@@ -84,7 +96,7 @@ class CockpitApp(App[None]):
         sync_bytes: int = nr.SYNC_BYTES,
     ) -> None:
         super().__init__()
-        self.notebook_path = nbm.find(campaign)
+        self.notebook_path = _notebook_path(campaign)
         self.campaign_dir = self.notebook_path.parent
         self.device_source: DeviceSource = device_source or NvmlSource()
         self.launcher: Launcher = launcher or ProcessLauncher()
@@ -371,6 +383,7 @@ class CockpitApp(App[None]):
     def action_start_series(self) -> None:
         from .. import series as sr
         from .screens.dialogs import StartSeriesScreen
+        from .seriesctl import SeriesChoice
 
         if self.series.running:
             self.notify(
@@ -381,9 +394,9 @@ class CockpitApp(App[None]):
         if not self.need_notebook("start a series"):
             return
 
-        def chosen(choice: tuple[list[str], list[int], int, int | None] | None) -> None:
+        def chosen(choice: SeriesChoice | None) -> None:
             if choice is not None:
-                self.series.start(*choice)
+                self.series.start(choice)
 
         nb = self.notebook
         self.push_screen(StartSeriesScreen(nb, sr.default_variants(nb)), chosen)
@@ -392,6 +405,17 @@ class CockpitApp(App[None]):
     def series_polled(self, message: SeriesPolled) -> None:
         if self.series.polled(message):
             self.reload_notebook()
+
+    def action_resume_runs(self) -> None:
+        """Go on with the stopped and crashed training runs from their newest checkpoints."""
+        if self.series.running:
+            self.notify(
+                f"a series is running: {self.series.status()}; resume once it ends or is stopped",
+                severity="warning",
+            )
+            return
+        if self.need_notebook("resume runs"):
+            self.series.resume()
 
     def action_stop_series(self) -> None:
         from .screens.dialogs import ConfirmScreen

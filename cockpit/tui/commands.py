@@ -27,6 +27,11 @@ class CockpitCommands(Provider):
         out: list[tuple[str, Callable[[], object], str]] = [
             ("Start a pilot", app.action_start_pilot, "pick a variant and a seed, then watch it live"),
             ("Start a series", app.action_start_series, "variants x seeds, each a full training run"),
+            (
+                "Resume stopped runs",
+                app.action_resume_runs,
+                "stopped or crashed training runs go on from their newest checkpoint",
+            ),
             ("Stop the series", app.action_stop_series, app.series.status() or "no series running"),
             ("Compare variants", partial(app.action_compare, "tables"), "quality across seeds, memory per phase"),
             ("Compare loss curves", partial(app.action_compare, "curves"), "chosen runs overlaid"),

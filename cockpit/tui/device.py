@@ -8,8 +8,10 @@ library or driver becomes a snapshot with ``error`` set, never an exception.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 
@@ -46,6 +48,7 @@ class DeviceSnapshot:
 
 class DeviceSource(Protocol):
     def read(self) -> DeviceSnapshot: ...
+    def machine(self, campaign_dir: Path, running: list[str]) -> MachineFacts | None: ...
 
 
 NO_GPU = "no NVIDIA GPU"
@@ -56,13 +59,20 @@ class StaticDeviceSource:
     """A fixed reading: for tests, snapshots and machines where NVML must not be touched."""
 
     snapshot: DeviceSnapshot = field(default_factory=lambda: DeviceSnapshot(error=f"{NO_GPU}: NVML not queried"))
+    facts: MachineFacts | None = None  # the disk and CPUs as they should be shown (None: not shown)
 
     def read(self) -> DeviceSnapshot:
         return self.snapshot
 
+    def machine(self, campaign_dir: Path, running: list[str]) -> MachineFacts | None:
+        return self.facts
+
 
 class NvmlSource:
     """Reads NVML on demand. Safe to call from a worker thread."""
+
+    def machine(self, campaign_dir: Path, running: list[str]) -> MachineFacts | None:
+        return machine_facts(campaign_dir, running)
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -146,3 +156,44 @@ def _nvml_reason(exc: Exception) -> str:
     if "Driver Not Loaded" in text or "Library Not Found" in text or "not found" in text.lower():
         return f"{text} (no NVIDIA driver on this machine)"
     return text
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """What else the box holds, beside the GPUs: the disk under ``runs/`` and the CPUs' load."""
+
+    runs_dir: str
+    disk_free: int | None  # bytes free on the filesystem holding runs/
+    disk_total: int | None
+    cpus: float  # the CPUs this process may use (affinity, cgroup quota)
+    load1: float | None  # the 1-minute load average
+    cockpit_pids: dict[int, str]  # pid -> run id, for the runs of this campaign that are running
+
+
+def machine_facts(campaign_dir: Path, running: list[str]) -> MachineFacts:
+    """Read in a worker thread: free disk for ``runs/``, CPUs and load, the pids of this campaign's running runs."""
+    import shutil
+
+    from .. import machine, runs
+
+    rdir = campaign_dir / runs.RUNS_DIR
+    free = total = None
+    try:
+        free = machine.free_bytes(rdir)
+        p = rdir if rdir.exists() else campaign_dir
+        total = int(shutil.disk_usage(p).total)
+    except OSError:
+        pass
+    try:
+        load1: float | None = os.getloadavg()[0]
+    except OSError:
+        load1 = None
+    pids: dict[int, str] = {}
+    for rid in running:
+        try:
+            info = runs.process_info(runs.run_dir(campaign_dir, rid))
+        except runs.BadRunId:
+            continue
+        if info and isinstance(info.get("pid"), int):
+            pids[int(info["pid"])] = rid
+    return MachineFacts(str(rdir), free, total, machine.available_cpus(), load1, pids)

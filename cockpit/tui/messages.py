@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .. import runs
     from ..series import Series, Started
     from .comparison import Curve
-    from .device import DeviceSnapshot
+    from .device import DeviceSnapshot, MachineFacts
     from .ingest import RunFeed
     from .notebookread import Read
 
@@ -76,9 +76,10 @@ class StopDone(Message):
 class Reading(Message):
     """One NVML reading."""
 
-    def __init__(self, snapshot: DeviceSnapshot) -> None:
+    def __init__(self, snapshot: DeviceSnapshot, machine: MachineFacts | None = None) -> None:
         super().__init__()
         self.snapshot = snapshot
+        self.machine = machine
 
 
 class SeriesPolled(Message):

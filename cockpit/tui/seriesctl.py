@@ -10,6 +10,7 @@ that finds the previous poll still running does nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,16 @@ from textual.timer import Timer
 from .. import notebook as nbm
 from .. import series as sr
 from .messages import SeriesPolled, SeriesStopped
+
+
+@dataclass
+class SeriesChoice:
+    """A series the dialog planned and the guard let through: its items, and the overrides' decisions."""
+
+    items: list[sr.Item]
+    parallel: int = 1
+    updates: int | None = None
+    decisions: list[str] = field(default_factory=list)
 
 
 class SeriesDriver:
@@ -61,35 +72,68 @@ class SeriesDriver:
 
     # ---- starting and following
 
-    def start(self, variants: list[str], seeds: list[int], parallel: int = 1, updates: int | None = None) -> bool:
-        """Plan it now (errors shown at once), then start and follow it from a timer."""
+    def start(self, choice: SeriesChoice) -> bool:
+        """Start a planned and guarded series (its overrides recorded first), then follow it from a timer."""
         from ..errors import CockpitError
 
-        try:
-            nb = nbm.load(self.notebook_path)
-            items, notes = sr.plan(nb, variants, seeds, overrides=sr.budget_overrides(updates))
-            notes += sr.parallel_check(self.notebook_path, [i.variant for i in items], parallel)
-            series = sr.Series(self.notebook_path, items, parallel=parallel, starter=self._starter)
-        except (CockpitError, nbm.NotebookError) as exc:
-            self.app.notify(str(exc), title="series not started", severity="error", timeout=20)
-            return False
+        items, parallel, updates = choice.items, choice.parallel, choice.updates
         if not items:
             self.app.notify("nothing to run", title="series", severity="warning")
             return False
+        try:
+            notes = sr.parallel_check(self.notebook_path, [i.variant for i in items], parallel)
+            series = sr.Series(
+                self.notebook_path, items, parallel=parallel, starter=self._starter, resumer=self._resumer
+            )
+            sr.record_decisions(self.notebook_path, choice.decisions)
+        except (CockpitError, nbm.NotebookError) as exc:
+            self.app.notify(str(exc), title="series not started", severity="error", timeout=20)
+            return False
         self.series, self.started = series, []
-        budget = f"{updates} updates each (a quick look, recorded in each run)" if updates else "the notebook's budget"
-        self.app.notify("\n".join([f"{len(items)} runs, {parallel} at a time, {budget}", *notes]), title="series")
+        if any(i.resume for i in items):
+            budget = "each from its newest checkpoint, as the same run"
+        elif updates:
+            budget = f"{updates} updates each (a quick look, recorded in each run)"
+        else:
+            budget = "the notebook's budget"
+        said = [f"{len(items)} runs, {parallel} at a time, {budget}", *notes]
+        said += [f"decision recorded: {d}" for d in choice.decisions]
+        self.app.notify("\n".join(said), title="series")
         if self._timer is not None:
             self._timer.stop()
         self._timer = self.app.set_interval(self.interval_s, self.tick)
         self.tick()
         return True
 
+    def resume(self) -> bool:
+        """Go on with every stopped or crashed training run that has a periodic checkpoint, one at a time."""
+        from ..errors import CockpitError
+
+        try:
+            items = sr.resumable(nbm.load(self.notebook_path))
+        except (CockpitError, nbm.NotebookError) as exc:
+            self.app.notify(str(exc), title="nothing resumed", severity="error", timeout=20)
+            return False
+        if not items:
+            self.app.notify(
+                "no stopped or crashed training run has a periodic checkpoint to go on from",
+                title="nothing to resume",
+                severity="warning",
+            )
+            return False
+        return self.start(SeriesChoice(items))
+
     def _starter(self, campaign: Path, variant: str, seed: int, **kw: Any) -> tuple[str, Path]:
         """``launch.new_run`` through the app's launcher (tests start a harmless process)."""
         from .. import launch
 
         return launch.new_run(campaign, variant, seed, starter=self._start_process, **kw)
+
+    def _resumer(self, campaign: Path, rid: str, **kw: Any) -> Path:
+        """``launch.resume_run`` through the app's launcher."""
+        from .. import launch
+
+        return launch.resume_run(campaign, rid, starter=self._start_process, **kw)
 
     def tick(self) -> None:
         series = self.series

@@ -14,18 +14,28 @@ import pytest
 
 from cockpit import launch, runs
 from cockpit.tui.app import CockpitApp, Timing
-from cockpit.tui.device import DeviceSnapshot, GpuProcess, GpuReading, StaticDeviceSource
+from cockpit.tui.device import DeviceSnapshot, GpuProcess, GpuReading, MachineFacts, StaticDeviceSource
 
 from .support import FIXTURE
 
 FAKE_GPU = DeviceSnapshot(
     gpus=(
         GpuReading(
-            0, "NVIDIA L4", 1802 * 2**20, 23034 * 2**20, 87, 61.0, 72.0, 58, (GpuProcess(4242, "python", 1180 * 2**20),)
+            0,
+            "NVIDIA L4",
+            1802 * 2**20,
+            23034 * 2**20,
+            87,
+            61.0,
+            72.0,
+            58,
+            (GpuProcess(4242, "python", 1180 * 2**20), GpuProcess(5151, "jupyter-kernel", 512 * 2**20)),
         ),
     ),
     driver="570.86",
 )
+# the box beside the GPUs: r0002 (running in the fixture) is pid 4242; a forgotten kernel holds 512 MiB
+FAKE_MACHINE = MachineFacts("runs", 48 * 2**30, 200 * 2**30, 2.0, 1.9, {4242: "r0002"})
 
 
 @pytest.fixture
@@ -44,10 +54,13 @@ class SleepLauncher:
 
     def __init__(self) -> None:
         self.started: list[Path] = []
+        self.resumed: list[Path] = []
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, rdir: Path, nproc: int = 1, env: dict[str, str] | None = None) -> int:
+    def start(self, rdir: Path, nproc: int = 1, env: dict[str, str] | None = None, resume: bool = False) -> int:
         argv = [sys.executable, "-c", "import time; time.sleep(60)", "-m", "cockpit.pilot", str(Path(rdir).resolve())]
+        argv += ["--resume"] if resume else []
+        self.resumed += [rdir] if resume else []
         proc = subprocess.Popen(argv, start_new_session=True)
         self.procs.append(proc)
         runs.write_process(rdir, proc.pid, argv)
@@ -78,7 +91,7 @@ def launcher() -> Iterator[SleepLauncher]:
 def make_app(recorded: Path, launcher: SleepLauncher) -> Callable[..., CockpitApp]:
     def make(gpu: bool = False, **kw) -> CockpitApp:
         source = (
-            StaticDeviceSource(FAKE_GPU)
+            StaticDeviceSource(FAKE_GPU, FAKE_MACHINE)
             if gpu
             else StaticDeviceSource(
                 DeviceSnapshot(error="no NVIDIA GPU: NVML Shared Library Not Found (no NVIDIA driver on this machine)")

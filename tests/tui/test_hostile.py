@@ -73,7 +73,7 @@ async def test_an_unreadable_notebook_never_takes_the_app_down(make_app, recorde
         path = recorded / "campaign.toml"
         if bad == "binary":
             path.write_bytes(b"\xff\xfe\x00binary\x80\x81" * 100)
-            expected = "not UTF-8"
+            expected = "not valid UTF-8"
         elif bad == "nested":
             path.write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
             expected = "campaign.toml"

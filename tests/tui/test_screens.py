@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -142,7 +143,23 @@ async def test_device_panel_no_gpu_and_fake_gpu(make_app):
         text = screen_text(app)
         assert "1,802 MiB / 23,034 MiB" in text
         assert "87%" in text and "61 W / 72 W" in text and "58 C" in text
-        assert "pid 4242" in text
+        assert "pid 4242" in text and "Cockpit run r0002" in text
+        assert "jupyter-kernel" in text and "other processes hold 512 MiB here" in text
+        assert "disk for runs/ 48.0 GiB free of 200.0 GiB" in text
+        assert "load 1.9 busy" in text
+
+
+def test_machine_facts_read_the_disk_and_this_campaigns_running_pids(recorded: Path, monkeypatch):
+    from cockpit import runs
+    from cockpit.tui.device import machine_facts
+    from cockpit.tui.screens.device import machine_text
+
+    monkeypatch.setenv("COCKPIT_FAKE_FREE_MIB", "3072")
+    runs.write_process(recorded / "runs" / "r0002", os.getpid(), ["python", "-m", "cockpit.pilot"])
+    facts = machine_facts(recorded, ["r0002", "../etc"])  # a bad id read from a file is passed over
+    assert facts.disk_free == 3072 * 2**20 and facts.disk_total and facts.disk_total > 0
+    assert facts.cockpit_pids == {os.getpid(): "r0002"} and facts.cpus >= 1
+    assert "disk for runs/ 3,072 MiB free" in machine_text(facts).plain
 
 
 async def test_help_and_command_palette(make_app):

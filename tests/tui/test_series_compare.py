@@ -7,6 +7,7 @@ a passed pilot (r0011) whose max_length 24 cuts targets.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from cockpit.tui import comparison as cmp
 from cockpit.tui.app import Timing
 from cockpit.tui.screens.campaign import CampaignScreen
 from cockpit.tui.screens.compare import CompareScreen
-from cockpit.tui.screens.dialogs import ConfirmScreen
+from cockpit.tui.screens.dialogs import ConfirmScreen, StartSeriesScreen
 from cockpit.tui.screens.train import TrainRunScreen
 from cockpit.tui.widgets.plot import BraillePlot
 from tests.tui.support import screen_text
@@ -210,12 +211,23 @@ async def test_start_a_series_and_watch_its_runs_live(make_app, recorded: Path, 
         await pilot.press("tab", *["backspace"] * 5, *"3,4")
         await until(pilot, shows(app, "2 runs (1 variants x 2 seeds), 1 at a time"))
         await pilot.press("enter")
+        # lr5e-5 was never piloted: the series' guard refuses in the dialog, which stays open
+        await until(pilot, shows(app, "refused: lr5e-5 has no passed pilot"), what="the guard's refusal")
+        assert isinstance(app.screen, StartSeriesScreen) and not launcher.started
+        assert app.screen.query_one("#series-override").has_focus
+        await pilot.press(*"the TUI test needs no pilot", "enter")
         await until(pilot, lambda: isinstance(app.screen, CampaignScreen))
         await until(pilot, lambda: len(launcher.started) == 1, what="the first run started")
         first = launcher.started[0]
         assert first.name == NEW
-        row = nbm.load(recorded).run(NEW)
+        nb = nbm.load(recorded)
+        row = nb.run(NEW)
         assert (row.variant, row.seed, row.kind) == ("lr5e-5", 3, "train")
+        assert "started without a passed pilot: the TUI test needs no pilot" in row.notes
+        assert any(
+            "training lr5e-5 without a passed pilot" in d.text and "the TUI test needs no pilot" in d.text
+            for d in nb.decisions
+        )
         await until(pilot, shows(app, "series 0/2 done, running r0012, 1 waiting"), what="series status")
         await until(pilot, lambda: "r0012" in screen_text(app) and "running" in screen_text(app))
         assert len(launcher.started) == 1  # one at a time: the second waits
@@ -274,7 +286,8 @@ async def test_series_dialog_refuses_bad_seeds_and_stops_a_series(make_app, laun
         await until(pilot, lambda: app.screen.query_one("#series-seeds").has_class("-invalid"))
         assert app.screen.query_one("#series-seeds").value == "2-1"
         assert not launcher.started
-        await pilot.press(*["backspace"] * 3, "0", "tab", "backspace", "2", "enter")  # seed 0, two at once
+        # seed 0, two at once, started despite the missing pilots
+        await pilot.press(*["backspace"] * 3, "0", "tab", "backspace", "2", "tab", "tab", *"no pilot needed", "enter")
         await until(pilot, lambda: len(launcher.started) == 2, what="two runs at once")
         await pilot.press("ctrl+p", *"stop the series")
         await until(pilot, shows(app, "Stop the series"))
@@ -286,3 +299,31 @@ async def test_series_dialog_refuses_bad_seeds_and_stops_a_series(make_app, laun
         await until(pilot, lambda: all(p.poll() is not None for p in launcher.procs), what="SIGTERM reached them")
         await until(pilot, lambda: "series finished" in notes(app), what="the series' end", timeout=10)
         assert len(launcher.started) == 2
+
+
+async def test_resume_a_stopped_run_from_the_palette(make_app, recorded: Path, launcher):
+    """A stopped training run with a periodic checkpoint goes on as the same run, from the TUI."""
+    rid = "r0010"
+    rdir = recorded / "runs" / rid
+    lines = (rdir / ev.EVENTS_FILE).read_text().splitlines()
+    end = json.loads(lines[-1])
+    assert end["kind"] == ev.RUN_END
+    end.update(status="stopped", stop_reason="stopped (SIGTERM)", exit_code=7)
+    (rdir / ev.EVENTS_FILE).write_text("\n".join([*lines[:-1], json.dumps(end)]) + "\n")
+    (rdir / "checkpoints").mkdir(exist_ok=True)
+    (rdir / "checkpoints" / "update-00000100.pt").write_bytes(b"not read by the launcher")
+    nbm.mutate(nbm.find(recorded), lambda nb: setattr(nb.run(rid), "status", "stopped"))
+    app = make_app(timing=FAST)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+p", *"resume stopped")
+        await until(pilot, shows(app, "Resume stopped runs"))
+        await pilot.press("enter")
+        await until(pilot, lambda: launcher.resumed == [rdir], what="the stopped run resumed")
+        await until(pilot, lambda: "resume r0010" in notes(app) or "r0010 started" in notes(app), what="said")
+        row = nbm.load(recorded).run(rid)
+        assert row.id == rid and row.resumed.startswith("from update 100 at ")
+        assert not [p for p in launcher.started if p.name != rid]  # no new run: the same one goes on
+        await pilot.press("ctrl+p", *"resume stopped")
+        await until(pilot, shows(app, "Resume stopped runs"))
+        await pilot.press("enter")
+        await until(pilot, lambda: "a series is running" in notes(app), what="one at a time")

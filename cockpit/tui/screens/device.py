@@ -17,7 +17,7 @@ from textual.widgets import Header, Static
 
 from .. import format as fm
 from ..api import app_of
-from ..device import DeviceSnapshot
+from ..device import DeviceSnapshot, MachineFacts
 from ..messages import Reading
 from ..plain import one_line, plain
 from ..widgets.footer import FittingFooter
@@ -38,15 +38,41 @@ class DeviceScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="nvml", exit_on_error=False, description="read NVML")
     def read(self) -> None:
-        self.post_message(Reading(app_of(self).device_source.read()))
+        app = app_of(self)
+        running = [r.id for r in app.notebook.runs if r.status == "running"]
+        src = app.device_source
+        self.post_message(Reading(src.read(), src.machine(app.campaign_dir, running)))
 
     def on_reading(self, message: Reading) -> None:
-        self.query_one("#device", Static).update(device_text(message.snapshot, self.size.width))
-        if message.snapshot.available:
-            self.set_timer(app_of(self).timing.device_s, self.read)
+        text = device_text(message.snapshot, self.size.width, message.machine)
+        self.query_one("#device", Static).update(text)
+        # the GPUs at about 1 Hz; without one, the disk and the load still change, more slowly
+        again = app_of(self).timing.device_s * (1 if message.snapshot.available else 5)
+        self.set_timer(again, self.read)
 
 
-def device_text(snap: DeviceSnapshot, width: int = 80) -> Text:
+def machine_text(facts: MachineFacts) -> Text:
+    """The disk under runs/ and the CPUs' load: what a series and a pilot's timings depend on."""
+    out = Text()
+    out.append("disk for runs/ ", style="bold")
+    if facts.disk_free is None:
+        out.append("not readable", style="yellow")
+    else:
+        out.append(f"{fm.size(facts.disk_free)} free")
+        if facts.disk_total:
+            out.append(f" of {fm.size(facts.disk_total)}", style="dim")
+        out.append("  (`cockpit plan` says what a series needs)", style="dim")
+    out.append("\nCPUs ", style="bold")
+    out.append(f"{facts.cpus:g} available to Cockpit")
+    if facts.load1 is not None:
+        busy = facts.load1 > facts.cpus * 0.5
+        out.append(f", load {facts.load1:.1f}", style="bold yellow" if busy else "")
+        if busy:
+            out.append(" busy: a pilot timed now is marked busy", style="yellow")
+    return out
+
+
+def device_text(snap: DeviceSnapshot, width: int = 80, facts: MachineFacts | None = None) -> Text:
     if not snap.available:
         out = Text()
         out.append("no NVIDIA GPU", style="bold yellow")
@@ -57,8 +83,14 @@ def device_text(snap: DeviceSnapshot, width: int = 80) -> Text:
             "On a GPU box, check `nvidia-smi` and that nvidia-ml-py is installed.",
             style="dim",
         )
+        if facts is not None:
+            out.append("\n\n")
+            out.append_text(machine_text(facts))
         return out
     out = Text()
+    if facts is not None:
+        out.append_text(machine_text(facts))
+        out.append("\n\n")
     out.append(f"{len(snap.gpus)} GPU{'s' if len(snap.gpus) != 1 else ''}", style="bold")
     if snap.driver:
         out.append_text(one_line(f"  driver {snap.driver}", style="dim", limit=60))
@@ -77,9 +109,22 @@ def device_text(snap: DeviceSnapshot, width: int = 80) -> Text:
         temp = f"{g.temperature_c} C" if g.temperature_c is not None else "not available"
         out.append(f"\n power  {power}{limit}   temperature {temp}")
         if g.processes:
+            own = facts.cockpit_pids if facts is not None else {}
+            others = [p for p in g.processes if p.pid not in own]
             for p in g.processes:
                 out.append("\n")
                 out.append_text(one_line(f"  pid {p.pid:<8} {p.name:<20} {fm.mib(p.used)}", limit=120))
+                if p.pid in own:
+                    out.append(f"  Cockpit run {own[p.pid]}", style="green")
+                else:
+                    out.append("  other", style="yellow")
+            if others and facts is not None:
+                held = sum(p.used or 0 for p in others)
+                out.append(
+                    f"\n  other processes hold {fm.mib(held)} here: a pilot's NVML figure includes it, "
+                    "the sheet sizes from the run's own memory",
+                    style="yellow",
+                )
         else:
             out.append("\n  no compute processes", style="dim")
     return out

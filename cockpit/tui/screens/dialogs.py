@@ -39,6 +39,7 @@ from ..api import app_of
 from ..ingest import gate_peak
 from ..notes import SELECTION_FIELDS, Saved
 from ..plain import one_line, plain
+from ..seriesctl import SeriesChoice
 
 T = TypeVar("T")
 
@@ -237,8 +238,25 @@ class StartPilotScreen(Dialog[tuple[str, int]]):
         self.dismiss((self.variants[index], seed))
 
 
-class StartSeriesScreen(Dialog[tuple[list[str], list[int], int, "int | None"]]):
-    """Choose variants (space) and seeds; Enter starts one train run per variant x seed."""
+def refusal(exc: Exception) -> str:
+    """The series guard's refusal for the dialog: each reason in a few words, then the way out."""
+    reasons = getattr(exc, "reasons", None)
+    if not reasons:
+        return str(exc)
+    return (
+        "refused: " + "; ".join(reasons) + ". P starts a pilot; to start anyway, say why in override "
+        "(recorded as a decision and in each run's row)"
+    )
+
+
+class StartSeriesScreen(Dialog["SeriesChoice"]):
+    """Choose variants (space) and seeds; Enter starts one train run per variant x seed.
+
+    The series' guard runs here, before the dialog closes: a variant without a passed pilot
+    of these settings and task code, a configuration that already failed, a protocol changed
+    after runs or a disk too small refuses the series in the dialog, with the reasons. The
+    override field starts it anyway, and its text is recorded as a decision and in each run's row.
+    """
 
     BINDINGS = [Binding("ctrl+s", "start", "Start", id="start")]
 
@@ -249,7 +267,7 @@ class StartSeriesScreen(Dialog[tuple[list[str], list[int], int, "int | None"]]):
 
     def compose(self) -> ComposeResult:
         nb = self.nb
-        with Vertical(classes="dialog", id="series-dialog"):
+        with VerticalScroll(classes="dialog", id="series-dialog"):  # the guard's reasons may be long
             yield Label("Start a series: each variant x seed a full training run", classes="title")
             yield Label("variants (space chooses, arrows move)")
             yield SelectionList[str](
@@ -268,9 +286,17 @@ class StartSeriesScreen(Dialog[tuple[list[str], list[int], int, "int | None"]]):
             with Horizontal(classes="field"):
                 yield Label("updates", classes="name")
                 yield Input("", id="series-updates", compact=True)
+            with Horizontal(classes="field"):
+                yield Label("override", classes="name")
+                yield Input(
+                    "",
+                    placeholder="why start despite a refusal (recorded)",
+                    id="series-override",
+                    compact=True,
+                )
             yield Static(id="series-plan", classes="hint")
             yield self.error_line()
-            yield Label("Enter in a field or ctrl+s starts; Tab moves; Escape cancels", classes="hint")
+            yield Label("Enter or ctrl+s starts; Tab moves; Escape cancels", classes="hint")
 
     def on_mount(self) -> None:
         self.unmark()
@@ -303,7 +329,9 @@ class StartSeriesScreen(Dialog[tuple[list[str], list[int], int, "int | None"]]):
                 )
             if follows:
                 text.append(f"; {follows} follow an earlier run of the same variant and seed")
-        self.query_one("#series-plan", Static).update(text)
+        box = self.query_one("#series-plan", Static)
+        box.update(text)
+        box.display = True
 
     def choice(self) -> tuple[list[str], list[int], int, int | None]:
         """The chosen series, or FieldError with the field and what to fix."""
@@ -332,12 +360,24 @@ class StartSeriesScreen(Dialog[tuple[list[str], list[int], int, "int | None"]]):
 
     @on(Input.Submitted)
     def action_start(self) -> None:
+        from ... import series as sr
+        from ...errors import CockpitError
+
         try:
-            choice = self.choice()
+            variants, seeds, parallel, updates = self.choice()
         except FieldError as exc:
             self.mark(exc.field, str(exc))
             return
-        self.dismiss(choice)
+        why = self.query_one("#series-override", Input).value.strip() or None
+        try:
+            items, _ = sr.plan(self.nb, variants, seeds, overrides=sr.budget_overrides(updates))
+            decisions = sr.guard(self.nb, items, without_pilot=why, again=why, parallel=parallel) if items else []
+        except CockpitError as exc:
+            self.query_one("#series-plan", Static).display = False  # room for the reasons at 80x24
+            self.mark("series-override", refusal(exc))
+            self.query_one("#series-dialog", VerticalScroll).scroll_end(animate=False)
+            return
+        self.dismiss(SeriesChoice(items, parallel, updates, decisions))
 
 
 class NoteScreen(EditDialog):
