@@ -93,6 +93,28 @@ async def test_run_screen_replays_every_gate_from_files(make_app):
         await until(pilot, lambda: isinstance(app.screen, CampaignScreen))
 
 
+async def test_a_gate_timed_on_a_busy_machine_carries_a_star_and_says_how_busy(make_app, recorded: Path):
+    events = recorded / "runs" / "r0001" / ev.EVENTS_FILE
+    lines = []
+    for line in events.read_text().splitlines():
+        e = json.loads(line)
+        if e.get("kind") == ev.GATE and e.get("phase") == "data":
+            e["busy"] = "other processes kept 1.8 of 2 CPUs busy"
+        lines.append(json.dumps(e))
+    events.write_text("\n".join(lines) + "\n")
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen))
+        await until(pilot, shows(app, "14/14 gates"))
+        table = app.screen.query_one(GateTable)
+        cells = [str(c) for c in table.get_row("data")]
+        assert any(c.endswith("*") for c in cells), cells
+        assert not any(str(c).endswith("*") for c in table.get_row("stack"))
+        await pilot.press("down", "enter")
+        await until(pilot, shows(app, "timed on a busy machine: other processes kept 1.8 of 2 CPUs"))
+
+
 async def test_crashed_run_says_so_with_rss_when_no_gpu(make_app):
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:

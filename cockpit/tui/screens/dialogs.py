@@ -630,6 +630,11 @@ def gate_text(phase: str, gate: dict[str, Any] | None, end: dict[str, Any] | Non
             )
     if mem.get("rss") is not None:
         out.append(f"\n process RSS {fm.mib(mem.get('rss'))}, peak {fm.mib(mem.get('rss_peak'))}")
+    if gate.get("busy"):
+        out.append("\ntime   ", style="bold")
+        out.append_text(
+            plain(f"* timed on a busy machine: {gate['busy']}; its time says little about an idle one", style="yellow")
+        )
     if gate.get("remedy") and view.remedy:
         out.append("\nremedy ", style="bold yellow")
         out.append_text(plain(gate["remedy"]))

@@ -81,6 +81,8 @@ class GateTable(CursorTable):
                 verdict = Text(view.word, style=view.style)
                 secs = gate.get("duration_s")
                 time_text = Text(f"{secs:.2f}" if isinstance(secs, (int, float)) else "-")
+                if gate.get("busy"):  # timed while other processes kept the CPUs busy (Enter says how busy)
+                    time_text.append("*", style="yellow")
             elif phase == running_phase:
                 started = feed.phase_started(phase)
                 verdict = Text("running", style=sty.RUNNING)
