@@ -18,6 +18,9 @@ the budget, patience and the wall-clock limit end it as *completed* (the stop
 reason says which); a signal ends it as *stopped*; out of memory as *oom*; an
 exception in the task's code as *error*. Whatever the outcome, the files
 written so far stay, so a diverged run keeps its curve.
+
+Periodic checkpoints, the disk check before each and resuming from the newest
+are in :mod:`.checkpointing`, which :class:`TrainingRun` builds on.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ from .. import arithmetic, fsutil, runs
 from .. import events as ev
 from . import checkpoint as ck
 from . import resumable, signals
+from .checkpointing import CheckpointedRun, DiskFullSoon
 from .predictions import predict_pass
-from .process import RunProcess, outcome_of
+from .process import outcome_of
 from .signals import Stopped
 from .splits import data_revision
 from .task import Task, load_task
@@ -46,24 +50,7 @@ class Diverged(Exception):
     """The training loss rose above the divergence factor times its starting value."""
 
 
-class DiskFullSoon(Exception):
-    """The next checkpoint would not fit on the disk: the run stops cleanly, resumable."""
-
-
-def _state_bytes(state: Any) -> int:
-    """Bytes of the tensors in a state dict (what a checkpoint of it takes on disk, roughly)."""
-    import torch
-
-    if torch.is_tensor(state):
-        return int(state.numel() * state.element_size())
-    if isinstance(state, dict):
-        return sum(_state_bytes(v) for v in state.values())
-    if isinstance(state, (list, tuple)):
-        return sum(_state_bytes(v) for v in state)
-    return 0
-
-
-class TrainingRun(RunProcess):
+class TrainingRun(CheckpointedRun):
     kind = "train"
 
     def __init__(self, rdir: Path, writer: ev.EventWriter, rank: int = 0, world: int = 1, resume: bool = False):
@@ -148,9 +135,6 @@ class TrainingRun(RunProcess):
             if f is not None:
                 f.close()
         return after
-
-    def _step(self) -> int:
-        return self.trainer.step if self.trainer is not None else 0
 
     def setup(self) -> None:
         self.phase = "setup"
@@ -277,88 +261,6 @@ class TrainingRun(RunProcess):
                 self.checkpoint()
             self.phase = "train"
         return f"budget reached: {self.total} updates"
-
-    # ---- periodic checkpoints and resuming
-
-    def checkpoint_due(self, step: int) -> bool:
-        every = int(self.checkpoints.get("every_updates") or 0)
-        minutes = float(self.checkpoints.get("every_minutes") or 0.0)
-        if step >= self.total:
-            return False  # the end writes its own
-        if every and step % every == 0:
-            return True
-        return bool(minutes) and time.monotonic() - self.last_checkpoint >= minutes * 60
-
-    def checkpoint(self) -> None:
-        """Everything a new process needs to go on exactly from here (every rank's RNG in a distributed run)."""
-        tr = self.trainer
-        assert tr is not None
-        self.phase = "checkpoint"
-        t0 = time.perf_counter()
-        state = tr.state_dict(self.trainable_only)
-        if self.world > 1:
-            from . import dist
-
-            state["rng_ranks"] = dist.gather(state["rng"])
-        state["run"] = {
-            "start_loss": self.start_loss,
-            "best": list(self.best) if self.best else None,
-            "since_best": self.since_best,
-            "evals": self.evals,
-            "examples_seen": self.examples_seen,
-            "trained_s": time.monotonic() - self.train_t0,
-            "eval_times": self.eval_times,
-            "step_times": self.step_times[-1000:],
-        }
-        if self.lead:
-            self.room_for(state)
-            path, size = resumable.write(self.rdir, tr.step, state, int(self.checkpoints.get("keep") or 2))
-            self.last_checkpoint_bytes = size
-            dt = time.perf_counter() - t0
-            self.save_times.append(dt)
-            self.log(f"checkpoint at update {tr.step}: {path.name}, {size / 2**20:.1f} MiB in {dt:.2f} s")
-        self.last_checkpoint = time.monotonic()
-
-    def room_for(self, state: dict[str, Any]) -> None:
-        """Stop cleanly before a checkpoint the disk cannot hold, rather than die in the middle of writing it."""
-        from .. import machine
-
-        size = self.last_checkpoint_bytes or _state_bytes(state)
-        free = machine.free_bytes(self.rdir)
-        if free < 2 * size:  # the new file is written beside the newest kept one before the oldest goes
-            self.disk_full = True
-            then = (
-                "resume with `cockpit series --resume` once space is free"
-                if resumable.listed(self.rdir)
-                else "no checkpoint yet to resume from: start it again once space is free"
-            )
-            raise DiskFullSoon(
-                f"disk full soon: {free / 2**20:,.0f} MiB free where {self.rdir.parent} lives, and a checkpoint takes "
-                f"{size / 2**20:,.0f} MiB; stopped cleanly after {self._step()} of {self.total} updates ({then}; "
-                "[checkpoints] keep = 1 or trainable_only = true leave less on disk)"
-            )
-
-    def restore(self) -> int:
-        """Load the newest checkpoint into the trainer and the run's bookkeeping; the update it was taken at."""
-        tr = self.trainer
-        assert tr is not None
-        found = resumable.latest(self.rdir)
-        if found is None:
-            raise RuntimeError(f"no checkpoint in {resumable.folder(self.rdir)} to resume from")
-        step, state = found
-        tr.load_state_dict(state)
-        run = state.get("run") or {}
-        self.start_loss = run.get("start_loss")
-        self.best = tuple(run["best"]) if run.get("best") else None
-        self.since_best = int(run.get("since_best") or 0)
-        self.evals = list(run.get("evals") or [])
-        self.examples_seen = int(run.get("examples_seen") or 0)
-        self.trained_s = float(run.get("trained_s") or 0.0)
-        self.eval_times = list(run.get("eval_times") or [])
-        self.step_times = list(run.get("step_times") or [])
-        self.resume_point = step
-        self.log(f"resumed from the checkpoint of update {step} of {self.total}: the updates after it are done again")
-        return step
 
     # ---- validation
 

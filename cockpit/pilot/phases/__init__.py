@@ -19,6 +19,7 @@ from . import (
     save,
     stack,
     steps,
+    updates,
     validation,
     worst_case,
 )
@@ -29,8 +30,8 @@ PHASES: tuple[Phase, ...] = (
     leakage.PHASE,
     steps.FORWARD,
     steps.BACKWARD,
-    steps.UPDATE_FIRST,
-    steps.UPDATE_SECOND,
+    updates.UPDATE_FIRST,
+    updates.UPDATE_SECOND,
     accumulation.PHASE,
     worst_case.PHASE,
     overfit.PHASE,
