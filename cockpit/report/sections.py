@@ -1,205 +1,20 @@
-"""``campaigns/<c>/report/report.md``: the campaign's conclusion, readable without Cockpit. No torch.
+"""The report's sections in markdown: what was held constant, every run, the spread across seeds, the conclusion.
 
-It gathers what the notebook and the run folders say: the question, what
-was held constant, every run (failed, diverged and crashed ones with their
-reasons), the spread across seeds, the decisions with their dates, the
-selection sheet, the rental plan and the conclusion. The conclusion is the
-notebook's [conclusion] text when someone wrote one; otherwise a neutral
-statement generated from the figures, labelled as generated. Charts are
-text (Unicode), so the report needs no plotting library.
+Each section is a list of lines that ``cockpit.report.build`` puts under its
+heading. The generated conclusion is here too: a neutral statement from the
+figures, used when the notebook's [conclusion] text is empty. No torch.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import math
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from . import arithmetic, fsutil, runs
-from . import notebook as nbm
-from . import plan as pl
-from . import sheet as sh
-from .errors import CockpitError
+from .. import arithmetic, runs
+from .. import notebook as nbm
+from .. import sheet as sh
+from .figures import NotCounted, VariantResult
 
-REPORT_DIR = "report"
-REPORT_FILE = "report.md"
 NOT_OK = ("failed", "diverged", "oom", "error", "crashed", "stopped")
-MARKERS = "●▲■◆○△□◇"
-BLOCKS = " ▏▎▍▌▋▊▉█"
-
-
-# --------------------------------------------------------------------------- seeds
-
-
-@dataclass
-class VariantResult:
-    """One variant at one set of settings, as `cockpit compare` groups it."""
-
-    variant: str
-    tag: str  # "" = the notebook's settings; else what differs (a quick look, --set ...)
-    spread: sh.Spread | None
-    runs: list[tuple[str, int, float]]  # run id, seed, value: the latest completed run per seed
-    verdict: str  # reference | better | worse | not distinguishable | no reference | no data
-    sentence: str
-    target: str
-
-
-@dataclass
-class NotCounted:
-    id: str
-    variant: str
-    seed: int
-    status: str
-    reason: str
-    superseded_by: str = ""
-
-
-def results(nb: nbm.Notebook) -> tuple[list[VariantResult], list[NotCounted]]:
-    """Per variant and settings, every seed's final value and the verdict against the reference,
-    computed by ``cockpit.compare`` so that the report and `cockpit compare` never disagree."""
-    from .compare import group_runs, train_runs
-
-    trs = train_runs(nb)
-    out = []
-    for g in group_runs(nb, trs):
-        kept = [(g.runs[k], k, g.seeds[k]) for k in sorted(g.seeds)]
-        out.append(
-            VariantResult(g.variant, g.tag, sh.spread([v for _, _, v in kept]), kept, g.verdict, g.sentence, g.target)
-        )
-    skipped = [
-        NotCounted(r.id, r.variant, r.seed, r.status, r.stop_reason, r.superseded_by)
-        for r in trs
-        if (r.status not in ("completed", "running", "created"))
-        or r.superseded_by
-        or (r.status == "completed" and r.value is None)
-    ]
-    return out, skipped
-
-
-def _better(nb: nbm.Notebook, x: float, y: float) -> bool:
-    return x > y if nb.campaign.higher_is_better else x < y
-
-
-# --------------------------------------------------------------------------- charts
-
-
-def bar_chart(rows: list[tuple[str, float | None]], unit: str, width: int = 40) -> list[str]:
-    """Horizontal bars with eighth-block resolution; absent values say so."""
-    vals = [v for _, v in rows if v is not None]
-    if not vals:
-        return ["(nothing measured)"]
-    top = max(vals) or 1.0
-    lw = max(len(n) for n, _ in rows)
-    out = []
-    for name, v in rows:
-        if v is None:
-            out.append(f"{name:<{lw}} │ absent")
-            continue
-        eighths = round(v / top * width * 8)
-        bar = "█" * (eighths // 8) + (BLOCKS[eighths % 8] if eighths % 8 else "")
-        mark = "  ◀ peak" if v == top else ""
-        out.append(f"{name:<{lw}} │{bar:<{width}} {v:,.0f} {unit}{mark}")
-    return out
-
-
-def line_chart(
-    series: list[tuple[str, list[tuple[float, float]]]], height: int = 12, width: int = 60, ylabel: str = ""
-) -> list[str]:
-    """Several (x, y) series on one character grid, one marker per series, with a legend."""
-    pts = [(x, y) for _, s in series for x, y in s if math.isfinite(y)]
-    if not pts:
-        return ["(no points)"]
-    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
-    if x1 == x0:
-        x1 = x0 + 1
-    # One mark per series and column: the mean of the points that fall in that column, so a long
-    # noisy curve reads as a line instead of a cloud.
-    cols: list[dict[int, float]] = []
-    for _, s in series:
-        acc: dict[int, list[float]] = {}
-        for x, y in s:
-            if math.isfinite(y):
-                acc.setdefault(round((x - x0) / (x1 - x0) * (width - 1)), []).append(y)
-        cols.append({c: sum(v) / len(v) for c, v in acc.items()})
-    vals = [y for c in cols for y in c.values()]
-    y0, y1 = min(vals), max(vals)
-    if y1 == y0:
-        y1 = y0 + 1e-9
-    grid = [[" "] * width for _ in range(height)]
-    for i, c in enumerate(cols):
-        m = MARKERS[i % len(MARKERS)]
-        for col, y in c.items():
-            row = height - 1 - round((y - y0) / (y1 - y0) * (height - 1))
-            grid[row][col] = m
-    lab = [f"{y1:.3g}", f"{(y0 + y1) / 2:.3g}", f"{y0:.3g}"]
-    lw = max(len(s) for s in lab)
-    out = []
-    for r, cells in enumerate(grid):
-        tick = lab[0] if r == 0 else lab[2] if r == height - 1 else lab[1] if r == height // 2 else ""
-        out.append(f"{tick:>{lw}} ┤{''.join(cells)}")
-    out.append(f"{'':>{lw}} └{'─' * width}")
-    left, right = f"{x0:g}", f"{x1:g}"
-    out.append(f"{'':>{lw}}  {left}{right:>{width - len(left)}}")
-    out.append(
-        f"{'':>{lw}}  {ylabel}; " + ", ".join(f"{MARKERS[i % len(MARKERS)]} {n}" for i, (n, _) in enumerate(series))
-    )
-    return out
-
-
-def read_curve(rdir: Path, name: str = runs.CURVE_FILE, column: str = "loss") -> list[tuple[float, float]]:
-    """(step, value) pairs of a run's CSV (curve.csv: training loss; evals.csv: val_loss)."""
-    return runs.read_series(Path(rdir) / name, column)
-
-
-def mean_curve(curves: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:
-    """Per step, the mean over the runs that reached it."""
-    by_step: dict[float, list[float]] = {}
-    for c in curves:
-        for x, y in c:
-            if math.isfinite(y):
-                by_step.setdefault(x, []).append(y)
-    return [(x, sum(v) / len(v)) for x, v in sorted(by_step.items())]
-
-
-def _curve_charts(res: list[VariantResult], all_runs: list[sh.RunFiles]) -> list[str]:
-    """Training and validation loss per variant: the mean over the seeds that count in the table above."""
-    dirs = {r.id: r.dir for r in all_runs}
-    train, val = [], []
-    for r in res:
-        if not r.runs:
-            continue
-        label = (
-            f"{r.variant}"
-            + (f" [{r.tag}]" if r.tag else "")
-            + f" ({len(r.runs)} seed{'s' if len(r.runs) != 1 else ''})"
-        )
-        t = mean_curve([read_curve(dirs[rid]) for rid, _, _ in r.runs if rid in dirs])
-        v = mean_curve([read_curve(dirs[rid], runs.EVALS_FILE, "val_loss") for rid, _, _ in r.runs if rid in dirs])
-        if t:
-            train.append((label, t))
-        if v:
-            val.append((label, v))
-    out = []
-    if train:
-        out += (
-            [
-                "Training loss per update, mean over each variant's counted seeds (each column shows the mean of "
-                "the updates it covers):",
-                "",
-                "```",
-            ]
-            + line_chart(train, ylabel="training loss vs update")
-            + ["```", ""]
-        )
-    if val:
-        out += ["Validation loss at each validation, mean over the same seeds:", "", "```"]
-        out += line_chart(val, height=8, ylabel="val_loss vs update") + ["```"]
-    return out or ["No completed series run has written a loss curve yet."]
-
-
-# --------------------------------------------------------------------------- sections
 
 
 def _md_cell(x: Any) -> str:
@@ -272,7 +87,7 @@ def _held(nb: nbm.Notebook) -> list[str]:
 
 def _protocols_used(nb: nbm.Notebook) -> list[str]:
     """The rules each training run actually used, from its run.toml, grouped by revision."""
-    from . import protocol
+    from .. import protocol
 
     used: dict[tuple[int, str], list[str]] = {}
     now = protocol.rules(nb)
@@ -436,6 +251,10 @@ def _seeds_section(nb: nbm.Notebook, res: list[VariantResult], skipped: list[Not
     return out
 
 
+def _better(nb: nbm.Notebook, x: float, y: float) -> bool:
+    return x > y if nb.campaign.higher_is_better else x < y
+
+
 def _mean(r: VariantResult) -> float:
     assert r.spread is not None  # only measured variants are named
     return r.spread.mean
@@ -530,113 +349,3 @@ def _conclusion(nb: nbm.Notebook, generated: str) -> list[str]:
         "",
         generated,
     ]
-
-
-# --------------------------------------------------------------------------- the report
-
-
-def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: int = pl.DEFAULT_SEEDS) -> str:
-    nb = nbm.load(campaign)
-    all_runs = runs.campaign_runs(nb.directory)
-    c = nb.campaign
-    chosen = nb.conclusion.chosen_variant or nb.reference.id
-    try:
-        built = sh.build(nb, chosen, all_runs)
-        sheet: sh.Sheet | None = built
-        sheet_lines = sh.render(built)
-    except CockpitError as exc:
-        sheet, sheet_lines = None, [f"No selection sheet: {exc}"]
-    if nb.selection.gpu and sheet is not None:
-        sheet_lines += [
-            "",
-            f"Recorded in the notebook's [selection]: GPU {nb.selection.gpu}"
-            + (
-                f", {nb.selection.memory_per_gpu_mib:,.0f} MiB per GPU"
-                if nb.selection.memory_per_gpu_mib is not None
-                else ""
-            ),
-        ]
-    p = pl.build(nb, days=days, seeds=seeds, all_runs=all_runs)
-    plan_lines = pl.render(p)
-    if nb.rental.plan:
-        plan_lines += [
-            "",
-            f"Recorded in the notebook's [rental] ({nb.rental.days} days):",
-            "",
-            "```",
-            nb.rental.plan,
-            "```",
-        ]
-    res, skipped = results(nb)
-    generated = generated_conclusion(nb, res, all_runs, sheet)
-    now = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-
-    out = [
-        f"# Campaign {c.name}: report",
-        "",
-        f"Generated by `cockpit report` on {now} from {nb.path} and the run folders in "
-        f"{runs.runs_dir(nb.directory)}. Every figure is measured by a run named here, unless it says otherwise.",
-        "",
-        "## Question",
-        "",
-        c.question or "(no question written in the notebook)",
-        "",
-        "## What was held constant",
-        "",
-    ]
-    out += _held(nb)
-    out += [
-        "",
-        "## Runs",
-        "",
-        f"Every run of the campaign, in order ({len(nb.runs)}), failed and diverged ones included.",
-        "",
-    ]
-    out += _runs_section(nb, all_runs)
-    out += ["", "## Spread across seeds", ""]
-    out += _seeds_section(nb, res, skipped)
-    out += ["", "## Decisions", ""]
-    if nb.decisions:
-        for d in sorted(nb.decisions, key=lambda d: d.date):
-            out.append(f"- {d.date} ({d.kind}): {d.text}" + (f" (runs {', '.join(d.runs)})" if d.runs else ""))
-    else:
-        out.append("- none recorded")
-    out += ["", "## Selection sheet", ""] + sheet_lines
-    out += ["", "## Rental plan", ""] + plan_lines
-    out += ["", "## Conclusion", ""] + _conclusion(nb, generated)
-    out += ["", "## Charts", "", "### Loss curves", ""]
-    out += _curve_charts(res, all_runs)
-    out += ["", "### Memory per phase", ""]
-    if sheet is not None:
-        gpu = sheet.measured_gpu
-        key, unit = ("peak_reserved", "MiB torch peak reserved") if gpu else ("rss_peak", "MiB process RSS (host)")
-        rows = []
-        for r in sheet.phases:
-            name = r["phase"] + (f" r{r['rank']}" if r["rank"] is not None else "")
-            rows.append((name, r[key] / 2**20 if r[key] is not None else None))
-        out.append(
-            f"Pilot {sheet.run_id} ({sheet.variant}), {unit}"
-            + ("" if gpu else "; GPU memory was not measured on this machine")
-            + ":"
-        )
-        out += ["", "```"] + bar_chart(rows, "MiB") + ["```"]
-    else:
-        out.append("No passed pilot: no memory per phase to chart.")
-    return "\n".join(out) + "\n"
-
-
-def write(campaign: Path | str, **kw: Any) -> Path:
-    """Write report/report.md atomically; a ``report`` that is a link (or not a folder) is refused, never written through."""
-    path = nbm.find(campaign)
-    folder = path.parent / REPORT_DIR
-    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-        what = "a symbolic link" if folder.is_symlink() else "not a folder"
-        raise CockpitError(
-            f"{folder}: {what}; Cockpit writes the report only into the campaign's own report/ folder and never "
-            "through a link out of it. Remove it (or replace it by a folder) and run `cockpit report` again."
-        )
-    target = folder / REPORT_FILE
-    text = build(path, **kw)
-    folder.mkdir(exist_ok=True)
-    fsutil.write_text(target, text)
-    return target
