@@ -10,18 +10,54 @@ the process RSS instead; it never derives a GPU number from it.
 
 Series results (``metrics.json`` of kind "train" runs) feed the expected
 result; without them the sheet says the result is not measured yet.
+
+- :mod:`.phases`  one row per gate and rank, and what the gates say of the sizing
+- :mod:`.results` the spread over seeds and the expected result, by ``cockpit compare``'s rules
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import notebook as nbm
-from . import runs
-from .errors import CockpitError
+from .. import notebook as nbm
+from .. import runs
+from ..errors import CockpitError
+from .phases import (
+    _inputs_text,
+    _max_dimensions,
+    _others_on_gpu,
+    _probed_dimensions,
+    _strategy,
+    _truncation,
+    phase_rows,
+)
+from .results import Spread, expected_result, fmt_spread, metric_value, spread
+
+__all__ = [
+    "ASSUMED_CONTEXT_MIB",
+    "GPU_SIZES_GB",
+    "MIB",
+    "Fit",
+    "RunFiles",
+    "Sheet",
+    "SheetError",
+    "Spread",
+    "build",
+    "campaign_runs",
+    "expected_result",
+    "fmt_spread",
+    "latest_measured",
+    "latest_passed_pilot",
+    "metric_value",
+    "phase_rows",
+    "render",
+    "selection_of",
+    "series_runs",
+    "spread",
+]
+
 
 MIB = 2**20
 # Common GPU memory sizes, in nominal (decimal) GB. Capacity is taken as
@@ -46,49 +82,6 @@ campaign_runs = runs.campaign_runs
 latest_passed_pilot = runs.latest_passed_pilot
 latest_measured = runs.latest_measured  # a passed pilot, or a passed probe of the user's own script
 series_runs = runs.training_runs
-
-
-def metric_value(metrics: dict[str, Any] | None, metric: str) -> float | None:
-    """The final value of the campaign's quality metric in a run's metrics.json (as `cockpit compare` reads it)."""
-    if not metrics:
-        return None
-    from .compare import quality_of
-
-    v = quality_of(metrics, [], metric)
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
-
-
-# --------------------------------------------------------------------------- statistics
-
-
-@dataclass
-class Spread:
-    n: int
-    mean: float
-    std: float | None  # sample standard deviation; None with one value
-    min: float
-    max: float
-    values: list[float]
-
-
-def spread(values: list[float]) -> Spread | None:
-    """Mean, sample standard deviation (n-1), minimum and maximum of every value, computed by
-    ``cockpit.compare.stats`` so that the sheet, the report and ``cockpit compare`` agree."""
-    from .compare import stats
-
-    vals = [float(v) for v in values]
-    if not vals:
-        return None
-    st = stats(vals)
-    return Spread(st.n, sum(vals) / len(vals), st.std, min(vals), max(vals), vals)
-
-
-def fmt_spread(s: Spread, digits: int = 4) -> str:
-    sd = f"sd {s.std:.{digits}f}" if s.std is not None else "sd not defined with one seed"
-    return (
-        f"mean {s.mean:.{digits}f} ({sd}, min {s.min:.{digits}f}, max {s.max:.{digits}f}; "
-        f"{s.n} seed{'s' if s.n != 1 else ''}: {', '.join(f'{v:.{digits}f}' for v in s.values)})"
-    )
 
 
 # --------------------------------------------------------------------------- the sheet
@@ -146,180 +139,8 @@ class Sheet:
         return next((f for f in self.fits if f.fits), None)
 
 
-def _inputs_text(inputs: dict[str, Any]) -> str:
-    parts = []
-    for k, v in inputs.items():
-        if k == "ids":
-            continue
-        if isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v):
-            v = f"{min(v)}..{max(v)}" if min(v) != max(v) else f"{v[0]} (x{len(v)})"
-        elif isinstance(v, list):
-            v = f"[{len(v)} items]"
-        parts.append(f"{k}={v}")
-    return ", ".join(parts) or "no inputs recorded"
-
-
 def _mib(x: float | None) -> str:
     return "not measured" if x is None else f"{x:,.0f} MiB"
-
-
-def _nvml_for(gate: dict[str, Any], device: str) -> int | None:
-    """NVML used on the GPU this gate's process ran on, when it can be told."""
-    nv = (gate.get("mem") or {}).get("nvml")
-    if not nv:
-        return None
-    if len(nv) == 1:
-        return int(nv[0]["used"])
-    dev = str(gate.get("device") or device or "")
-    idx = int(dev.split(":")[1]) if ":" in dev and dev.split(":")[1].isdigit() else None
-    if idx is None and gate.get("rank") is not None:
-        idx = int(gate["rank"])
-    match = [g for g in nv if g.get("index") == idx]
-    return int(match[0]["used"]) if match else None
-
-
-def phase_rows(run: RunFiles) -> list[dict[str, Any]]:
-    """One row per gate (and rank): the figures the sheet and the memory chart use."""
-    device = str(run.stack.get("device") or "")
-    out = []
-    for g in run.gates:
-        mem = g.get("mem") or {}
-        t = mem.get("torch")
-        out.append(
-            {
-                "phase": g.get("phase", "?"),
-                "rank": g.get("rank"),
-                "inputs": dict(g.get("inputs") or {}),
-                "peak_reserved": t.get("peak_reserved") if t else None,
-                "reserved": t.get("reserved") if t else None,
-                "nvml_used": _nvml_for(g, device),
-                "rss_peak": mem.get("rss_peak") if mem.get("rss_peak") is not None else mem.get("rss"),
-                "duration_s": g.get("duration_s"),
-                "verdict": g.get("verdict"),
-            }
-        )
-    return out
-
-
-def _truncation(run: RunFiles | None) -> int | None:
-    """Target tokens lost to truncation, as the data gate recorded it (None: not recorded)."""
-    if run is None:
-        return None
-    g = run.gate("data")
-    if not g:
-        return None
-    for holder in (g, g.get("extra") or {}):
-        t = holder.get("truncation")
-        if not isinstance(t, dict):
-            continue
-        parts = [t] if "lose_target_tokens" in t else [v for v in t.values() if isinstance(v, dict)]  # one per split
-        counts = [int(x["lose_target_tokens"]) for x in parts if isinstance(x.get("lose_target_tokens"), (int, float))]
-        if counts:
-            return sum(counts)
-    return None
-
-
-def _strategy(nb: nbm.Notebook, params: dict[str, Any]) -> tuple[str, int]:
-    replicas = int(params.get("data_replicas") or 1)
-    mp = int(params.get("model_parallel") or 1)
-    gpus = replicas * mp
-    if nb.selection.strategy in nbm.STRATEGIES and (gpus > 1) == (nb.selection.strategy != "one GPU"):
-        return nb.selection.strategy, gpus
-    if gpus == 1:
-        return "one GPU", 1
-    return ("FSDP" if mp > 1 else "DDP"), gpus
-
-
-def _probed_dimensions(run: RunFiles) -> str:
-    """What a probe measured: the script's own batches, not the worst case the campaign can produce."""
-    i = (run.gate("forward") or {}).get("inputs") or {}
-    shapes = ", ".join(f"{k} {'x'.join(str(d) for d in v)}" for k, v in (i.get("shapes") or {}).items() if v)
-    return (
-        f"the script's own batches as it ran them ({shapes or 'shapes not recorded'}): a probe does not run "
-        "the longest batch the data can produce, so a longer one may need more"
-    )
-
-
-def _max_dimensions(run: RunFiles) -> str:
-    wc = run.gate("worst_case")
-    parts = []
-    if wc:
-        i = wc.get("inputs") or {}
-        lens = i.get("lengths") or []
-        s = f"training update on the longest batch: microbatch {i.get('microbatch', '?')}"
-        if lens:
-            s += f" x length {max(lens)}"
-        if i.get("cropped_to"):
-            s += f" (max_length {i['cropped_to']})"
-        if i.get("accumulation"):
-            s += f", accumulation {i['accumulation']}"
-        parts.append(s)
-    else:
-        parts.append("the worst-case update was not run: the largest batch is not measured")
-    val = run.gate("validation")
-    if val:
-        i = val.get("inputs") or {}
-        s = f"validation: eval microbatch {i.get('eval_microbatch', '?')}"
-        if i.get("longest") is not None:
-            s += f", longest example {i['longest']}"
-        parts.append(s)
-    return "; ".join(parts)
-
-
-def _others_on_gpu(run: RunFiles, phase: str, device: str) -> int:
-    """Bytes other processes held on the run's GPU at the end of a phase (the pilot records them per phase)."""
-    g = run.gate(phase) or {}
-    held = (g.get("machine") or {}).get("gpu_others") or {}
-    index = device.split(":")[1] if ":" in device else "0"
-    return int(held.get(index) or 0)
-
-
-def expected_result(nb: nbm.Notebook, variant: str) -> str:
-    """What the series measured for this variant at the notebook's settings, by `cockpit compare`'s rules
-    (the latest completed run per seed; runs with other settings, such as a quick look, kept apart)."""
-    from .compare import group_runs, train_runs
-
-    c = nb.campaign
-    metric = c.quality_metric
-    better = "higher is better" if c.higher_is_better else "lower is better"
-    target = f"target {c.quality_target:g} ({better})" if c.quality_target is not None else "no target set"
-    trs = [r for r in train_runs(nb) if r.variant == variant]
-    group = next((g for g in group_runs(nb, trs) if g.tag == ""), None)
-    others = [r for r in trs if r.tag == "" and r.status not in ("completed", "running", "created")]
-    apart = sorted({r.tag for r in trs if r.tag})
-    if group is None or not group.stats.n:
-        finished = [r for r in trs if r.tag == "" and r.status not in ("running", "created")]
-        why = (
-            f"{len(finished)} series run{'s' if len(finished) != 1 else ''} of {variant} ended without a "
-            f"final {metric} ({', '.join(f'{r.id} {r.status}' for r in finished)})"
-            if finished
-            else f"no series run of {variant} at the notebook's settings has finished"
-        )
-        text = f"not measured yet: {why}. The campaign's {target} for {metric} is a goal, not a prediction."
-        if nb.variant(variant).kind == "memory":
-            text += (
-                " This is a memory variant: its quality was never measured, and precision, microbatch or "
-                "max_length can change it; one training run of it settles that before it is chosen."
-            )
-    else:
-        s = spread(list(group.seeds.values()))
-        assert s is not None
-        text = (
-            f"{metric} at the end of the budget, {fmt_spread(s)} "
-            f"(runs {', '.join(group.runs[k] for k in sorted(group.runs))})"
-        )
-        if c.quality_target is not None:
-            ok = [
-                v
-                for v in group.seeds.values()
-                if (v >= c.quality_target if c.higher_is_better else v <= c.quality_target)
-            ]
-            text += f"; {target}: reached by {len(ok)} of {len(ok) + (s.n - len(ok))} seed{'s' if s.n != 1 else ''}"
-        if others:
-            text += "; not counted: " + ", ".join(f"{r.id} {r.status} ({r.stop_reason})" for r in others)
-    if apart:
-        text += f"; runs with other settings are not counted here ({'; '.join(apart)})"
-    return text
 
 
 def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles] | None = None) -> Sheet:

@@ -16,6 +16,9 @@ reserve, which is never smaller than the export time the pilot measured.
 Runs are queued seed by seed: every quality variant's seed 0 (reference first, then
 notebook order), then every seed 1, and so on, so a package cut short still
 compares every variant it holds. Packages are filled strictly in that order.
+
+- :mod:`.timing` each variant's measured times (and checkpoint and export sizes), and where each comes from
+- :mod:`.disk`   the disk a series needs against the free space of ``runs/``
 """
 
 from __future__ import annotations
@@ -23,11 +26,33 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
-from . import arithmetic
-from . import notebook as nbm
-from . import sheet as sh
+from .. import arithmetic
+from .. import notebook as nbm
+from .. import sheet as sh
+from .disk import Disk, disk_for
+from .timing import Timing, _s, measure
+
+__all__ = [
+    "DEFAULT_DAYS",
+    "DEFAULT_RESERVE_SHARE",
+    "DEFAULT_SEEDS",
+    "TIME_NEUTRAL",
+    "Disk",
+    "Package",
+    "Plan",
+    "RunCost",
+    "Timing",
+    "build",
+    "choose",
+    "cost",
+    "disk_for",
+    "measure",
+    "render",
+    "rental_of",
+    "updates_of",
+]
+
 
 DEFAULT_DAYS = (3, 7, 30)
 DEFAULT_SEEDS = 3
@@ -36,32 +61,6 @@ DEFAULT_SEEDS = 3
 DEFAULT_RESERVE_SHARE = 0.10
 # Overrides that change what is learned but not what a step costs.
 TIME_NEUTRAL = {"lr", "weight_decay", "momentum", "schedule", "warmup_updates", "grad_clip"}
-
-
-@dataclass
-class Timing:
-    variant: str
-    step_s: float | None = None
-    step_source: str = ""
-    eval_s: float | None = None
-    eval_source: str = ""
-    save_s: float | None = None
-    save_source: str = ""
-    export_s: float | None = None
-    export_source: str = ""
-    device: str = ""
-    worst_step_s: float | None = None
-    step_spread: tuple[float, float] | None = None  # min and max of the pilot's timed updates
-    busy: str = ""  # the pilot timed its updates while other processes kept the CPUs busy
-    checkpoint_bytes: int | None = None  # the pilot's save phase: one checkpoint as the series writes it
-    export_bytes: int | None = None  # the pilot's export phase: the artifact a completed run leaves
-    bytes_source: str = ""
-    borrowed_from: str = ""
-    why_not: str = ""
-
-    @property
-    def measured(self) -> bool:
-        return self.step_s is not None
 
 
 @dataclass
@@ -96,93 +95,6 @@ class Package:
 
 
 @dataclass
-class Disk:
-    """What a series leaves on the disk that holds ``runs/``, from the sizes the pilots measured.
-
-    At once: each run in progress keeps ``keep`` periodic checkpoints and writes the next beside
-    them; for good: each finished run's last checkpoint and exported model, and one archive of
-    the chosen model (its artifact)."""
-
-    where: str
-    free: int
-    keep: int
-    lanes: int
-    runs: int
-    checkpoint: int | None  # bytes, the largest variant's
-    export: int
-    source: str
-    trainable_only: bool = False
-
-    @staticmethod
-    def need_for(checkpoint: int, export: int, keep: int, lanes: int, runs: int) -> int:
-        return lanes * (keep + 1) * checkpoint + runs * (checkpoint + export) + export
-
-    @property
-    def need(self) -> int | None:
-        if self.checkpoint is None:
-            return None
-        return self.need_for(self.checkpoint, self.export, self.keep, self.lanes, self.runs)
-
-    @property
-    def fits(self) -> bool:
-        return self.need is None or self.need <= self.free
-
-    def words(self) -> str:
-        if self.checkpoint is None:
-            return "not estimated (no pilot measured a checkpoint's size)"
-        need = self.need or 0
-        text = (
-            f"{_mib(need)} needed of {_mib(self.free)} free where {self.where} lives "
-            f"({self.lanes} run{'s' if self.lanes != 1 else ''} at once x ({self.keep} kept + 1 being written) "
-            f"x {_mib(self.checkpoint)} per checkpoint + {self.runs} finished run{'s' if self.runs != 1 else ''} "
-            f"x ({_mib(self.checkpoint)} last checkpoint + {_mib(self.export)} export) + one archive "
-            f"{_mib(self.export)}; sizes from {self.source})"
-        )
-        return text if self.fits else text + ". " + self.remedy()
-
-    def remedy(self) -> str:
-        """The settings that would make it fit, each with what it would need."""
-        ck, ex = self.checkpoint or 0, self.export
-        ways = []
-        if self.keep > 1:
-            ways.append(f"[checkpoints] keep = 1 needs {_mib(self.need_for(ck, ex, 1, self.lanes, self.runs))}")
-        if self.lanes > 1:
-            ways.append(f"--parallel 1 needs {_mib(self.need_for(ck, ex, self.keep, 1, self.runs))}")
-        if not self.trainable_only:
-            ways.append(
-                "[checkpoints] trainable_only = true saves only the parameters that train (an adapter's size; "
-                "pilot again to measure it)"
-            )
-        fit = max(0, (self.free - self.lanes * (self.keep + 1) * ck - ex) // max(1, ck + ex))
-        ways.append(f"{fit} run{' fits' if fit == 1 else 's fit'} as set: fewer seeds or variants, or free disk")
-        return "Does not fit: " + "; ".join(ways)
-
-
-def _mib(b: int) -> str:
-    return f"{b / 2**30:,.1f} GiB" if b >= 2**30 else f"{b / 2**20:,.1f} MiB"
-
-
-def disk_for(nb: nbm.Notebook, timings: list[Timing], runs: int, lanes: int, free: int | None = None) -> Disk:
-    """The disk ``runs`` training runs need, ``lanes`` at a time, against the free space of ``runs/``."""
-    from . import machine
-
-    where = nb.directory / "runs"
-    sized = [t for t in timings if t.checkpoint_bytes is not None]
-    big = max(sized, key=lambda t: t.checkpoint_bytes or 0) if sized else None
-    return Disk(
-        where=str(where),
-        free=machine.free_bytes(where) if free is None else free,
-        keep=max(1, int(nb.checkpoints.keep)),
-        lanes=max(1, min(lanes, runs)) if runs else lanes,
-        runs=runs,
-        checkpoint=big.checkpoint_bytes if big else None,
-        export=max((t.export_bytes or 0) for t in sized) if sized else 0,
-        source=big.bytes_source if big else "",
-        trainable_only=bool(nb.checkpoints.trainable_only),
-    )
-
-
-@dataclass
 class Plan:
     campaign: str
     seeds: int
@@ -195,104 +107,6 @@ class Plan:
     gpus: int = 1
     lanes: int = 1  # runs side by side (GPUs // processes per run)
     disk: Disk | None = None  # for every planned run of the largest package
-
-
-def _step_duration(run: sh.RunFiles, phase: str) -> float | None:
-    for e in run.events:
-        if e.get("kind") == "step" and e.get("phase") == phase and isinstance(e.get("duration_s"), (int, float)):
-            return float(e["duration_s"])
-    g = run.gate(phase)
-    return float(g["duration_s"]) if g and isinstance(g.get("duration_s"), (int, float)) else None
-
-
-def _gate_s(run: sh.RunFiles, phase: str) -> float | None:
-    g = run.gate(phase)
-    return float(g["duration_s"]) if g and isinstance(g.get("duration_s"), (int, float)) else None
-
-
-def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
-
-
-def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
-    """The variant's own measured times: series runs first, else its latest passed pilot (or probe)."""
-    t = Timing(variant)
-    pilot = sh.latest_measured(all_runs, variant)
-    series = [r for r in sh.series_runs(all_runs, variant) if _num((r.metrics or {}).get("step_time_s"))]
-    if series:
-        slow = max(series, key=lambda r: float((r.metrics or {})["step_time_s"]))
-        t.step_s = float((slow.metrics or {})["step_time_s"])
-        steps = [int((r.metrics or {}).get("updates") or 0) for r in series]
-        t.step_source = (
-            f"series: slowest of {len(series)} run{'s' if len(series) != 1 else ''} "
-            f"({', '.join(r.id for r in series)}), each timed over its updates "
-            f"({', '.join(str(s) for s in steps)})"
-        )
-        t.device = str(slow.stack.get("device") or "") or "the series machine"
-        evals = [(r, v) for r in series if (v := _num((r.metrics or {}).get("eval_time_s"))) is not None]
-        if evals:
-            r, v = max(evals, key=lambda x: x[1])
-            t.eval_s, t.eval_source = v, f"series run {r.id}: time per validation"
-        saves = [(r, v) for r in series if (v := _num((r.metrics or {}).get("save_time_s"))) is not None]
-        if saves:
-            r, v = max(saves, key=lambda x: x[1])
-            t.save_s, t.save_source = v, f"series run {r.id}: time per save"
-    if pilot is not None:
-        if t.step_s is None:
-            timing = pilot.step_time()
-            if timing is not None:
-                t.step_s = float(timing["median"])
-                n = int(timing.get("n") or 1)
-                t.step_source = (
-                    f"pilot {pilot.id}: median of {n} timed update{'s' if n != 1 else ''} with the optimizer state "
-                    f"resident (spread {_s(timing['min'])} to {_s(timing['max'])}); a series run's own time replaces it"
-                    if not pilot.probed
-                    else f"probe {pilot.id}: median of {n} timed step{'s' if n != 1 else ''} of the script as it ran "
-                    f"(its own batch, data loading included; spread {_s(timing['min'])} to {_s(timing['max'])}), "
-                    "times the notebook's updates; a series run's own time replaces it"
-                )
-                t.step_spread = (float(timing["min"]), float(timing["max"]))
-                t.device = str(pilot.stack.get("device") or "cpu")
-                busy = (pilot.gate("update_second") or {}).get("busy")
-                if busy:
-                    t.busy = busy
-                    t.step_source += (
-                        f"; timed on a busy machine ({busy}): an idle one is likely faster, {pilot.noun} "
-                        "again when the box is idle before trusting these hours"
-                    )
-        t.worst_step_s = _step_duration(pilot, "worst_case")
-        if t.eval_s is None and (v := _gate_s(pilot, "validation")) is not None:
-            t.eval_s, t.eval_source = (
-                v,
-                (
-                    f"probe {pilot.id}: the script's first evaluation"
-                    if pilot.probed
-                    else f"pilot {pilot.id}: validation phase (whole split, plus 2 repeat batches)"
-                ),
-            )
-        if t.save_s is None and (v := _gate_s(pilot, "save")) is not None:
-            t.save_s, t.save_source = (
-                v,
-                (
-                    f"probe {pilot.id}: the script's first checkpoint"
-                    if pilot.probed
-                    else f"pilot {pilot.id}: save phase (write and safe reload)"
-                ),
-            )
-        if (v := _gate_s(pilot, "export")) is not None:
-            t.export_s, t.export_source = v, f"pilot {pilot.id}: export phase (with replay in a new process)"
-        ck_b, ex_b = (pilot.gate("save") or {}).get("bytes"), (pilot.gate("export") or {}).get("bytes")
-        if isinstance(ck_b, int) and not isinstance(ck_b, bool):
-            t.checkpoint_bytes = ck_b
-            t.export_bytes = ex_b if isinstance(ex_b, int) and not isinstance(ex_b, bool) else None
-            t.bytes_source = (
-                f"probe {pilot.id}: the script's first checkpoint"
-                if pilot.probed
-                else f"pilot {pilot.id}: save and export phases"
-            )
-    if t.step_s is None:
-        t.why_not = f"no time per update measured for {variant}: no finished series run and no passed pilot or probe"
-    return t
 
 
 def _dataset_size(all_runs: list[sh.RunFiles]) -> int | None:
@@ -402,7 +216,7 @@ def build(
     if gpus is None:
         ref_pilot = sh.latest_measured(all_runs, ref)
         gpus = len((ref_pilot.stack.get("gpus") if ref_pilot else None) or []) or 1
-    from .launch import nproc_for
+    from ..launch import nproc_for
 
     lanes = max(1, gpus // nproc_for(nb))
     packages = []
@@ -449,10 +263,6 @@ def _h(x: float) -> str:
     if x < 0.1:
         return f"{x * 60:.1f} min"
     return f"{x:,.1f} h"
-
-
-def _s(x: float | None) -> str:
-    return "not measured" if x is None else f"{x:.3g} s"
 
 
 def _runs_text(items: list[tuple[str, int, float]]) -> str:

@@ -1,0 +1,158 @@
+"""A series' plan: which variant x seed items to run, parsed from the command line or the TUI. No torch.
+
+The plan is made before anything starts, so the same list is shown, run and recorded;
+nothing here refuses (:func:`cockpit.series.checks.guard` vets the plan), so a preview can
+always be shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import events as ev
+from .. import launch, runs
+from .. import notebook as nbm
+from ..errors import UsageError
+
+
+@dataclass
+class Item:
+    variant: str
+    seed: int
+    follows: str = ""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    resume: str = ""  # an existing run to go on with from its newest checkpoint, instead of a new run
+    notes: str = ""  # written into the new run's row (an override, a deliberate repeat)
+
+    def label(self) -> str:
+        if self.resume:
+            return f"{self.variant} seed {self.seed}: resume {self.resume}"
+        return f"{self.variant} seed {self.seed}" + (f" (follows {self.follows})" if self.follows else "")
+
+
+def resumable(nb: nbm.Notebook, ids: list[str] | None = None) -> list[Item]:
+    """Training runs that ended from outside (stopped, crashed) with a periodic checkpoint to go on from."""
+    out = []
+    for row in runs.view(nb):
+        if row.kind != "train" or (ids and row.id not in ids):
+            continue
+        rdir = runs.run_dir(nb.directory, row.id)
+        has = (rdir / runs.CHECKPOINTS_DIR).is_dir() and any((rdir / runs.CHECKPOINTS_DIR).glob("update-*.pt"))
+        if row.status in launch.RESUMABLE and has:
+            out.append(Item(row.variant, row.seed, resume=row.id))
+        elif ids:
+            why = f"it is {row.status}" if row.status not in launch.RESUMABLE else "it wrote no periodic checkpoint"
+            raise UsageError(f"{row.id} cannot be resumed: {why} ({row.stop_reason or 'no reason recorded'})")
+    missing = set(ids or []) - {i.resume for i in out}
+    if missing:
+        raise UsageError(f"no training run {', '.join(sorted(missing))} in {nb.path}; `cockpit runs` lists them")
+    return out
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0,1,2"`` or ``"0-4"`` (inclusive) or a mix: ``"0-2,7"``."""
+    out: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        a, dash, b = part.partition("-")
+        try:
+            if dash and a:
+                lo, hi = int(a), int(b)
+                if hi < lo:
+                    raise ValueError
+                out.extend(range(lo, hi + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise UsageError(f"--seeds {text!r}: write seeds as 0,1,2 or a range 0-4") from None
+    if not out:
+        raise UsageError("--seeds: give at least one seed, e.g. --seeds 0,1,2")
+    if len(set(out)) != len(out):
+        raise UsageError(f"--seeds {text!r} names a seed twice")
+    return out
+
+
+def budget_overrides(updates: int | None) -> dict[str, Any]:
+    """Replace the notebook's budget by a number of updates (a quick look); recorded in run.toml."""
+    if updates is None:
+        return {}
+    if updates < 1:
+        raise UsageError(f"--updates {updates}: give a whole number >= 1")
+    return {"updates": int(updates), "epochs": None, "examples": None}
+
+
+def default_variants(nb: nbm.Notebook) -> list[str]:
+    """The quality variants (memory variants are compared by their pilots); all if none is marked."""
+    return nb.series_variants()
+
+
+def _latest_train(nb: nbm.Notebook, variant: str, seed: int) -> nbm.RunRow | None:
+    rows = [r for r in nb.runs if r.kind == "train" and r.variant == variant and r.seed == seed]
+    return max(rows, key=lambda r: runs.order_key(r.id)) if rows else None
+
+
+def intended_params(nb: nbm.Notebook, variant: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    params = nb.params(variant)
+    params.update(overrides)
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def plan(
+    nb: nbm.Notebook,
+    variants: list[str] | None = None,
+    seeds: list[int] | None = None,
+    *,
+    overrides: dict[str, Any] | None = None,
+    skip_done: bool = False,
+    rerun: list[str] | None = None,
+) -> tuple[list[Item], list[str]]:
+    """The items to run, in order, and notes on what was skipped or followed.
+
+    Nothing here refuses: :func:`cockpit.series.checks.guard` vets the plan before anything starts (the CLI and the
+    TUI call it), so a preview can always be shown.
+    """
+    return _items(nb, variants, seeds, overrides=overrides, skip_done=skip_done, rerun=rerun)
+
+
+def _items(
+    nb: nbm.Notebook,
+    variants: list[str] | None,
+    seeds: list[int] | None,
+    *,
+    overrides: dict[str, Any] | None,
+    skip_done: bool,
+    rerun: list[str] | None,
+) -> tuple[list[Item], list[str]]:
+    overrides = dict(overrides or {})
+    notes: list[str] = []
+    items: list[Item] = []
+    if rerun:
+        for rid in rerun:
+            row = nb.run(rid)
+            items.append(Item(row.variant, row.seed, follows=row.id, overrides=dict(overrides)))
+        if variants is None and seeds is None:
+            return items, notes
+    chosen = variants or default_variants(nb)
+    for vid in chosen:
+        nb.variant(vid)  # a clear error for an unknown id
+    for vid in chosen:
+        for seed in seeds if seeds is not None else [0, 1, 2]:
+            prev = _latest_train(nb, vid, seed)
+            if skip_done and prev is not None and prev.status == ev.Status.COMPLETED.value:
+                same = _same_params(nb, prev.id, intended_params(nb, vid, overrides))
+                if same:
+                    notes.append(f"{vid} seed {seed}: skipped, {prev.id} completed with the same settings")
+                    continue
+            items.append(Item(vid, seed, follows=prev.id if prev is not None else "", overrides=dict(overrides)))
+    return items, notes
+
+
+def _same_params(nb: nbm.Notebook, rid: str, want: dict[str, Any]) -> bool:
+    try:
+        got = runs.read_run_toml(runs.run_dir(nb.directory, rid)).get("params", {})
+    except (FileNotFoundError, OSError):
+        return False
+    return got == want

@@ -1,0 +1,173 @@
+"""A series running: its items started detached, ``parallel`` at a time. No torch.
+
+:class:`Series` is non-blocking (``poll()``) so the TUI can drive it on a
+timer; :meth:`Series.run` is the blocking loop the CLI uses.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import events as ev
+from .. import launch, runs
+from .. import notebook as nbm
+from ..errors import UsageError
+from .items import Item
+
+
+@dataclass
+class Started:
+    item: Item
+    run_id: str
+    dir: Path
+    tail: ev.Tail
+    finished: bool = False
+    state: runs.RunState | None = None
+    gpus: list[int] = field(default_factory=list)  # the GPUs lent to it (CUDA_VISIBLE_DEVICES)
+
+
+class Series:
+    """Start items detached, at most ``parallel`` alive at once; ``poll()`` advances without blocking."""
+
+    def __init__(
+        self,
+        campaign: Path | str,
+        items: list[Item],
+        parallel: int = 1,
+        env: dict[str, str] | None = None,
+        starter: Callable[..., tuple[str, Path]] | None = None,
+        resumer: Callable[..., Path] | None = None,
+        placement: Any = None,
+        nproc: int = 1,
+    ):
+        """``placement`` (a ``cockpit.gpus.Placement``) lends each run GPUs of its own, ``nproc`` per run."""
+        if parallel < 1:
+            raise UsageError(f"--parallel {parallel}: give a whole number >= 1")
+        self.placement = placement
+        self.nproc = max(1, nproc)
+        self.campaign = nbm.find(campaign)
+        self.pending: deque[Item] = deque(items)
+        self.parallel = parallel
+        self.env = dict(env or {})
+        if parallel > 1 and "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in self.env:
+            # CPU runs side by side: share the cores instead of oversubscribing them.
+            self.env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // parallel))
+        self._start: Callable[..., tuple[str, Path]] = starter or launch.new_run
+        self._resume = resumer or launch.resume_run
+        self.started: list[Started] = []
+        self.t0 = time.monotonic()
+
+    @property
+    def active(self) -> list[Started]:
+        return [s for s in self.started if not s.finished]
+
+    @property
+    def done(self) -> bool:
+        return not self.pending and not self.active
+
+    def poll(self) -> list[tuple[str, Started]]:
+        """Reap finished runs, start the next ones; returns ("finished"|"started", run) changes."""
+        changes: list[tuple[str, Started]] = []
+        launch.reap()
+        for s in self.active:
+            if not runs.is_alive(s.dir):
+                launch.reap()
+                s.finished = True
+                s.state = runs.state(s.dir)
+                if self.placement is not None:
+                    self.placement.release(s.gpus)
+                if s.state.status == ev.Status.CRASHED.value:  # killed: its process could not write its row
+                    runs.settle_run(self.campaign, s.dir)
+                changes.append(("finished", s))
+        while self.pending and len(self.active) < self.parallel:
+            lent: list[int] = []
+            env = dict(self.env)
+            if self.placement is not None and self.parallel > 1:
+                got = self.placement.assign(self.nproc)
+                if got is None:
+                    break  # every GPU is as full as the pilots' peaks allow: wait for a run to end
+                lent = got
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, lent))
+            item = self.pending.popleft()
+            if item.resume:
+                events = runs.run_dir(self.campaign.parent, item.resume) / ev.EVENTS_FILE
+                seen = events.stat().st_size if events.is_file() else 0  # its earlier processes' events are old news
+                rdir = self._resume(self.campaign, item.resume, env=env or None)
+                s = Started(item, item.resume, Path(rdir), ev.Tail(events, offset=seen), gpus=lent)
+                self.started.append(s)
+                changes.append(("started", s))
+                continue
+            rid, rdir = self._start(
+                self.campaign,
+                item.variant,
+                item.seed,
+                kind="train",
+                follows=item.follows,
+                overrides=item.overrides or None,
+                env=env or None,
+                **({"notes": item.notes} if item.notes else {}),
+            )
+            s = Started(item, rid, Path(rdir), ev.Tail(Path(rdir) / ev.EVENTS_FILE), gpus=lent)
+            self.started.append(s)
+            changes.append(("started", s))
+        return changes
+
+    def progress(self) -> list[tuple[Started, dict[str, Any]]]:
+        """New eval and run_end events of the runs started so far (for live lines)."""
+        out = []
+        for s in self.started:
+            for e in s.tail.read_new():
+                if e.get("kind") in (ev.EVAL, ev.RUN_END, ev.RUN_START):
+                    out.append((s, e))
+        return out
+
+    def stop(self) -> list[str]:
+        """Stop the runs still alive (SIGTERM, then SIGKILL) and drop the ones not started."""
+        self.pending.clear()
+        return [f"{s.run_id}: {launch.stop(s.dir)}" for s in self.active]
+
+    def run(
+        self,
+        on_change: Callable[[str, Started], None] | None = None,
+        on_progress: Callable[[Started, dict[str, Any]], None] | None = None,
+        poll_s: float = 0.5,
+    ) -> list[Started]:
+        while True:
+            for what, s in self.poll():
+                if on_change:
+                    on_change(what, s)
+            for s, e in self.progress():
+                if on_progress:
+                    on_progress(s, e)
+            if self.done:
+                break
+            time.sleep(poll_s)
+        runs.settle(self.campaign)
+        return self.started
+
+
+def result(s: Started) -> dict[str, Any]:
+    """One line of a series summary: the run's state and its metrics.json (if it wrote one)."""
+    st = s.state or runs.state(s.dir)
+    metrics = runs.read_metrics(s.dir)
+    return {
+        "run": s.run_id,
+        "variant": s.item.variant,
+        "seed": s.item.seed,
+        "follows": s.item.follows,
+        "status": st.status,
+        "stop_reason": st.stop_reason,
+        "updates": metrics.get("updates"),
+        "planned_updates": metrics.get("planned_updates"),
+        "final_val_loss": metrics.get("final_val_loss"),
+        "best_val_loss": metrics.get("best_val_loss"),
+        "step_time_s": metrics.get("step_time_s"),
+        "duration_s": st.duration_s,
+        "dir": str(s.dir),
+    }
