@@ -235,7 +235,7 @@ class Instrument:
         how = "diverged" if obs.diverged else "stopped" if obs.stop_reason else "exception" if exc else "ended"
         mem = None
         if obs.cfg.mode == "resume":
-            from .observer import _read_hwm
+            from .reading import _read_hwm
 
             mem = obs.meter.read()
             peak = _read_hwm()

@@ -1,0 +1,242 @@
+"""The observer's lowest layer: its state, and each phase opened and closed within the meter's bounds.
+
+Every phase, whatever the script was doing, is measured the same way: :meth:`Bounds.begin` resets the
+peak counters and enters the meter, :meth:`Bounds.end` reads them, :meth:`Bounds.record` sends the
+gate. Keeping that in one place is what keeps every phase measured as the pilot measures its own. The
+state the upper layers share (:mod:`.training`, :mod:`.saving`, :mod:`.evaluation`, :mod:`.observer`),
+and the records it is kept in, are set up here too, so each layer can read what the others saw.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .. import events as ev
+from ..machine import CpuWatch, busy_words
+from ..pilot.gate import Gate
+from ..pilot.meter import Meter, PhaseMeasure
+from . import phases as ph
+from .reading import _read_hwm, _reset_hwm
+
+
+class ProbeStop(SystemExit):
+    """Raised inside the script to end it once the probe has seen what it came for (exit status 0)."""
+
+    def __init__(self, reason: str):
+        super().__init__(0)
+        self.reason = reason
+
+
+@dataclass
+class Config:
+    mode: str = "probe"  # "probe": measure the phases; "resume": the resumed process, compared by the run
+    steps: int = 5
+    to_end: bool = False
+    save_within: int = 1000
+    compare_steps: int = 3
+    resume: bool = False
+    runner: int = 0
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> Config:
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in raw.items() if k in names})
+
+
+@dataclass
+class Open:
+    """A phase being measured."""
+
+    name: str
+    gate: Gate
+    cm: Any  # the meter's measure() context, entered
+    measure: PhaseMeasure
+    cpu: CpuWatch
+    t0: float
+    hwm: bool  # the kernel's peak-RSS counter was reset at the start: VmHWM is this phase's peak
+
+
+@dataclass
+class Step:
+    number: int
+    lr: float | None
+    loss: float | None
+    duration_s: float | None
+    opt_step: float | None  # the optimizer's own step count after it (Adam's state), when it keeps one
+    microbatches: int
+
+
+@dataclass
+class Evaluation:
+    forwards: int = 0
+    train_mode: int = 0  # forwards with the module in training mode
+    with_grad: int = 0  # forwards with grad enabled
+    losses: list[Any] = field(default_factory=list)  # loss tensors the model returned
+    microbatch: int | None = None
+    measured: bool = False
+
+
+class Bounds:
+    """The probe's state inside the script, and the bounds every phase is measured within."""
+
+    def __init__(self, cfg: Config, send: Callable[..., None], inject: str = ""):
+        self.cfg = cfg
+        self.send = send
+        self.inject = dict(part.split(":", 1)[::-1] for part in inject.split(",") if ":" in part)  # phase -> kind
+        self.meter = Meter(None)
+        self.meter.take_baseline()
+        self.t_start = time.perf_counter()
+        self.open: Open | None = None
+        self.done: set[str] = set()
+        self.device: torch.device | None = None
+        self.roots: dict[int, weakref.ref[torch.nn.Module]] = {}
+        self.root_names: dict[int, str] = {}
+        self.optimizer: weakref.ref[torch.optim.Optimizer] | None = None
+        self.in_step = False
+        self.in_backward = False
+        self.in_save = False
+        self.evaluation: Evaluation | None = None
+        self.step = 0
+        self.microbatches = 0
+        self.losses: list[torch.Tensor] = []
+        self.lr: float | None = None
+        self.step_t0 = time.perf_counter()
+        self.steps: list[Step] = []
+        self.timed: list[float] = []  # update_second: each later step's duration
+        self.second_pending = False
+        self.before: dict[str, tuple[float, float]] = {}
+        self.forward_inputs: dict[str, Any] = {}
+        self.saves: list[dict[str, Any]] = []
+        self.burst: dict[str, Any] | None = None  # the save phase's files so far
+        self.loaded: list[str] = []
+        self.stop_reason = ""
+        self.finished = False
+        self.diverged: dict[str, Any] | None = None
+        self.recheck: dict[str, tuple[float, float]] | None = None  # fingerprint before the later steps
+
+    # ------------------------------------------------------------------ sending
+
+    def emit(self, kind: str, **payload: Any) -> None:
+        self.send("event", event={"kind": kind, "t": time.time(), **payload})
+
+    def log(self, message: str, level: str = "info") -> None:
+        self.emit(ev.LOG, level=level, message=message)
+
+    # ------------------------------------------------------------------ phases within the meter's bounds
+
+    def begin(self, name: str, inputs: dict[str, Any] | None = None) -> None:
+        assert self.open is None, f"{name} opened while {self.open.name} is open"
+        g = Gate(name, dict(inputs or {}))
+        self.emit(ev.PHASE_START, phase=name, inputs=g.inputs)
+        hwm = _reset_hwm()
+        cm = self.meter.measure(name)
+        m = cm.__enter__()
+        self.open = Open(name, g, cm, m, CpuWatch.start(), time.perf_counter(), hwm)
+        kind = self.inject.get(name)
+        if kind:
+            self._injected(kind, name)
+
+    def _injected(self, kind: str, name: str) -> None:
+        """Test hook, as the pilot's: COCKPIT_INJECT="oom:backward" (or error:, die:) in that phase. The
+        exception reaches the script as a real one would (through its own code and handlers)."""
+        exc: BaseException | None = None
+        if kind == "oom":
+            exc = torch.OutOfMemoryError(f"CUDA out of memory (injected by COCKPIT_INJECT=oom:{name})")
+        elif kind == "error":
+            exc = RuntimeError(f"injected failure in the script (COCKPIT_INJECT=error:{name})")
+        if exc is not None:
+            exc._cockpit_injected = True  # type: ignore[attr-defined]
+            raise exc
+        if kind == "die":
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def end(self) -> Open:
+        """Close the open phase's bounds (counters read); the caller adds checks, then :meth:`record`."""
+        o = self.open
+        assert o is not None
+        self.open = None
+        o.cm.__exit__(None, None, None)
+        if o.hwm:
+            peak = _read_hwm()
+            if peak is not None:
+                o.measure.mem["rss_peak"] = max(int(o.measure.mem.get("rss_peak") or 0), peak)
+        return o
+
+    def record(self, o: Open, duration: float | None = None, **extra: Any) -> Gate:
+        g = o.gate
+        self.done.add(o.name)
+        load = o.cpu.stop()
+        extra["machine"] = load
+        if load.get("busy"):
+            extra["busy"] = busy_words(load)
+        verdict = g.verdict
+        if verdict == ev.Verdict.FAIL and not g.remedy:
+            g.remedy = ph.REMEDY.get(o.name, "")
+        if verdict == ev.Verdict.FAIL and not g.message:
+            g.message = "; ".join(f"{c['name']}: {c['detail']}" for c in g.failures())
+        self.emit(
+            ev.GATE,
+            phase=o.name,
+            verdict=verdict.value,
+            checks=g.checks,
+            inputs=g.inputs,
+            remedy=g.remedy if verdict in (ev.Verdict.FAIL, ev.Verdict.WARN) else "",
+            message=g.message,
+            duration_s=o.measure.duration_s if duration is None else duration,
+            mem=o.measure.mem,
+            **g.extra,
+            **extra,
+        )
+        return g
+
+    def skipped(self, name: str, why: str, inputs: dict[str, Any] | None = None) -> None:
+        """A phase the script never went through while it was watched: a row that says so."""
+        self.done.add(name)
+        self.emit(
+            ev.GATE,
+            phase=name,
+            verdict=ev.Verdict.SKIPPED.value,
+            checks=[],
+            inputs=dict(inputs or {}),
+            remedy="",
+            message=why,
+            duration_s=None,
+            mem=None,
+        )
+
+    def abandon(self) -> None:
+        """Drop the open phase without a gate (a later-steps window that no step completed)."""
+        if self.open is not None:
+            o, self.open = self.open, None
+            o.cm.__exit__(None, None, None)
+
+    # ------------------------------------------------------------------ what the script does
+
+    def root(self, module: torch.nn.Module) -> None:
+        key = id(module)
+        if key not in self.roots:
+            self.roots[key] = weakref.ref(module)
+            self.root_names[key] = type(module).__name__
+
+    def named_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
+        out: list[tuple[str, torch.nn.Parameter]] = []
+        seen: set[int] = set()
+        many = len(self.roots) > 1
+        for key, ref in self.roots.items():
+            m = ref()
+            if m is None:
+                continue
+            for n, p in m.named_parameters():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    out.append((f"{self.root_names[key]}.{n}" if many else n, p))
+        return out

@@ -1,0 +1,81 @@
+"""The evaluation as the probe sees it: where it starts and ends, and what its gate checks.
+
+No script says it is evaluating, so a forward pass without grad, or with the module in eval mode, is
+taken as one; the evaluation ends where training goes on (the next training forward, backward or
+step). It sits above :mod:`.saving` because an evaluation starting closes a checkpoint still open.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import events as ev
+from . import phases as ph
+from .bounds import Evaluation
+from .saving import Saving
+
+
+class Evaluating(Saving):
+    """The validation phase: opened, counted forward by forward, judged at its end."""
+
+    def _start_evaluation(self) -> None:
+        measured = self.cfg.mode == "probe" and ph.VALIDATION not in self.done
+        if self.open is not None and self.open.name == ph.UPDATE_SECOND:
+            self._interrupt_second()
+        self._close_save()
+        if self.open is not None:
+            measured = False  # inside another phase's bounds (never expected): not measured
+        self.evaluation = Evaluation(measured=measured)
+        if measured:
+            self.begin(ph.VALIDATION, {"step": self.step})
+
+    def _eval_forward(self, module: torch.nn.Module, grad: bool) -> None:
+        e = self.evaluation
+        assert e is not None
+        if next(module.parameters(), None) is None:
+            return  # a loss module (no parameters): its training flag changes nothing
+        e.forwards += 1
+        e.train_mode += int(module.training)
+        e.with_grad += int(grad)
+
+    def _end_evaluation(self, module: torch.nn.Module | None) -> None:
+        """The evaluation ends where training goes on (``module``: the next training forward's root)."""
+        e, self.evaluation = self.evaluation, None
+        if e is None or not e.measured or self.open is None or self.open.name != ph.VALIDATION:
+            return
+        if e.forwards == 0:
+            self.abandon()  # only parameter-free modules (a loss computed under no_grad): no evaluation
+            return
+        o = self.end()
+        g = o.gate
+        g.inputs.update({"forwards": e.forwards, "microbatch": e.microbatch})
+        g.check(
+            "eval mode",
+            e.train_mode == 0,
+            "the model was in eval mode"
+            if e.train_mode == 0
+            else f"{e.train_mode} of {e.forwards} forward passes ran in training mode (dropout, batch norm "
+            "statistics): call model.eval() before evaluating",
+        )
+        g.check(
+            "no grad",
+            e.with_grad == 0,
+            "torch.no_grad()"
+            if e.with_grad == 0
+            else f"{e.with_grad} of {e.forwards} forward passes recorded gradients: evaluate under torch.no_grad() "
+            "(activations are kept for nothing)",
+        )
+        if e.losses:
+            v = float(torch.stack([x.float().reshape(()) for x in e.losses]).mean())
+            g.check("finite loss", math.isfinite(v), f"val loss {v:.4f}")
+            g.extra["val_loss"] = ev.finite_or_none(v)
+            self.emit(ev.EVAL, step=self.step, loss=ev.finite_or_none(v), metrics={})
+        if module is not None:
+            g.check(
+                "training mode restored",
+                module.training,
+                "back in train mode" if module.training else "training went on in eval mode",
+            )
+        self.record(o)

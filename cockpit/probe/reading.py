@@ -1,0 +1,137 @@
+"""What the probe reads off tensors, files and the process: plain functions, no state.
+
+Kept apart from the observer's layers because each of them reads these and none of them owns them. A
+parameter's fingerprint is summed in float64 in bounded pieces so a large model does not need a second
+copy of itself; the kernel's peak-RSS counter is read from ``/proc`` where Linux has one, and absent
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+HWM = re.compile(rb"VmHWM:\s+(\d+)\s+kB")
+CHUNK = 1 << 24  # elements summed at once when fingerprinting a parameter (bounds the float64 copy)
+
+
+def _opt_step(opt: torch.optim.Optimizer) -> float | None:
+    for state in opt.state.values():
+        s = state.get("step") if isinstance(state, dict) else None
+        if s is not None:
+            try:
+                return float(s)
+            except (TypeError, ValueError, RuntimeError):
+                return None
+    return None
+
+
+def _first_tensor(args: Any, kwargs: dict[str, Any] | None) -> torch.Tensor | None:
+    for a in list(args or ()) + list((kwargs or {}).values()):
+        if isinstance(a, torch.Tensor):
+            return a
+        if isinstance(a, dict):
+            for v in a.values():
+                if isinstance(v, torch.Tensor):
+                    return v
+    return None
+
+
+def _shapes(args: Any, kwargs: dict[str, Any] | None) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for i, a in enumerate(args or ()):
+        if isinstance(a, torch.Tensor):
+            out[f"arg{i}"] = list(a.shape)
+        elif isinstance(a, dict):
+            out.update({str(k): list(v.shape) for k, v in a.items() if isinstance(v, torch.Tensor)})
+    out.update({str(k): list(v.shape) for k, v in (kwargs or {}).items() if isinstance(v, torch.Tensor)})
+    return dict(list(out.items())[:8])
+
+
+def _loss_of(output: Any) -> torch.Tensor | None:
+    """The loss a model returned with its output (Hugging Face: ``.loss`` or ``["loss"]``), if any."""
+    loss = getattr(output, "loss", None)
+    if loss is None and isinstance(output, dict):
+        loss = output.get("loss")
+    return loss if isinstance(loss, torch.Tensor) and loss.numel() == 1 else None
+
+
+def fingerprint(params: Sequence[tuple[str, torch.Tensor]]) -> dict[str, tuple[float, float]]:
+    """Sum and sum of absolute values of each parameter in float64: any update of any element moves them."""
+    out = {}
+    with torch.no_grad():
+        for name, p in params:
+            flat = p.detach().reshape(-1)
+            s = a = 0.0
+            for i in range(0, flat.numel(), CHUNK):
+                part = flat[i : i + CHUNK].double()
+                s += float(part.sum())
+                a += float(part.abs().sum())
+            out[name] = (s, a)
+    return out
+
+
+def _names(names: list[str], k: int = 4) -> str:
+    return ", ".join(names[:k]) + (f" and {len(names) - k} more" if len(names) > k else "")
+
+
+def user_frame(exc: BaseException) -> str:
+    """The innermost frame of the script's own code ('file:line in function'): not torch, not a library."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    mine = [
+        f
+        for f in tb
+        if not f.filename.startswith(here)
+        and "site-packages" not in f.filename
+        and "dist-packages" not in f.filename
+        and not f.filename.startswith("<")
+    ]
+    f = (mine or list(tb))[-1] if (mine or tb) else None
+    return f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" if f else "no frame"
+
+
+def is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def _fmt(inputs: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in inputs.items()) or "none"
+
+
+def _tell(target: Any) -> int | None:
+    try:
+        return int(target.tell()) if hasattr(target, "tell") else None
+    except (OSError, ValueError):
+        return None
+
+
+def _size(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
+def _reset_hwm() -> bool:
+    """Reset the kernel's peak-RSS counter (Linux: write 5 to /proc/self/clear_refs)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _read_hwm() -> int | None:
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            m = HWM.search(fh.read())
+        return int(m.group(1)) * 1024 if m else None
+    except OSError:
+        return None

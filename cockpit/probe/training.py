@@ -1,0 +1,283 @@
+"""The training phases' own work: what ``stack``, ``forward``, ``backward`` and the updates check.
+
+Called by :mod:`.observer`'s hooks once they have decided a phase ends; the phase that follows a
+backward or a step (``update_first``, the later-steps window) is opened here too, since only the end of
+the one before knows whether it is due. The checks are those that can be judged from outside: a finite
+scalar loss, gradients on what trains and none on what is frozen, the parameters the optimizer holds
+changed by the step and the frozen ones not. The parameters are fingerprinted outside a phase's bounds,
+so the copy's memory is never counted in the phase.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+
+from .. import events as ev
+from ..machine import CpuWatch, gpu_others
+from ..pilot.gate import Gate
+from ..pilot.meter import PhaseMeasure, stack_info
+from . import phases as ph
+from .bounds import Bounds, Open, Step
+from .reading import _first_tensor, _names, _read_hwm, fingerprint
+
+
+class Training(Bounds):
+    """The stack, forward, backward, update_first and update_second gates."""
+
+    def _stack(self, module: torch.nn.Module, args: Any) -> None:
+        """The stack gate, at the first training forward: the device is known from the model."""
+        p = next(module.parameters(), None)
+        t = p if p is not None else _first_tensor(args, None)
+        self.device = t.device if t is not None else torch.device("cpu")
+        if self.device.type == "cuda":
+            if self.device.index is None:
+                self.device = torch.device("cuda", torch.cuda.current_device())
+            self.meter.device = self.device
+        info = stack_info(self.device, self.meter.nvml)
+        g = Gate(
+            ph.STACK,
+            {"device": str(self.device), "script_pid": os.getpid(), "python": sys.executable},
+        )
+        g.check("instrumented", True, f"{os.path.basename(sys.executable)} (pid {os.getpid()}) took Cockpit's probe")
+        g.check("torch", True, f"torch {info['torch']} ({info['build']} build)")
+        if self.device.type == "cuda":
+            g.check("cuda", torch.cuda.is_available(), f"CUDA {info['cuda']}, driver {info['driver']}")
+            others = gpu_others({os.getpid(), self.cfg.runner})
+            held = sum(int(x.get("used") or 0) for x in others)
+            g.check(
+                "GPU memory free at start",
+                not others,
+                "no other process holds GPU memory"
+                if not others
+                else f"{held / 2**20:,.0f} MiB already held by other processes: NVML's figures include them",
+                warn=True,
+            )
+            g.extra["gpu_others"] = others
+        else:
+            g.check("device", True, f"the model is on {self.device}: GPU counters are recorded as absent")
+        g.extra["stack"] = info
+        self.emit(ev.PHASE_START, phase=ph.STACK, inputs=g.inputs)
+        mem = self.meter.read()  # start-up, never reset: the peak of building the model and the data
+        o = Open(ph.STACK, g, None, PhaseMeasure(time.perf_counter() - self.t_start, mem), CpuWatch.start(), 0, False)
+        peak = _read_hwm()
+        if peak is not None:
+            mem["rss_peak"] = max(int(mem.get("rss_peak") or 0), peak)
+        g.inputs["start_up_s"] = round(o.measure.duration_s, 3)
+        self.record(o)
+
+    def _end_forward(self, loss: torch.Tensor | None) -> None:
+        o = self.end()
+        g = o.gate
+        if loss is None:
+            g.check("loss is a scalar", False, "backward() was called on no tensor Cockpit could read")
+        elif loss.numel() != 1:
+            g.check(
+                "loss is a scalar",
+                False,
+                f"backward() on a tensor of shape {tuple(loss.shape)} with an explicit gradient: the loss is not one number",
+                warn=True,
+            )
+        else:
+            v = float(loss.detach().float())
+            g.check("loss is a scalar", True, f"{loss.dtype}")
+            finite = math.isfinite(v)
+            g.check("finite loss", finite, f"loss {v:.4f}" if finite else f"loss is {v}")
+            g.extra["loss"] = ev.finite_or_none(v)
+            if not finite:
+                self.diverged = {"phase": ph.FORWARD, "value": str(v), "step": 1}
+                self.stop_reason = f"non-finite loss ({v}) in the first forward pass"
+        self.forward_inputs = {k: v for k, v in g.inputs.items() if k in ("microbatch", "shapes", "module")}
+        self.record(o)
+
+    def _end_backward(self) -> None:
+        o = self.end()
+        g = o.gate
+        named = self.named_parameters()
+        trainable = [(n, p) for n, p in named if p.requires_grad]
+        frozen = [(n, p) for n, p in named if not p.requires_grad]
+        missing = [n for n, p in trainable if p.grad is None]
+        with_grad = [(n, p) for n, p in trainable if p.grad is not None]
+        bad: list[str] = []
+        if with_grad:
+            ok = torch.stack([torch.isfinite(p.grad).all() for _, p in with_grad]).cpu()  # type: ignore[arg-type]
+            bad = [n for (n, _), fine in zip(with_grad, ok.tolist(), strict=True) if not fine]
+        g.check(
+            "every trainable parameter has a gradient",
+            not missing,
+            f"{len(trainable) - len(missing)}/{len(trainable)}"
+            + (f"; none for {_names(missing)} (detached from the loss, or unused)" if missing else ""),
+            warn=True,  # a script may train parts in turn; the update's check says what moved
+        )
+        g.check(
+            "finite gradients",
+            not bad,
+            "all finite" if not bad else f"non-finite in {_names(bad)} (an fp16 grad scaler skips such a step)",
+            warn=True,
+        )
+        frozen_grad = [n for n, p in frozen if p.grad is not None]
+        g.check(
+            "frozen parameters get no gradient",
+            not frozen_grad,
+            f"{len(frozen)} frozen, none with a gradient"
+            if not frozen_grad
+            else f"{_names(frozen_grad)} have gradients",
+        )
+        self.record(o)
+        # The rest of the first update (its other microbatches and the step) is measured as update_first;
+        # the parameters are fingerprinted before its bounds so the copy's memory is not counted in it.
+        if self.step == 0 and ph.UPDATE_FIRST not in self.done:
+            self.before = fingerprint(self.named_parameters())
+            self.begin(ph.UPDATE_FIRST, {"microbatches": self.microbatches})
+
+    def _trained(self) -> list[tuple[str, torch.Tensor]]:
+        """The parameters the optimizer holds, named."""
+        opt = self.optimizer() if self.optimizer is not None else None
+        if opt is None:
+            return []
+        held = {id(p) for group in opt.param_groups for p in group["params"]}
+        return [(n, p) for n, p in self.named_parameters() + self._extra_params(opt) if id(p) in held]
+
+    def _extra_params(self, opt: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:
+        known = {id(p) for _, p in self.named_parameters()}
+        out = []
+        for gi, group in enumerate(opt.param_groups):
+            for pi, p in enumerate(group["params"]):
+                if id(p) not in known:
+                    out.append((f"param_groups[{gi}][{pi}]", p))
+        return out
+
+    def _end_update_first(self, opt: torch.optim.Optimizer, st: Step) -> None:
+        o = self.end()
+        g = o.gate
+        held = {id(p) for group in opt.param_groups for p in group["params"]}
+        named = self.named_parameters() + self._extra_params(opt)
+        after = fingerprint(named)
+        optimized = [n for n, p in named if id(p) in held]
+        changed = [n for n in optimized if n in self.before and after[n] != self.before[n]]
+        unchanged = [n for n in optimized if n not in changed]
+        frozen = [n for n, p in named if not p.requires_grad]
+        frozen_changed = [n for n in frozen if n in self.before and after[n] != self.before[n]]
+        not_held = [n for n, p in self.named_parameters() if p.requires_grad and id(p) not in held]
+        g.inputs.update(
+            {
+                "optimizer": type(opt).__name__,
+                "param_groups": len(opt.param_groups),
+                "lr": st.lr,
+                "microbatches": st.microbatches,
+            }
+        )
+        zero_lr = not changed and all(float(gr.get("lr") or 0.0) == 0.0 for gr in opt.param_groups)
+        if zero_lr:
+            # a warm-up from zero (Hugging Face's default): the first step can change nothing
+            g.check(
+                "targeted parameters changed",
+                False,
+                "the learning rate is 0 at the first step (a warm-up from 0), so nothing could change: "
+                "the later steps are checked instead",
+                warn=True,
+            )
+            self.recheck = {}
+        else:
+            g.check(
+                "targeted parameters changed",
+                bool(changed) and not unchanged,
+                f"{len(changed)}/{len(optimized)} tensors the optimizer holds changed"
+                + (f"; unchanged: {_names(unchanged)} (no gradient reached them)" if unchanged else ""),
+                warn=bool(changed),  # some unchanged: a warning; none changed: the step did nothing
+            )
+        g.check(
+            "frozen parameters unchanged",
+            not frozen_changed,
+            f"{len(frozen)} frozen, unchanged" if not frozen_changed else f"changed: {_names(frozen_changed)}",
+        )
+        g.check(
+            "optimizer holds every trainable parameter",
+            not not_held,
+            f"{len(held)} tensors in {len(opt.param_groups)} groups ({type(opt).__name__})"
+            if not not_held
+            else f"{len(not_held)} parameters require grad but are in no parameter group: {_names(not_held)}; "
+            "they get gradients and never change",
+        )
+        stateless = isinstance(opt, torch.optim.SGD) and not any(gr.get("momentum") for gr in opt.param_groups)
+        g.check(
+            "optimizer state allocated",
+            bool(opt.state) or stateless,
+            f"state for {len(opt.state)} parameter tensors" + (" (plain SGD keeps none)" if stateless else ""),
+        )
+        if st.loss is not None:
+            g.check("finite loss", math.isfinite(st.loss), f"loss {st.loss:.4f}")
+        self.before = {}
+        self.record(o, duration=o.measure.duration_s)
+
+    def _after_step(self, st: Step) -> None:
+        """After a step's event: the later-steps window opens, is timed, and closes after the watched steps."""
+        if ph.UPDATE_SECOND in self.done or self.cfg.steps < 2:
+            return
+        o = self.open
+        if o is not None and o.name == ph.UPDATE_SECOND:
+            if st.loss is not None and not math.isfinite(st.loss) or self.step >= self.cfg.steps:
+                self._end_second()
+            return
+        if o is None and self.step >= 1 and self.step < self.cfg.steps:
+            self.timed = []
+            if self.recheck is not None:
+                self.recheck = fingerprint(self._trained())
+            self.begin(ph.UPDATE_SECOND, {"from_step": self.step + 1})
+
+    def _interrupt_second(self) -> None:
+        """An evaluation or a save inside the later steps' window: what was timed is kept, else it reopens later."""
+        if self.timed:
+            self._end_second(cut=True)
+        else:
+            self.abandon()
+
+    def _end_second(self, cut: bool = False) -> None:
+        o = self.end()
+        g = o.gate
+        times = list(self.timed)
+        ordered = sorted(times)
+        k = len(ordered)
+        median = ordered[k // 2] if k % 2 else (ordered[k // 2 - 1] + ordered[k // 2]) / 2
+        later = self.steps[-k:]
+        g.inputs.update({"timed_updates": k, "steps": f"{later[0].number}-{later[-1].number}"})
+        mbs = {s.microbatches for s in later}
+        if len(mbs) == 1:
+            g.inputs["microbatches"] = mbs.pop()
+        losses = [s.loss for s in later if s.loss is not None]
+        bad = [s.number for s in later if s.loss is not None and not math.isfinite(s.loss)]
+        g.check(
+            "finite loss",
+            not bad,
+            (f"loss {losses[-1]:.4f}" if losses else "no loss read") if not bad else f"non-finite at step {bad[0]}",
+        )
+        if self.recheck:
+            after = fingerprint(self._trained())
+            moved = [n for n, v in after.items() if self.recheck.get(n) != v]
+            lrs = [s.lr for s in later if s.lr is not None]
+            g.check(
+                "targeted parameters changed",
+                bool(moved) or not any(lrs),
+                f"{len(moved)}/{len(after)} tensors the optimizer holds changed over steps "
+                f"{later[0].number}-{later[-1].number} (lr up to {max(lrs, default=0.0):.3g})",
+            )
+            self.recheck = None
+        if cut:
+            g.check(
+                "steps timed",
+                True,
+                f"{k} of {self.cfg.steps - 1}: an evaluation or a save came at step {self.step}",
+            )
+        g.extra["step_time"] = {
+            "median": median,
+            "min": ordered[0],
+            "max": ordered[-1],
+            "n": k,
+            "samples": [round(t, 6) for t in times],
+        }
+        self.record(o)
