@@ -8,7 +8,8 @@ run (``feeds.Feeds``) and a cache of finished runs (``runcache.RunCache``)
 for every screen, and offers the actions the footer, the screens and the
 command palette share. A series started here is driven by
 ``seriesctl.SeriesDriver``. Notifications are never markup, and wait while a
-dialog is open.
+dialog is open (``toasts.ToastApp``). Runs started here are detached and
+outlive the app (``processes``: the launcher, and what is said on quitting).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import App
@@ -31,40 +32,16 @@ from .device import DeviceSource, NvmlSource
 from .feeds import ALL, Feeds
 from .messages import FeedLoaded, FeedsChanged, NotebookChanged, NotebookRead, SeriesPolled, SeriesStopped
 from .notes import Saved
-from .plain import clean, clean_line
+from .plain import clean_line
+from .processes import ProcessLauncher, still_running
 from .runcache import RunCache
 from .seriesctl import SeriesDriver
+from .toasts import ToastApp
 
 if TYPE_CHECKING:
     from textual.command import Provider
 
 __all__ = ["CockpitApp", "Launcher", "ProcessLauncher", "Timing", "main"]
-
-
-def _notebook_path(campaign: Path | str) -> Path:
-    """The notebook's path; one that exists but cannot be read (a folder there) is opened, and says why."""
-    try:
-        return nbm.find(campaign)
-    except nbm.NotebookError:
-        p = Path(campaign)
-        path = p if p.name == nbm.NOTEBOOK_FILE else p / nbm.NOTEBOOK_FILE
-        if not path.exists():
-            raise  # nothing here at all: the command says so before any screen
-        return path
-
-
-class ProcessLauncher:
-    """Starts and stops real pilots and series runs, detached (cockpit.launch)."""
-
-    def start(self, rdir: Path, nproc: int = 1, env: dict[str, str] | None = None, resume: bool = False) -> int:
-        from .. import launch
-
-        return launch.start(rdir, nproc=nproc, env=env, resume=resume)
-
-    def stop(self, rdir: Path) -> str:
-        from .. import launch
-
-        return launch.stop(rdir)
 
 
 def _commands() -> type[Provider]:
@@ -74,7 +51,7 @@ def _commands() -> type[Provider]:
     return CockpitCommands
 
 
-class CockpitApp(App[None]):
+class CockpitApp(ToastApp):
     CSS_PATH = Path(__file__).parent / "cockpit.tcss"  # absolute: subclasses elsewhere keep it
     TITLE = "Cockpit"
     COMMANDS = App.COMMANDS | {_commands}
@@ -96,7 +73,7 @@ class CockpitApp(App[None]):
         sync_bytes: int = nr.SYNC_BYTES,
     ) -> None:
         super().__init__()
-        self.notebook_path = _notebook_path(campaign)
+        self.notebook_path = nr.notebook_path(campaign)
         self.campaign_dir = self.notebook_path.parent
         self.device_source: DeviceSource = device_source or NvmlSource()
         self.launcher: Launcher = launcher or ProcessLauncher()
@@ -112,7 +89,6 @@ class CockpitApp(App[None]):
         self.cache = RunCache()
         self.feeds = Feeds(self.campaign_dir, self._feed_worker, self.post_message)
         self.series = SeriesDriver(self, self.notebook_path, self.launcher.start, self.timing.series_s)
-        self._deferred: list[tuple[str, dict[str, Any]]] = []  # notifications held while a dialog is open
         self.quit_summary = ""  # what keeps running, printed after the app exits
 
     # ---- the notebook on disk
@@ -252,40 +228,7 @@ class CockpitApp(App[None]):
             if mine:
                 screen.post_message(FeedsChanged(mine))
 
-    # ---- notifications: never markup, never over a dialog
-
-    def notify(
-        self,
-        message: str,
-        *,
-        title: str = "",
-        severity: Any = "information",
-        timeout: float | None = None,
-        markup: bool = False,
-    ) -> None:
-        """A toast whose text is shown as written (text from files is never markup).
-
-        While a dialog is open (a question waits for an answer) the toast waits too.
-        """
-        kw: dict[str, Any] = {"title": clean_line(title, 120), "severity": severity, "timeout": timeout}
-        text = clean(message)
-        if getattr(self.screen, "DEFERS_TOASTS", False) if self.is_running and self.screen_stack else False:
-            self._deferred.append((text, kw))
-            return
-        super().notify(text, markup=False, **kw)
-
-    def pop_screen(self) -> Any:  # noqa: ANN401 - Textual's AwaitComplete
-        result = super().pop_screen()
-        if self._deferred:
-            self.call_later(self._flush_notifications)
-        return result
-
-    def _flush_notifications(self) -> None:
-        if getattr(self.screen, "DEFERS_TOASTS", False):
-            return
-        held, self._deferred = self._deferred, []
-        for text, kw in held:
-            super().notify(text, markup=False, **kw)
+    # ---- a worker's unexpected error (notifications themselves: toasts.ToastApp)
 
     @on(Worker.StateChanged)
     def worker_failed(self, event: Worker.StateChanged) -> None:
@@ -382,7 +325,7 @@ class CockpitApp(App[None]):
 
     def action_start_series(self) -> None:
         from .. import series as sr
-        from .screens.dialogs import StartSeriesScreen
+        from .screens.seriesdialog import StartSeriesScreen
         from .seriesctl import SeriesChoice
 
         if self.series.running:
@@ -470,25 +413,25 @@ class CockpitApp(App[None]):
     # ---- notebook edits
 
     def action_note(self, kind: str = "decision", run_id: str = "") -> None:
-        from .screens.dialogs import NoteScreen
+        from .screens.editdialogs import NoteScreen
 
         if self.need_notebook(f"add a {kind}"):
             self.push_screen(NoteScreen(kind, [run_id] if run_id else [], self.notebook.digest))
 
     def action_conclusion(self) -> None:
-        from .screens.dialogs import ConclusionScreen
+        from .screens.editdialogs import ConclusionScreen
 
         if self.need_notebook("edit the conclusion"):
             self.push_screen(ConclusionScreen(self.notebook.conclusion, [v.id for v in self.notebook.variants]))
 
     def action_selection(self) -> None:
-        from .screens.dialogs import SelectionScreen
+        from .screens.editdialogs import SelectionScreen
 
         if self.need_notebook("edit the selection sheet"):
             self.push_screen(SelectionScreen(self.notebook.selection))
 
     def set_verdict(self, run_id: str) -> None:
-        from .screens.dialogs import VerdictScreen
+        from .screens.editdialogs import VerdictScreen
 
         if not self.need_notebook("set a verdict"):
             return
@@ -503,25 +446,6 @@ class CockpitApp(App[None]):
         """A dialog saved an edit: read the notebook again and say so."""
         self.reload_notebook()
         self.notify(saved.message, title="saved", severity="warning" if saved.merged else "information")
-
-
-def still_running(campaign_dir: Path, nb: nbm.Notebook) -> str:
-    """One line for the terminal after quitting: the campaign's runs whose process still lives."""
-    kinds = {r.id: (r.kind, r.variant, r.seed) for r in nb.runs}
-    alive = []
-    for rdir in runs.run_dirs(campaign_dir):
-        try:
-            if runs.is_alive(rdir):
-                kind, variant, seed = kinds.get(rdir.name, ("run", "?", "?"))
-                alive.append(f"{rdir.name} ({kind} {variant} seed {seed})")
-        except OSError:
-            continue
-    if not alive:
-        return "Cockpit closed; no run of this campaign is running."
-    return (
-        f"Cockpit closed; still running, detached: {', '.join(alive)}. "
-        f"`cockpit` reattaches; `cockpit stop {campaign_dir} RUN` stops one."
-    )
 
 
 def main(campaign: Path | str, headless: bool = False) -> int:

@@ -4,6 +4,8 @@ The notebook is read through ``cockpit.notebook`` (the one reader); here the
 TUI only decides what to do when it cannot be read, and how to show a file too
 large to parse before the first frame:
 
+- a ``campaign.toml`` that exists but cannot be read (a folder there) is
+  still the one opened (:func:`notebook_path`), so the app starts and says why;
 - any failure (broken TOML, bytes that are not UTF-8, nesting too deep, a
   folder in place of the file, a permission error) becomes :class:`Read` with
   ``error`` set: a message for the user, never an exception;
@@ -56,6 +58,18 @@ def describe(exc: BaseException, path: Path) -> str:
     if isinstance(exc, OSError):
         return f"{path}: cannot be read ({exc.strerror or exc})"
     return f"{path}: cannot be read ({type(exc).__name__}: {exc})"
+
+
+def notebook_path(campaign: Path | str) -> Path:
+    """The notebook's path; one that exists but cannot be read (a folder there) is opened, and says why."""
+    try:
+        return nbm.find(campaign)
+    except nbm.NotebookError:
+        p = Path(campaign)
+        path = p if p.name == nbm.NOTEBOOK_FILE else p / nbm.NOTEBOOK_FILE
+        if not path.exists():
+            raise  # nothing here at all: the command says so before any screen
+        return path
 
 
 def read(path: Path) -> Read:

@@ -17,8 +17,8 @@ from cockpit.tui.plain import clean_line
 from cockpit.tui.screens.campaign import CampaignScreen
 from cockpit.tui.screens.compare import CompareScreen
 from cockpit.tui.screens.data import DataScreen
-from cockpit.tui.screens.dialogs import StartSeriesScreen
 from cockpit.tui.screens.run import RunScreen
+from cockpit.tui.screens.seriesdialog import StartSeriesScreen
 from cockpit.tui.screens.train import TrainRunScreen
 from cockpit.tui.widgets.plot import Line, render_plot
 from tests.tui.support import screen_text

@@ -19,7 +19,8 @@ from cockpit.tui import comparison as cmp
 from cockpit.tui.app import Timing
 from cockpit.tui.screens.campaign import CampaignScreen
 from cockpit.tui.screens.compare import CompareScreen
-from cockpit.tui.screens.dialogs import ConfirmScreen, StartSeriesScreen
+from cockpit.tui.screens.dialogs import ConfirmScreen
+from cockpit.tui.screens.seriesdialog import StartSeriesScreen
 from cockpit.tui.screens.train import TrainRunScreen
 from cockpit.tui.widgets.plot import BraillePlot
 from tests.tui.support import screen_text

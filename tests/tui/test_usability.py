@@ -10,7 +10,8 @@ from cockpit import notebook as nbm
 from cockpit.tui.runtable import RunView, matches
 from cockpit.tui.screens.campaign import CampaignScreen
 from cockpit.tui.screens.data import DataScreen
-from cockpit.tui.screens.dialogs import ConfirmScreen, VerdictScreen, suggested
+from cockpit.tui.screens.dialogs import ConfirmScreen, suggested
+from cockpit.tui.screens.editdialogs import VerdictScreen
 from cockpit.tui.screens.help import HelpScreen, help_text
 from cockpit.tui.screens.run import RunScreen
 from cockpit.tui.widgets.table import CursorTable

@@ -1,1 +1,1 @@
-"""Screens own their behaviour: campaign, run, data, device, help, dialogs."""
+"""Screens own their behaviour: campaign, run, data, device, help, dialogs (base, series, edits, gate detail)."""

@@ -324,7 +324,7 @@ class RunScreen(Screen[None]):
         self.open_gate(str(event.row_key.value))
 
     def open_gate(self, phase: str) -> None:
-        from .dialogs import GateScreen
+        from .gatedetail import GateScreen
 
         if self.feed is not None:
             self.app.push_screen(GateScreen(phase, self.feed.gates.get(phase), self.feed.end))
