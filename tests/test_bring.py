@@ -453,15 +453,21 @@ def test_the_readme_shows_each_example_as_it_is(campaign: str) -> None:
 
 
 def test_the_data_view_shows_generated_text_beside_the_target() -> None:
-    from cockpit.tui.screens.data import example_text
+    from rich.console import Console
 
-    text = example_text(
+    from cockpit.tui.screens.data import example_view
+
+    view = example_view(
         {
             "split": "val",
             "id": "v1",
             "text": [["<s> say : one", False], [" un </s>", True]],
             "target": " un </s>",
             "generated": "deux",
-        }  # fmt: skip
-    ).plain
+        },  # fmt: skip
+        80,
+    )
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(view)
+    text = console.export_text()
     assert "target  un </s>" in text and "generated deux" in text and text.index("target") < text.index("generated")

@@ -450,11 +450,21 @@ class CockpitApp(ToastApp):
 
 def main(campaign: Path | str, headless: bool = False) -> int:
     """Run the TUI; afterwards say what keeps running. Non-zero when the app ended on an unhandled error."""
+    import sys
+
     app = CockpitApp(campaign)
     app.run(headless=headless)
-    if app.quit_summary:
-        print(app.quit_summary)
-    return app.return_code or 0
+    summary = getattr(app, "quit_summary", "")  # absent when the app never got as far as mounting
+    if summary:
+        print(summary)
+    code = int(app.return_code or 0)
+    if code:  # Textual printed the error above; never report success after it
+        print(
+            "cockpit: the TUI ended after an unexpected error (above); runs it started keep running. "
+            "Open it again with `cockpit`.",
+            file=sys.stderr,
+        )
+    return code
 
 
 def _is_cockpit(app: CockpitApp) -> Cockpit:
