@@ -125,10 +125,10 @@ def test_every_writer_in_cockpit_goes_through_the_atomic_helper() -> None:
     import re
 
     root = Path(__file__).resolve().parents[1] / "cockpit"
-    allowed = {"fsutil.py", "archive.py"}
+    allowed = {"fsutil.py", "archive/pack.py"}  # the archive writes into a folder renamed into place at the end
     offenders = []
     for path in root.rglob("*.py"):
-        if "tui" in path.parts or path.name in allowed:
+        if "tui" in path.parts or str(path.relative_to(root)) in allowed:
             continue
         text = path.read_text()
         for pattern in (
