@@ -36,6 +36,7 @@ def real(tmp_path_factory) -> Path:
     return piloted_copy(tmp_path_factory.mktemp("sheet"))
 
 
+@pytest.mark.slow  # after a real pilot
 def test_cpu_pilot_sheet_says_gpu_not_measured_and_gives_rss(real: Path) -> None:
     proc = cockpit("sheet", str(real))
     assert proc.returncode == 0, proc.stderr
@@ -53,6 +54,7 @@ def test_cpu_pilot_sheet_says_gpu_not_measured_and_gives_rss(real: Path) -> None
     assert "not measured yet" in s.expected_result and "goal, not a prediction" in s.expected_result
 
 
+@pytest.mark.slow  # after a real pilot
 def test_write_stores_the_sheet_in_the_notebook_without_a_gpu_figure(real: Path) -> None:
     assert main(["sheet", str(real), "--write"]) == 0
     sel = nbm.load(real).selection
@@ -62,6 +64,7 @@ def test_write_stores_the_sheet_in_the_notebook_without_a_gpu_figure(real: Path)
     assert "length" in sel.max_dimensions and "CPU pilot" in sel.notes
 
 
+@pytest.mark.slow  # after a real pilot
 def test_sheet_plan_and_report_do_not_import_torch(real: Path) -> None:
     code = (
         "import sys, contextlib, io\nfrom cockpit.cli import main\n"
@@ -161,6 +164,7 @@ def test_no_passed_pilot_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # after a real pilot
 def test_json_output(real: Path) -> None:
     proc = cockpit("sheet", str(real), "--json")
     data = json.loads(proc.stdout)
