@@ -244,7 +244,8 @@ def main() -> None:
 
     campaign, rid, rdir = make_campaign(args.mib)
     size = (rdir / "events.jsonl").stat().st_size
-    argv = [sys.executable, "-c", WRITER, str(rdir / "events.jsonl"), str(rdir.resolve())]
+    # the command line ends as a run's does (`-m cockpit.pilot RUN_DIR`): Cockpit counts only its own runs as running
+    argv = [sys.executable, "-c", WRITER, str(rdir / "events.jsonl"), "-m", "cockpit.pilot", str(rdir.resolve())]
     writer = subprocess.Popen(argv, start_new_session=True)
     runs.write_process(rdir, writer.pid, argv)
     env = dict(os.environ)
