@@ -70,9 +70,10 @@ def collect(campaign: Path | str) -> dict[str, Any]:
     return summarize(nbm.load(campaign))
 
 
-def summarize(nb: nbm.Notebook) -> dict[str, Any]:
-    """The comparison of a loaded notebook, read from its run folders (the CLI and the TUI alike)."""
-    all_runs = runs.campaign_runs(nb.directory)
+def summarize(nb: nbm.Notebook, all_runs: list[runs.RunFiles] | None = None) -> dict[str, Any]:
+    """The comparison of a loaded notebook, from its run folders (the CLI) or runs already read (the TUI's cache)."""
+    if all_runs is None:
+        all_runs = runs.campaign_runs(nb.directory)
     trs = train_runs(nb, all_runs)
     groups = group_runs(nb, trs)
     mem = {v.id: pilot_memory(nb, v.id, all_runs) for v in nb.variants}

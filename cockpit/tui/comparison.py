@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -92,35 +92,8 @@ def all_runs(campaign_dir: Path, cache: RunCache, live: dict[str, runs.RunFiles]
 def collect(
     nb: nbm.Notebook, cache: RunCache | None = None, live: dict[str, runs.RunFiles] | None = None
 ) -> dict[str, Any]:
-    """The same dictionary as ``compare.summarize``, without reconciling (no write), from cached runs."""
-    rs = all_runs(nb.directory, cache or RunCache(), live)
-    trs = compare.train_runs(nb, rs)
-    groups = compare.group_runs(nb, trs)
-    mem = {v.id: compare.pilot_memory(nb, v.id, rs) for v in nb.variants}
-    c = nb.campaign
-    return {
-        "campaign": c.name,
-        "question": c.question,
-        "metric": c.quality_metric,
-        "higher_is_better": c.higher_is_better,
-        "quality_target": c.quality_target,
-        "held_constant": c.held_constant,
-        "reference": nb.reference.id,
-        "quality": [{**asdict(g), "stats": {**asdict(g.stats), "spread": g.stats.spread}} for g in groups],
-        "not_completed": [asdict(r) for r in trs if r.status != ev.Status.COMPLETED.value],
-        "superseded": [asdict(r) for r in trs if r.superseded_by],
-        "memory": {vid: _mem_dict(m) for vid, m in mem.items()},
-        "flags": {v.id: compare.flags(nb, v.id, mem, groups) for v in nb.variants},
-        "kinds": {v.id: v.kind for v in nb.variants},
-        "method": compare.METHOD,
-        "train_runs": [asdict(r) for r in trs],
-    }
-
-
-def _mem_dict(m: compare.PilotMem) -> dict[str, Any]:
-    d = asdict(m)
-    d["phases"] = {k: asdict(v) for k, v in m.phases.items()}
-    return d
+    """``compare.summarize`` without reconciling (no write), from cached runs."""
+    return compare.summarize(nb, all_runs(nb.directory, cache or RunCache(), live))
 
 
 # --------------------------------------------------------------------------- curves
