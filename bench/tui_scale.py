@@ -47,21 +47,50 @@ import asyncio, json, sys, time
 t0 = time.perf_counter()
 from cockpit.tui.app import CockpitApp
 from cockpit.tui.device import StaticDeviceSource
+from textual.screen import Screen
 t_import = time.perf_counter() - t0
 campaign, mode, first_id = sys.argv[1], sys.argv[2], sys.argv[3]
+
+# Each frame the screen composes is checked, while something is awaited, for what is awaited: the
+# time is that of the first frame that shows it. (Reading the screen's text costs about 5 ms: done
+# once a frame, not polled.)
+armed = {"predicate": None, "at": None}
+_refresh = Screen._compositor_refresh
+
+
+def checked(self):
+    _refresh(self)
+    if armed["predicate"] is not None and armed["at"] is None and armed["predicate"]():
+        armed["at"] = time.perf_counter()
+
+
+Screen._compositor_refresh = checked
 
 
 def text(app):
     return "\n".join(s.text for s in app.screen._compositor.render_strips())
 
 
-async def until(pilot, predicate, limit=600.0):
+async def until(pilot, predicate, limit=600.0, frame=False):
+    # seconds from the process start to the first frame that showed it (frame=True) or to now
     start = time.perf_counter()
-    while not predicate():
+    if frame:
+        armed["predicate"], armed["at"] = predicate, None
+        if predicate():  # already on screen
+            armed["at"] = time.perf_counter()
+    while True:
+        if frame and armed["at"] is not None:
+            armed["predicate"] = None
+            return armed["at"] - t0
+        if not frame and predicate():
+            return time.perf_counter() - t0
         if time.perf_counter() - start > limit:
             raise SystemExit("timed out")
         await asyncio.sleep(0.005)
-    return time.perf_counter() - t0
+
+
+def shows(app, marker):
+    return lambda: marker in text(app)
 
 
 async def main():
@@ -69,31 +98,76 @@ async def main():
     res = {"import_s": t_import}
     async with app.run_test(size=(120, 40)) as pilot:
         if mode == "runs":
-            res["paint_s"] = await until(pilot, lambda: first_id in text(app))
+            res["paint_s"] = await until(pilot, shows(app, first_id), frame=True)
             res["states_s"] = await until(pilot, lambda: len(app.screen.states) >= int(sys.argv[4]))
             await pilot.pause(0.5)
-            t1 = time.perf_counter()
+            t1 = time.perf_counter() - t0
             await pilot.press("C")
-            await until(pilot, lambda: "across seeds" in text(app))
-            res["compare_s"] = time.perf_counter() - t1
-            t1 = time.perf_counter()
+            res["compare_s"] = await until(pilot, shows(app, "across seeds"), frame=True) - t1
+            t1 = time.perf_counter() - t0
             await pilot.press("l")
             plot = app.screen.query_one("#curve-plot")
-            await until(pilot, lambda: bool(plot.lines) and "reading" not in text(app))
-            res["curves_s"] = time.perf_counter() - t1
+            res["curves_s"] = await until(pilot, lambda: bool(plot.lines) and "reading" not in text(app), frame=True) - t1
             await pilot.press("escape")
             await pilot.pause(0.3)
-            t1 = time.perf_counter()
+            t1 = time.perf_counter() - t0
             await pilot.press("C")
-            await until(pilot, lambda: "across seeds" in text(app))
-            res["compare_again_s"] = time.perf_counter() - t1
+            res["compare_again_s"] = await until(pilot, shows(app, "across seeds"), frame=True) - t1
         else:
             question = first_id
-            res["paint_s"] = await until(pilot, lambda: question in text(app))
+            res["paint_s"] = await until(pilot, shows(app, question), frame=True)
             res["whole_s"] = await until(
                 pilot, lambda: not getattr(app, "notebook_partial", False) and len(app.notebook.decisions) > 1000
             )
     print("RESULT " + json.dumps(res))
+
+
+asyncio.run(main())
+"""
+
+# The floor on this machine: a bare Textual app (header, a 40-row table of 9 columns, footer) timed
+# the same way, so the first paint can be read against what Textual itself needs here.
+FLOOR = r"""
+import asyncio, json, time
+t0 = time.perf_counter()
+from textual.app import App
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header
+t_import = time.perf_counter() - t0
+at = []
+_refresh = Screen._compositor_refresh
+
+
+def checked(self):
+    _refresh(self)
+    if not at and "r0001" in "\\n".join(s.text for s in self._compositor.render_strips()):
+        at.append(time.perf_counter())
+
+
+Screen._compositor_refresh = checked
+
+
+class Bare(App):
+    BINDINGS = [("q", "quit", "Quit")]
+
+    def compose(self):
+        yield Header()
+        yield DataTable()
+        yield Footer()
+
+    def on_mount(self):
+        table = self.query_one(DataTable)
+        table.add_columns(*"run variant seed status phase peak time verdict reason".split())
+        for i in range(40):
+            table.add_row(f"r{i:04d}", "lr1e-4", str(i), "completed", "done", "123", "1.0s", "pass", "budget")
+
+
+async def main():
+    app = Bare()
+    async with app.run_test(size=(120, 40)):
+        while not at:
+            await asyncio.sleep(0.005)
+    print("RESULT " + json.dumps({"import_s": t_import, "paint_s": at[0] - t0}))
 
 
 asyncio.run(main())
@@ -139,13 +213,15 @@ def many_decisions(n: int) -> Path:
     return place
 
 
-def child(campaign: Path, mode: str, marker: str, extra: str, code: str | None) -> dict:
+def child(campaign: Path | None, mode: str, marker: str, extra: str, code: str | None) -> dict:
     env = dict(os.environ)
     if code:
         env["PYTHONPATH"] = str(Path(code).resolve())
     t = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(campaign), mode, marker, extra],
+        [sys.executable, "-c", FLOOR]
+        if mode == "floor"
+        else [sys.executable, "-c", CHILD, str(campaign), mode, marker, extra],
         capture_output=True,
         text=True,
         env=env,
@@ -179,12 +255,21 @@ def main() -> None:
     )
     if args.runs:
         campaign = many_runs(args.runs)
-        results = [child(campaign, "runs", "r0001", str(args.runs), args.code) for _ in range(args.repeat)]
+        results, floors = [], []
+        for _ in range(args.repeat):  # interleaved, so a busy moment hits both alike
+            floors.append(child(None, "floor", "", "", args.code))
+            results.append(child(campaign, "runs", "r0001", str(args.runs), args.code))
         best = {k: sorted(r[k] for r in results)[len(results) // 2] for k in results[0]}
-        print(f"{args.runs} runs (median of {args.repeat}), seconds from process start:")
+        floor = {k: sorted(r[k] for r in floors)[len(floors) // 2] for k in floors[0]}
+        print(f"{args.runs} runs (median of {args.repeat}), seconds from process start to the frame that shows it:")
         print(
             f"  first paint (runs table filled): {best['paint_s']:.3f} s "
             f"(of which importing the app {best['import_s']:.3f} s) {verdict(best['paint_s'], PAINT_TARGET_S)}"
+        )
+        print(
+            f"  a bare Textual app with a 40-row table, same machine, same way: {floor['paint_s']:.3f} s "
+            f"(import {floor['import_s']:.3f} s); Cockpit at {args.runs} runs takes {best['paint_s'] / floor['paint_s']:.2f}x "
+            f"that, {1000 * (best['paint_s'] - floor['paint_s']):.0f} ms more"
         )
         print(f"  every run's status read from its folder: {best['states_s']:.2f} s")
         print(

@@ -20,6 +20,7 @@ runs, the table's bottom border says how far it is and when it should end.
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
 
 from rich.text import Text
 from textual import on, work
@@ -82,7 +83,7 @@ class CampaignScreen(Screen[None]):
         self.sort_by = "run"
         self.sort_reverse = False
         self._order: list[str] = []  # the row keys in the table, in order
-        self._shown: dict[str, tuple[str, ...]] = {}
+        self._shown: dict[str, tuple[Hashable, ...]] = {}
         self._live_dirty: set[str] = set()
         self._scanning = False  # a reading of the run folders is under way
         self._scan_again = False  # ... and another was asked for meanwhile

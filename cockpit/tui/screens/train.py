@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Hashable
 from typing import Any
 
 from rich.text import Text
@@ -44,7 +45,7 @@ class TrainRunScreen(RunScreen):
     def __init__(self, run_id: str) -> None:
         super().__init__(run_id)
         self.metrics: dict[str, Any] | None = None
-        self._eval_shown: dict[str, tuple[str, ...]] = {}
+        self._eval_shown: dict[str, tuple[Hashable, ...]] = {}
         self._eval_columns: list[str] = []
 
     def compose(self) -> ComposeResult:

@@ -10,6 +10,8 @@ resized.
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual import events
 from textual.app import ComposeResult
 from textual.screen import Screen
@@ -21,9 +23,21 @@ ALWAYS = frozenset({"back", "help", "quit"})  # binding ids shown at any width
 
 
 class FittingFooter(Footer):
-    def compose(self) -> ComposeResult:
-        if not self._bindings_ready:
-            return
+    """Lays its keys out again only when what it would show changed.
+
+    Bindings change on every focus move and on many refreshes: laying the keys out each time
+    (a dozen widgets styled anew) made opening the compare screen mount a hundred FooterKeys.
+    Requests are coalesced into one after the next refresh, and skipped when the keys and the
+    width are what is already shown.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._shown_plan: tuple[Any, ...] | None = None
+        self._relayout_due = False
+
+    def plan(self) -> tuple[Any, ...]:
+        """What would be shown: (width, each kept key's fields, the palette key's)."""
         width = self.app.size.width  # the footer spans the screen (its own size is 0 before the first layout)
         active = self.screen.active_bindings
         palette = None
@@ -49,25 +63,39 @@ class FittingFooter(Footer):
                 break  # this key and every later (less important) one: ? shows them all
             room -= need
             kept.add(id(b))
-        keys = [
-            FooterKey(
-                binding.key, display, binding.description, binding.action, disabled=not enabled, tooltip=tooltip
-            ).data_bind(compact=Footer.compact)
+        keys = tuple(
+            (binding.key, display, binding.description, binding.action, enabled, tooltip)
             for binding, enabled, tooltip, display, _ in shown
             if id(binding) in kept
-        ]
-        self.styles.grid_size_columns = len(keys)
-        yield from keys
+        )
+        last = None
         if palette is not None:
-            _node, binding, enabled, tooltip = palette
-            yield FooterKey(
+            _node, binding, enabled, _tooltip = palette
+            last = (
                 binding.key,
                 self.app.get_key_display(binding),
                 binding.description,
                 binding.action,
-                classes="-command-palette",
-                disabled=not enabled,
-                tooltip=binding.tooltip or binding.description,
+                enabled,
+                binding.tooltip or binding.description,
+            )
+        return width, self.compact, keys, last
+
+    def compose(self) -> ComposeResult:
+        if not self._bindings_ready:
+            return
+        plan = self.plan()
+        self._shown_plan = plan
+        _width, _compact, keys, palette = plan
+        self.styles.grid_size_columns = len(keys)
+        for key, display, description, action, enabled, tooltip in keys:
+            yield FooterKey(key, display, description, action, disabled=not enabled, tooltip=tooltip).data_bind(
+                compact=Footer.compact
+            )
+        if palette is not None:
+            key, display, description, action, enabled, tooltip = palette
+            yield FooterKey(
+                key, display, description, action, classes="-command-palette", disabled=not enabled, tooltip=tooltip
             )
 
     def bindings_changed(self, screen: Screen) -> None:
@@ -75,7 +103,20 @@ class FittingFooter(Footer):
         # so the first frame in a terminal that never reports focus (tmux) has every key that fits.
         self._bindings_ready = True
         if self.is_attached and screen is self.screen:
-            self.call_after_refresh(self.recompose)
+            self._relayout()
 
     def on_resize(self, event: events.Resize) -> None:
-        self.call_after_refresh(self.recompose)
+        self._relayout()
+
+    def _relayout(self) -> None:
+        if self._relayout_due:
+            return
+        self._relayout_due = True
+        self.call_after_refresh(self._relayout_now)
+
+    async def _relayout_now(self) -> None:
+        self._relayout_due = False
+        if not self.is_attached or not self._bindings_ready:
+            return
+        if self.plan() != self._shown_plan:
+            await self.recompose()

@@ -12,6 +12,7 @@ reads "stopped", not a failure.
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
 
 from rich.text import Text
 from textual.widgets.data_table import ColumnKey
@@ -40,7 +41,7 @@ class GateTable(CursorTable):
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes, zebra_stripes=False)
-        self._shown: dict[str, tuple[str, ...]] = {}
+        self._shown: dict[str, tuple[Hashable, ...]] = {}
         self.scale_label = ""
 
     def on_mount(self) -> None:
