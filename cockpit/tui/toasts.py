@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from textual.app import App
-
 from .plain import clean, clean_line
+from .stack import StackApp
 
 
-class ToastApp(App[None]):
+class ToastApp(StackApp):
     """Notifications never markup, and held while a dialog waits for an answer."""
 
     def __init__(self) -> None:

@@ -42,6 +42,7 @@ CHART_EVERY_S = 1.0  # charts redraw at most once a second (each is a few ms of 
 NARROW = 100  # below this many columns the panes are stacked
 CATCHING_UP = 2**20  # a backlog worth saying (a few lines behind a live writer is the normal state)
 EVERY = frozenset({"gates", "status", "mem", "loss", "log", "steps", "evals"})
+HEAD = frozenset({"gates", "status", "steps"})  # the aspects the header line shows
 
 
 class RunScreen(Screen[None]):
@@ -179,7 +180,8 @@ class RunScreen(Screen[None]):
             self.show_loss()
         if "log" in dirty:
             self.show_log()
-        self.show_head()
+        if dirty & HEAD or not dirty:  # samples alone (20 a second) change nothing in it: every_second has the clock
+            self.show_head()
 
     # ---- drawing
 
