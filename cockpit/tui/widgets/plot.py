@@ -12,13 +12,18 @@ several runs are overlaid), so runs stay apart on a terminal without colour.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rich.console import Console
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
+from textual.strip import Strip
 from textual.widget import Widget
 
 from ..plain import clean_line
@@ -73,12 +78,34 @@ class BraillePlot(Widget):
         self.legend = True  # False: the caller shows its own legend (many overlaid runs)
         self.x_fmt: Callable[[float], str] | None = None  # x labels on the bottom row when there are no marks
         self.log_y = False
+        self._strips: list[Strip] | None = None  # the rows drawn for _strips_key
+        self._strips_key: tuple[object, ...] = ()
 
     def set_data(self, lines: list[Line], marks: list[Mark] | None = None, y_max: float | None = None) -> None:
         self.lines = [ln for ln in lines if len(ln.t) or len(ln.points)]
         self.marks = marks or []
         self.y_max = y_max
+        self._strips = None
         self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        """The chart's row ``y`` (Textual's line API): the rows are drawn once per data, size and style.
+
+        A live chart is redrawn every second; its rows become the screen's segments directly (a few
+        runs of one style a row), at a fraction of what Textual's general text rendering costs. The
+        widget's style is read once a redraw (at row 0, which every full redraw asks for first).
+        """
+        width, height = self.size
+        if self._strips is None or y == 0 or self._strips_key[:2] != (width, height):
+            base = self.rich_style
+            key = (width, height, base, self.title, self.log_y, self.legend, self.empty_text)
+            if self._strips is None or key != self._strips_key:
+                rows = self.render().split("\n", allow_blank=True)[:height]
+                self._strips = [_strip(row, width, base, self.app.console) for row in rows]
+                self._strips_key = key
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(width, self._strips_key[2] if len(self._strips_key) > 2 else None)
 
     def render(self) -> Text:
         width, height = self.size.width, self.size.height
@@ -96,6 +123,47 @@ class BraillePlot(Widget):
             x_fmt=self.x_fmt,
             log_y=self.log_y,
         )
+
+
+def _column_max(ts: Sequence[float], ys: Sequence[float], t0: float, span: float, dots_x: int) -> list[float | None]:
+    """Each dot column's largest value (None where no point falls), for points in x order.
+
+    The hot part of a redraw: each point's column by ``col()``'s arithmetic in a comprehension,
+    then the maximum of each column's slice, so there is a Python step per column, not per point.
+    """
+    column_max: list[float | None] = [None] * dots_x
+    last_x = dots_x - 1
+    cols_of = [int((t - t0) / span * last_x) for t in ts]
+    values = list(ys)
+    i, n = 0, len(cols_of)
+    while i < n:
+        xi = cols_of[i]
+        j = bisect.bisect_right(cols_of, xi, i)
+        top_y: float = max(values[i:j]) if j - i > 1 else values[i]
+        x = 0 if xi < 0 else last_x if xi > last_x else xi
+        cur = column_max[x]
+        if cur is None or top_y > cur:
+            column_max[x] = top_y
+        i = j
+    return column_max
+
+
+def _strip(row: Text, width: int, base: Style, console: Console) -> Strip:
+    """A chart row as a Strip of ``width`` cells: one segment per styled run, on the widget's style."""
+    spans = row.spans
+    if any(a.end > b.start for a, b in zip(spans, spans[1:], strict=False)):  # not runs: Rich sorts it out
+        return Strip(list(row.render(console)), row.cell_len).crop_extend(0, width, base).apply_style(base)
+    plain, pos = row.plain, 0
+    segments: list[Segment] = []
+    for span in spans:
+        if span.start > pos:
+            segments.append(Segment(plain[pos : span.start], base))
+        style = span.style if isinstance(span.style, Style) else Style.parse(span.style)
+        segments.append(Segment(plain[span.start : span.end], base + style))
+        pos = span.end
+    if pos < len(plain):
+        segments.append(Segment(plain[pos:], base))
+    return Strip(segments, row.cell_len).crop_extend(0, width, base)
 
 
 def _clean(t: Sequence[float], y: Sequence[float]) -> bool:
@@ -229,15 +297,7 @@ def render_plot(
                     shade[r][c] |= _BITS[x % 2][d % 4]
                     shade_owner[r][c] = si
 
-        column_max: list[float | None] = [None] * dots_x
-        last_x = dots_x - 1
-        for t, y in zip(ln.t, ln.y, strict=True):  # the hot loop: col() inlined, the same arithmetic
-            x = int((t - t0) / span * last_x)
-            if x < 0 or x > last_x:
-                x = 0 if x < 0 else last_x
-            cur = column_max[x]
-            if cur is None or y > cur:
-                column_max[x] = y
+        column_max = _column_max(ln.t, ln.y, t0, span, dots_x)
 
         def run(x: int, a: int, b: int, si: int = si) -> None:
             for d in range(min(a, b), max(a, b) + 1):
@@ -289,19 +349,30 @@ def render_plot(
             axis_label = ""
         out.append(axis_label.rjust(gutter - 1) + "\u2502", style="dim")
         line_row, shade_row = cells[r], shade[r]
+        # Cells of one style are appended as one run: a few spans a row instead of one a cell, which is
+        # what the terminal's renderer pays for (a chart redrawn every second).
+        run_chars: list[str] = []
+        run_style = ""
         for c in range(cols):
             bits = line_row[c]
             if (r, c) in points:
                 marker, si = points[(r, c)]
-                out.append(marker, style=f"bold {lines[si].style}")
+                ch, st = marker, f"bold {lines[si].style}"
             elif bits:
-                out.append(chr(0x2800 + bits), style=lines[owner[r][c]].style)
+                ch, st = chr(0x2800 + bits), lines[owner[r][c]].style
             elif shade_row[c]:
-                out.append(chr(0x2800 + shade_row[c]), style=f"dim {lines[shade_owner[r][c]].style}")
+                ch, st = chr(0x2800 + shade_row[c]), f"dim {lines[shade_owner[r][c]].style}"
             elif c in mark_cols:
-                out.append("\u250a", style="dim")
+                ch, st = "\u250a", "dim"
             else:
-                out.append(" ")
+                ch, st = " ", run_style  # a blank looks the same in any foreground style: it joins the run
+            if st != run_style and run_chars:
+                out.append("".join(run_chars), style=run_style or None)
+                run_chars = []
+            run_style = st
+            run_chars.append(ch)
+        if run_chars:
+            out.append("".join(run_chars), style=run_style or None)
     # Phase labels: each at its mark's column when it fits, else left out.
     axis = [" "] * cols
     free_from = 0
