@@ -221,3 +221,48 @@ def _with_state(files: runs.RunFiles, st: runs.RunState) -> runs.RunFiles:
         metrics=files.metrics,
         state=st,
     )
+
+
+class Listing:
+    """The campaign's run folders (as ``runs.run_dirs``), listed again only when ``runs/`` changed.
+
+    Adding or removing a folder changes the modification time of ``runs/``; a folder whose
+    run.toml is not written yet is looked at again at every call until it is. A file system with
+    coarse times could hide two changes in one tick: the folder is listed anew every
+    ``relist_every`` calls whatever its time says. One thread at a time (the scan's worker).
+    """
+
+    def __init__(self, campaign_dir: Path, relist_every: int = 15) -> None:
+        self.campaign_dir = Path(campaign_dir)
+        self.relist_every = relist_every
+        self._stamp: int | None = None
+        self._names: list[str] = []
+        self._valid: set[str] = set()
+        self._calls = 0
+
+    def dirs(self) -> list[Path]:
+        rd = runs.runs_dir(self.campaign_dir)
+        try:
+            stamp = os.stat(rd).st_mtime_ns
+        except OSError:
+            self._stamp, self._names, self._valid = None, [], set()
+            return []
+        self._calls += 1
+        if stamp != self._stamp or self._calls % self.relist_every == 0:
+            try:
+                with os.scandir(rd) as it:
+                    names = [e.name for e in it if runs.RUN_ID.match(e.name) and e.is_dir(follow_symlinks=False)]
+            except OSError:
+                return []
+            self._names = sorted(names, key=runs.order_key)
+            self._valid &= set(names)
+            self._stamp = stamp
+        out: list[Path] = []
+        for name in self._names:
+            p = rd / name
+            if name not in self._valid:
+                if not (p / runs.RUN_FILE).is_file():
+                    continue  # being made: looked at again next time
+                self._valid.add(name)
+            out.append(p)
+        return out

@@ -39,6 +39,7 @@ from ..api import app_of
 from ..feeds import ALL
 from ..messages import FeedsChanged, NotebookChanged, RunStates
 from ..plain import one_line
+from ..runcache import Listing
 from ..runtable import RUN_COLUMNS, SORTS, RunView, matches, scan_one, sort_key, view_of
 from ..widgets.footer import FittingFooter
 from ..widgets.keyed import put_row
@@ -48,6 +49,7 @@ from .notebookview import decisions, empty_hint, sheet, summary, variants
 
 SCAN_BATCH_S = 0.5  # a scan of the run folders hands over what it read this often
 LIVE_S = 1.0  # a running run's row and the detail line are redrawn at most this often
+VERIFY_PER_SCAN = 100  # finished runs whose files a scan looks at again (all of them in a smaller campaign)
 
 
 class CampaignScreen(Screen[None]):
@@ -88,6 +90,8 @@ class CampaignScreen(Screen[None]):
         self._scanning = False  # a reading of the run folders is under way
         self._scan_again = False  # ... and another was asked for meanwhile
         self._next_scan: Timer | None = None
+        self._listing: Listing | None = None  # the run folders, listed again when runs/ changes
+        self._verify_from = 0
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -151,9 +155,17 @@ class CampaignScreen(Screen[None]):
         meta: dict[str, tuple[str, int, str]] = {}
         handed = time.monotonic()
         try:
-            for p in runs.run_dirs(app.campaign_dir):
+            if self._listing is None:
+                self._listing = Listing(app.campaign_dir)
+            dirs = self._listing.dirs()
+            n = len(dirs)
+            start, self._verify_from = self._verify_from, self._verify_from + VERIFY_PER_SCAN
+            for i, p in enumerate(dirs):
+                # Finished runs are checked for changes (a resumed run) a slice per scan: a thousand
+                # finished runs cost a few hundred stat calls a scan, not six thousand.
+                verify = n <= VERIFY_PER_SCAN or (i - start) % n < VERIFY_PER_SCAN
                 try:
-                    scan_one(app.cache, p, followed, states, live, meta)
+                    scan_one(app.cache, p, followed, states, live, meta, verify=verify)
                 except (OSError, ValueError, TypeError, RecursionError):
                     continue  # a folder being written or deleted: read again at the next scan
                 if time.monotonic() - handed > SCAN_BATCH_S:
