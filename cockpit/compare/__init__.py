@@ -20,7 +20,7 @@ or settings other than memory settings changed by a memory variant.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,7 @@ def summarize(nb: nbm.Notebook, all_runs: list[runs.RunFiles] | None = None) -> 
     trs = train_runs(nb, all_runs)
     groups = group_runs(nb, trs)
     mem = {v.id: pilot_memory(nb, v.id, all_runs) for v in nb.variants}
+    rows = [_flat(r) for r in trs]  # a thousand runs: dataclasses.asdict's deep copies took most of the time
     c = nb.campaign
     return {
         "campaign": c.name,
@@ -87,13 +88,13 @@ def summarize(nb: nbm.Notebook, all_runs: list[runs.RunFiles] | None = None) -> 
         "held_constant": c.held_constant,
         "reference": nb.reference.id,
         "quality": [{**asdict(g), "stats": {**asdict(g.stats), "spread": g.stats.spread}} for g in groups],
-        "not_completed": [asdict(r) for r in trs if r.status != ev.Status.COMPLETED.value],
-        "superseded": [asdict(r) for r in trs if r.superseded_by],
+        "not_completed": [dict(row) for row, r in zip(rows, trs, strict=True) if r.status != ev.Status.COMPLETED.value],
+        "superseded": [dict(row) for row, r in zip(rows, trs, strict=True) if r.superseded_by],
         "memory": {vid: _mem_dict(m) for vid, m in mem.items()},
         "flags": {v.id: flags(nb, v.id, mem, groups) for v in nb.variants},
         "kinds": {v.id: v.kind for v in nb.variants},
         "method": METHOD,
-        "train_runs": [asdict(r) for r in trs],
+        "train_runs": rows,
     }
 
 
@@ -103,6 +104,14 @@ METHOD = (
     "than the seeds' spread (the larger of the two ranges, max-min) is not distinguishable; with one seed on "
     "either side nothing is. Runs that did not complete are listed and not averaged in."
 )
+
+
+def _flat(r: TrainRun) -> dict[str, Any]:
+    """``asdict`` of a TrainRun, whose fields are all plain values (no copy needed)."""
+    return {name: getattr(r, name) for name in _TRAIN_FIELDS}
+
+
+_TRAIN_FIELDS = tuple(f.name for f in fields(TrainRun))
 
 
 def _mem_dict(m: PilotMem) -> dict[str, Any]:

@@ -10,9 +10,10 @@ the memory table is the CLI's.
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
-from rich.console import RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -264,4 +265,26 @@ def memory_parts(data: dict[str, Any]) -> list[RenderableType]:
             line = _t(v, "yellow", 40)
             line.append_text(_t(f": {note}", limit=600))
             out.append(line)
+    return out
+
+
+def laid_out(items: list[RenderableType], width: int) -> Text:
+    """The tables laid out once at ``width`` columns, as styled text that needs no more layout.
+
+    Handed to Textual as Rich tables, the quality table (its seeds' column wraps) was measured and
+    laid out several times over (its width, its height, then again once the scroll bar came): most
+    of the time compare took to open with a thousand runs. Rendered here once, Textual only shows
+    the lines. Pure Rich, no textual: a worker thread may call it.
+    """
+    console = Console(
+        width=max(20, width), file=io.StringIO(), color_system="truecolor", legacy_windows=False, force_terminal=True
+    )
+    lines = console.render_lines(Group(*items), console.options, pad=False)
+    out = Text(no_wrap=True, overflow="crop")
+    for i, line in enumerate(lines):
+        if i:
+            out.append("\n")
+        for seg in line:
+            if not seg.control:
+                out.append(seg.text, seg.style)
     return out

@@ -210,9 +210,9 @@ def default_selection(cs: list[Curve], data: dict[str, Any] | None = None) -> li
     order = _variant_order(cs, data)[:MAX_VARIANTS]
     chosen = [c.id for c in cs if c.variant in order and c.counted]
     chosen += [c.id for c in cs if c.status == ev.Status.RUNNING.value]
-    bad = [c.id for c in cs if c.status in BAD]
-    in_chosen = [rid for rid in bad if any(c.id == rid and c.variant in order for c in cs)]
-    chosen += (in_chosen + [rid for rid in bad if rid not in in_chosen])[:MAX_BAD]
+    bad = [c for c in cs if c.status in BAD]
+    in_chosen = [c.id for c in bad if c.variant in order]  # bad runs of the variants shown come first
+    chosen += (in_chosen + [c.id for c in bad if c.variant not in order])[:MAX_BAD]
     return list(dict.fromkeys(chosen))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rich.text import Text
 from textual.message import Message
 
 if TYPE_CHECKING:
@@ -58,11 +59,18 @@ class RunStates(Message):
 class Compared(Message):
     """The comparison and the curves, read in a worker (or why they could not be)."""
 
-    def __init__(self, data: dict[str, Any] | None, curves: list[Curve], error: str = "") -> None:
+    def __init__(
+        self,
+        data: dict[str, Any] | None,
+        curves: list[Curve],
+        error: str = "",
+        tables: tuple[int, Text] | None = None,
+    ) -> None:
         super().__init__()
         self.data = data
         self.curves = curves
         self.error = error
+        self.tables = tables  # (width, the tables laid out at that width), when the worker laid them out
 
 
 class StopDone(Message):

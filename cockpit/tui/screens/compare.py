@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Group
 from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
@@ -122,6 +121,8 @@ class CompareScreen(Screen[None]):
             if feed is not None and feed.end is None:
                 snapshots.append((rid, feed.events_for_compare(), feed.state()))
 
+        width = self._table_width()
+
         def work() -> None:
             try:
                 live = {}
@@ -134,10 +135,12 @@ class CompareScreen(Screen[None]):
                     live[rid] = build(rdir, frozen, evs, runs.read_json(rdir / runs.METRICS_FILE) or None, st)
                 data = cmp.collect(nb, cache, live)
                 listing = cmp.listing(nb, data)
+                # laid out here too (pure Rich): the UI thread then only shows the lines
+                laid = comparetables.laid_out(comparetables.tables(data, width), width)
             except Exception as exc:  # noqa: BLE001 - shown on the screen, never a crash of the TUI
                 self.post_message(Compared(None, [], f"{type(exc).__name__}: {exc}"))
                 return
-            self.post_message(Compared(data, listing))
+            self.post_message(Compared(data, listing, tables=(width, laid)))
 
         self.run_worker(work, thread=True, exclusive=True, group="compare", exit_on_error=False, description="compare")
 
@@ -181,7 +184,7 @@ class CompareScreen(Screen[None]):
         defaults = set(cmp.default_selection(self.curves, self.data))
         self.chosen = (self.chosen or set()) | (defaults & new)
         self._known |= new
-        self.show_tables()
+        self.show_tables(message.tables)
         if self.query_one("#compare-tabs", TabbedContent).active == "curves":
             self.show_list()
             self.show_curves()  # the list of a thousand runs is filled only when the curves are looked at
@@ -198,13 +201,20 @@ class CompareScreen(Screen[None]):
 
     # ---- drawing
 
-    def show_tables(self) -> None:
+    def _table_width(self) -> int:
+        """The width the tables are laid out for: the scroll's, less its scroll bar."""
+        scroll = self.query_one("#compare-scroll", VerticalScroll)
+        return (scroll.size.width or self.app.size.width) - 2
+
+    def show_tables(self, laid: tuple[int, Text] | None = None) -> None:
+        """The tables at the current width: as the worker laid them out when that is still the width."""
         if self.data is None:
             return
-        scroll = self.query_one("#compare-scroll", VerticalScroll)
-        self._width = scroll.size.width or self.app.size.width
-        items = comparetables.tables(self.data, self._width - 2)
-        self.query_one("#compare-tables", Static).update(Group(*items))
+        width = self._table_width()
+        self._width = width + 2
+        if laid is None or laid[0] != width:
+            laid = (width, comparetables.laid_out(comparetables.tables(self.data, width), width))
+        self.query_one("#compare-tables", Static).update(laid[1])
 
     def show_list(self) -> None:
         listed = tuple((c.id, c.status, c.look(self.per_run)) for c in self.curves)
