@@ -89,6 +89,42 @@ def all_runs(campaign_dir: Path, cache: RunCache, live: dict[str, runs.RunFiles]
     return out
 
 
+@dataclass
+class Read:
+    """A comparison read in a worker: the figures, the train runs listed, the tables laid out at a width."""
+
+    data: dict[str, Any]
+    curves: list[Curve]
+    width: int
+    tables: Any  # rich Text: comparetables.laid_out at ``width``
+
+
+def read(
+    nb: nbm.Notebook,
+    cache: RunCache,
+    snapshots: list[tuple[str, list[dict[str, Any]], runs.RunState]],
+    width: int,
+) -> Read:
+    """Everything the compare screen shows, read off the UI thread.
+
+    ``snapshots``: the running runs as their readers hold them (id, events, state); the others
+    come from the cache. Raises what reading raises: the caller shows it.
+    """
+    from . import comparetables
+    from .runcache import build
+
+    live = {}
+    for rid, evs, st in snapshots:
+        rdir = runs.run_dir(nb.directory, rid)
+        try:
+            frozen = runs.read_run_toml(rdir)
+        except (OSError, ValueError):
+            continue
+        live[rid] = build(rdir, frozen, evs, runs.read_json(rdir / runs.METRICS_FILE) or None, st)
+    data = collect(nb, cache, live)
+    return Read(data, listing(nb, data), width, comparetables.laid_out(comparetables.tables(data, width), width))
+
+
 def collect(
     nb: nbm.Notebook, cache: RunCache | None = None, live: dict[str, runs.RunFiles] | None = None
 ) -> dict[str, Any]:

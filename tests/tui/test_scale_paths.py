@@ -294,3 +294,37 @@ def test_train_rows_are_asdict_without_the_copies():
     r = TrainRun("r0001", "lr1e-4", 0, "completed", "budget", "", 3.8, 200, 200, 0.5, "", "/x", "")
     assert _flat(r) == asdict(r)
     assert list(_flat(r)) == list(asdict(r))
+
+
+async def test_compare_opens_on_the_comparison_read_ahead_then_reads_it_again(make_app, monkeypatch):
+    import threading
+
+    from cockpit.tui import comparison
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.cache.compared is not None, what="the comparison read ahead")
+        ahead = app.cache.compared
+        assert ahead.width == 116  # laid out for the scroll compare will have (no re-layout on the UI thread)
+        release = threading.Event()
+        real = comparison.read
+
+        def slow(*a, **kw):
+            release.wait(10)
+            return real(*a, **kw)
+
+        monkeypatch.setattr(comparison, "read", slow)
+        await pilot.press("C")
+        # shown from what was read ahead, while the fresh reading waits
+        await until(pilot, lambda: "across seeds" in screen_text(app), what="the tables read ahead")
+        release.set()
+        await until(pilot, lambda: app.cache.compared is not ahead, what="the comparison read again")
+        await pilot.resize_terminal(80, 30)
+        await until(
+            pilot,
+            lambda: (
+                all(len(line.rstrip()) <= 80 for line in screen_text(app).splitlines()) and "across" in screen_text(app)
+            ),
+            what="the tables laid out again for 80 columns",
+        )
+        assert app.screen._width == 76

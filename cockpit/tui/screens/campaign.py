@@ -33,6 +33,7 @@ from textual.widgets import DataTable, Header, Input
 
 from ... import notebook as nbm
 from ... import runs
+from .. import comparison as cmp
 from .. import progress as pg
 from .. import style as sty
 from ..api import app_of
@@ -49,6 +50,7 @@ from .notebookview import decisions, empty_hint, sheet, summary, variants
 
 SCAN_BATCH_S = 0.5  # a scan of the run folders hands over what it read this often
 LIVE_S = 1.0  # a running run's row and the detail line are redrawn at most this often
+AHEAD_S = 30.0  # the comparison is read ahead at most this often, and only after the runs changed
 VERIFY_PER_SCAN = 100  # finished runs whose files a scan looks at again (all of them in a smaller campaign)
 
 
@@ -92,6 +94,7 @@ class CampaignScreen(Screen[None]):
         self._next_scan: Timer | None = None
         self._listing: Listing | None = None  # the run folders, listed again when runs/ changes
         self._verify_from = 0
+        self._ahead_at = float("-inf")
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -201,6 +204,32 @@ class CampaignScreen(Screen[None]):
                 changed = True
         if changed:
             self.show_runs()
+        if changed or self._ahead_at == float("-inf"):
+            self.read_ahead()
+
+    def read_ahead(self) -> None:
+        """Read the comparison ahead, in a worker, after the runs changed (at most every ``AHEAD_S``).
+
+        Compare then opens on it at once and reads it again meanwhile: with a thousand runs, reading
+        them all takes longer than opening the screen should. Nothing is read while nothing changes.
+        """
+        app = app_of(self)
+        now = time.monotonic()
+        if not app.editable or now - self._ahead_at < AHEAD_S:
+            return
+        self._ahead_at = now
+        from .compare import live_snapshots, table_width
+
+        nb, cache, snapshots = app.notebook, app.cache, live_snapshots(app.feeds)
+        width = table_width(0, self.app.size.width)
+
+        def work() -> None:
+            try:
+                cache.compared = cmp.read(nb, cache, snapshots, width)
+            except Exception:  # noqa: BLE001, S110 - only ahead: compare reads (and shows the error) itself
+                pass
+
+        self.run_worker(work, thread=True, exclusive=True, group="read-ahead", exit_on_error=False)
 
     def _rescan(self) -> None:
         self._next_scan = None

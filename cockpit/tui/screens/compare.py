@@ -36,14 +36,30 @@ from .. import comparetables
 from .. import comparison as cmp
 from .. import style as sty
 from ..api import app_of
+from ..feeds import Feeds
 from ..messages import Compared, CurvesRead, NotebookChanged
 from ..plain import clean_line, one_line
-from ..runcache import build
 from ..widgets.footer import FittingFooter
 from ..widgets.plot import BraillePlot, Line
 from .run import NARROW
 
 REFRESH_S = 3.0  # while a train run is running
+
+
+def table_width(scroll_width: int, screen_width: int) -> int:
+    """The width the tables are laid out for: the scroll's less its scroll bar (before the first
+    layout the scroll is the screen's width less 2)."""
+    return (scroll_width or screen_width - 2) - 2
+
+
+def live_snapshots(feeds: Feeds) -> list[tuple[str, list[dict[str, Any]], runs.RunState]]:
+    """The running runs as their readers hold them, for a comparison read in a worker (UI thread)."""
+    out = []
+    for rid in feeds.ids:
+        feed = feeds.get(rid)
+        if feed is not None and feed.end is None:
+            out.append((rid, feed.events_for_compare(), feed.state()))
+    return out
 
 
 class CompareScreen(Screen[None]):
@@ -100,13 +116,20 @@ class CompareScreen(Screen[None]):
         plot.x_fmt = lambda x: f"update {x:.0f}"
         plot.empty_text = "no run chosen: space chooses the run under the cursor, a all"
         self.query_one("#curve-runs", SelectionList).border_title = "runs (space)"
+        ahead = app_of(self).cache.compared  # read before (or ahead): shown now, replaced when read again
+        if ahead is not None:
+            self.compared(Compared(ahead.data, ahead.curves, tables=(ahead.width, ahead.tables)))
         self.load()
         self.set_interval(REFRESH_S, self.refresh_if_running)
         self.focus_view(self.initial)
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.width < NARROW, "-narrow")
-        if self.data is not None and abs(event.size.width - self._width) >= 1:
+        if self.data is not None:
+            self.call_after_refresh(self._fit_tables)  # once the scroll has its new width
+
+    def _fit_tables(self) -> None:
+        if self.data is not None and self._table_width() != self._width:
             self.show_tables()
 
     # ---- reading
@@ -114,33 +137,17 @@ class CompareScreen(Screen[None]):
     def load(self) -> None:
         """Read the comparison in a worker: running runs from their readers, the others from the cache."""
         app = app_of(self)
-        nb, cache, cdir = app.notebook, app.cache, app.campaign_dir
-        snapshots = []
-        for rid in app.feeds.ids:
-            feed = app.feeds.get(rid)
-            if feed is not None and feed.end is None:
-                snapshots.append((rid, feed.events_for_compare(), feed.state()))
-
-        width = self._table_width()
+        nb, cache, width = app.notebook, app.cache, self._table_width()
+        snapshots = live_snapshots(app.feeds)
 
         def work() -> None:
             try:
-                live = {}
-                for rid, evs, st in snapshots:
-                    rdir = runs.run_dir(cdir, rid)
-                    try:
-                        frozen = runs.read_run_toml(rdir)
-                    except (OSError, ValueError):
-                        continue
-                    live[rid] = build(rdir, frozen, evs, runs.read_json(rdir / runs.METRICS_FILE) or None, st)
-                data = cmp.collect(nb, cache, live)
-                listing = cmp.listing(nb, data)
-                # laid out here too (pure Rich): the UI thread then only shows the lines
-                laid = comparetables.laid_out(comparetables.tables(data, width), width)
+                got = cmp.read(nb, cache, snapshots, width)
             except Exception as exc:  # noqa: BLE001 - shown on the screen, never a crash of the TUI
                 self.post_message(Compared(None, [], f"{type(exc).__name__}: {exc}"))
                 return
-            self.post_message(Compared(data, listing, tables=(width, laid)))
+            cache.compared = got
+            self.post_message(Compared(got.data, got.curves, tables=(got.width, got.tables)))
 
         self.run_worker(work, thread=True, exclusive=True, group="compare", exit_on_error=False, description="compare")
 
@@ -202,16 +209,14 @@ class CompareScreen(Screen[None]):
     # ---- drawing
 
     def _table_width(self) -> int:
-        """The width the tables are laid out for: the scroll's, less its scroll bar."""
-        scroll = self.query_one("#compare-scroll", VerticalScroll)
-        return (scroll.size.width or self.app.size.width) - 2
+        return table_width(self.query_one("#compare-scroll", VerticalScroll).size.width, self.app.size.width)
 
     def show_tables(self, laid: tuple[int, Text] | None = None) -> None:
         """The tables at the current width: as the worker laid them out when that is still the width."""
         if self.data is None:
             return
         width = self._table_width()
-        self._width = width + 2
+        self._width = width  # the width the tables on screen are laid out for
         if laid is None or laid[0] != width:
             laid = (width, comparetables.laid_out(comparetables.tables(self.data, width), width))
         self.query_one("#compare-tables", Static).update(laid[1])
