@@ -128,8 +128,12 @@ async def test_a_screen_under_an_opaque_screen_is_hidden_and_caught_up_when_show
             + "\n"
         )
         await until(pilot, lambda: rid in campaign.states, what="the hidden screen reading the new run")
+        await pilot.resize_terminal(80, 24)  # and the terminal shrinks while it is hidden
+        await pilot.pause()
         await pilot.press("escape")
-        await until(pilot, lambda: rid in screen_text(app), what=f"{rid} on the campaign screen once shown again")
+        await until(pilot, lambda: "runs (12)" in screen_text(app), what=f"{rid} counted once shown again")
+        lines = screen_text(app).splitlines()
+        assert len(lines) == 24 and all(len(line) <= 80 for line in lines), "laid out for the new size"
         # Under a dialog the campaign screen stays visible, as Textual has it.
         app.action_help()
         await until(pilot, lambda: type(app.screen).__name__ == "HelpScreen")
