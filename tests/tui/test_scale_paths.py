@@ -332,3 +332,17 @@ async def test_compare_opens_on_the_comparison_read_ahead_then_reads_it_again(ma
             what="the tables laid out again for 80 columns",
         )
         assert app.screen._width == 76
+
+
+def test_charts_redraw_once_a_second_or_once_a_dot_column_of_time():
+    from cockpit.tui.ingest import RunFeed
+    from cockpit.tui.screens.run import CHART_EVERY_S, CHART_MOST_S, chart_every
+
+    feed = RunFeed(Path("/nonexistent/events.jsonl"))
+    assert chart_every(feed) == CHART_EVERY_S  # nothing read yet
+    feed.first_t, feed.last_t = 1000.0, 1060.0  # a minute: a column every 0.6 s, redrawn every second
+    assert chart_every(feed) == CHART_EVERY_S
+    feed.last_t = 1000.0 + 300  # five minutes: a column every 3 s
+    assert chart_every(feed) == 3.0
+    feed.last_t = 1000.0 + 3600  # an hour: capped
+    assert chart_every(feed) == CHART_MOST_S

@@ -39,6 +39,8 @@ from ..widgets.text import TextBox
 
 GPU_STYLES = ("green", "bright_green", "spring_green3", "chartreuse3")
 CHART_EVERY_S = 1.0  # charts redraw at most once a second (each is a few ms of Python); gates and log at once
+CHART_MOST_S = 5.0  # ... and at least this often, however long the run
+CHART_DOTS = 100  # about how many dot columns a chart has across
 NARROW = 100  # below this many columns the panes are stacked
 CATCHING_UP = 2**20  # a backlog worth saying (a few lines behind a live writer is the normal state)
 EVERY = frozenset({"gates", "status", "mem", "loss", "log", "steps", "evals"})
@@ -140,10 +142,11 @@ class RunScreen(Screen[None]):
         now = time.monotonic()
         charts: set[str] = set()
         if self._charts_pending:
-            if now - self._charts_drawn >= CHART_EVERY_S:
+            every = chart_every(feed)
+            if now - self._charts_drawn >= every:
                 charts, self._charts_pending, self._charts_drawn = self._charts_pending, set(), now
             elif self._chart_timer is None:
-                self._chart_timer = self.set_timer(CHART_EVERY_S - (now - self._charts_drawn), self._charts_due)
+                self._chart_timer = self.set_timer(every - (now - self._charts_drawn), self._charts_due)
         with self.app.batch_update():
             self.redraw(dirty, charts)
 
@@ -355,6 +358,15 @@ class RunScreen(Screen[None]):
     def on_stop_done(self, message: StopDone) -> None:
         self.notify(f"{self.run_id}: {message.text}", title="stop")
         self.every_second()
+
+
+def chart_every(feed: RunFeed) -> float:
+    """How often the charts are redrawn: once a second, or as often as a dot column's worth of time
+    passes when that is longer (an hour of samples across a hundred columns moves a column every 36 s:
+    redrawing every second would redraw the same picture), at most every ``CHART_MOST_S``."""
+    if feed.first_t is None or feed.last_t is None:
+        return CHART_EVERY_S
+    return min(CHART_MOST_S, max(CHART_EVERY_S, (feed.last_t - feed.first_t) / CHART_DOTS))
 
 
 def _mib_label(value: float) -> str:
