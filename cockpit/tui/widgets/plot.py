@@ -102,10 +102,9 @@ class BraillePlot(Widget):
             if self._strips is None or key != self._strips_key:
                 rows = self.render().split("\n", allow_blank=True)[:height]
                 self._strips = [_strip(row, width, base, self.app.console) for row in rows]
+                self._strips += [Strip.blank(width, base)] * (height - len(rows))  # every row drawn
                 self._strips_key = key
-        if y < len(self._strips):
-            return self._strips[y]
-        return Strip.blank(width, self._strips_key[2] if len(self._strips_key) > 2 else None)
+        return self._strips[y] if y < len(self._strips) else Strip.blank(width)
 
     def render(self) -> Text:
         width, height = self.size.width, self.size.height
