@@ -12,14 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.app import App
 from textual.timer import Timer
 
 from .. import notebook as nbm
-from .. import series as sr
 from .messages import SeriesPolled, SeriesStopped
+
+if TYPE_CHECKING:  # cockpit.series (and launch) when a series starts: not before the TUI's first frame
+    from .. import series as sr
 
 
 @dataclass
@@ -74,6 +76,7 @@ class SeriesDriver:
 
     def start(self, choice: SeriesChoice) -> bool:
         """Start a planned and guarded series (its overrides recorded first), then follow it from a timer."""
+        from .. import series as sr
         from ..errors import CockpitError
 
         items, parallel, updates = choice.items, choice.parallel, choice.updates
@@ -107,6 +110,7 @@ class SeriesDriver:
 
     def resume(self) -> bool:
         """Go on with every stopped or crashed training run that has a periodic checkpoint, one at a time."""
+        from .. import series as sr
         from ..errors import CockpitError
 
         try:

@@ -33,7 +33,6 @@ from textual.widgets import DataTable, Header, Input
 
 from ... import notebook as nbm
 from ... import runs
-from .. import comparison as cmp
 from .. import progress as pg
 from .. import style as sty
 from ..api import app_of
@@ -218,6 +217,7 @@ class CampaignScreen(Screen[None]):
         if not app.editable or now - self._ahead_at < AHEAD_S:
             return
         self._ahead_at = now
+        from .. import comparison as cmp  # here: the comparison's modules are not needed for the first frame
         from .compare import live_snapshots, table_width
 
         nb, cache, snapshots = app.notebook, app.cache, live_snapshots(app.feeds)
