@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-from textual.widgets import Log
 
 from cockpit import events as ev
 from cockpit import notebook as nbm
@@ -18,6 +17,7 @@ from cockpit.tui.screens.device import DeviceScreen
 from cockpit.tui.screens.help import HelpScreen
 from cockpit.tui.screens.run import RunScreen
 from cockpit.tui.widgets.gates import GateTable
+from cockpit.tui.widgets.tail import TailLog
 from tests.tui.support import screen_text
 
 pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
@@ -127,7 +127,7 @@ async def test_crashed_run_says_so_with_rss_when_no_gpu(make_app):
         assert "no GPU, process RSS" in text
         assert "running" not in text.split("phase")[0]
         assert "Killed" in text  # the output.log tail after a crash, its last line on screen
-        log = "\n".join(app.screen.query_one(Log).lines)
+        log = "\n".join(app.screen.query_one(TailLog).lines)
         assert "out of host memory" in log
 
 

@@ -20,7 +20,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Header, Log
+from textual.widgets import DataTable, Header
 
 from ... import events as ev
 from ... import runs
@@ -35,6 +35,7 @@ from ..plain import clean_line, one_line
 from ..widgets.footer import FittingFooter
 from ..widgets.gates import GateTable
 from ..widgets.plot import BraillePlot, Line, Mark
+from ..widgets.tail import TailLog
 from ..widgets.text import TextBox
 
 GPU_STYLES = ("green", "bright_green", "spring_green3", "chartreuse3")
@@ -60,6 +61,7 @@ class RunScreen(Screen[None]):
 
     noun = "pilot"
     FIRST_FOCUS = "#gates"
+    follows_live = True  # the app reads its run's events every Timing.events_s while it is in view
 
     def __init__(self, run_id: str) -> None:
         super().__init__()
@@ -83,7 +85,7 @@ class RunScreen(Screen[None]):
             with Vertical(id="charts"):
                 yield BraillePlot("memory", fmt=_mib_label, id="mem")
                 yield BraillePlot("loss", zero_based=False, id="loss")
-        yield Log(id="log", max_lines=500, highlight=False)
+        yield TailLog(max_lines=500, id="log")
         yield FittingFooter()
 
     def on_mount(self) -> None:
@@ -294,11 +296,8 @@ class RunScreen(Screen[None]):
         if new <= 0:
             return
         lines = [clean_line(x) for x in list(feed.log)[-min(new, len(feed.log)) :]]
-        log = self.query_one(Log)
-        follow = self._log_shown == 0 or log.is_vertical_scroll_end
-        log.write_lines(lines, scroll_end=False)
-        if follow:  # after the layout: lines written before the log has its size would leave it short of the end
-            log.call_after_refresh(log.scroll_end, animate=False)
+        log = self.query_one(TailLog)
+        log.write_lines(lines, follow=self._log_shown == 0 or log.at_end)
         self._log_shown = feed.log_total
 
     def show_output_tail(self) -> None:
@@ -309,9 +308,8 @@ class RunScreen(Screen[None]):
             return
         tail = text.splitlines()[-20:]
         if tail:
-            log = self.query_one(Log)
-            log.write_lines([f"--- last lines of {runs.LOG_FILE}:", *(clean_line(x) for x in tail)], scroll_end=False)
-            log.call_after_refresh(log.scroll_end, animate=False)
+            log = self.query_one(TailLog)
+            log.write_lines([f"--- last lines of {runs.LOG_FILE}:", *(clean_line(x) for x in tail)], follow=True)
 
     # ---- actions
 

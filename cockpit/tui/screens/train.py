@@ -20,7 +20,7 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Header, Log
+from textual.widgets import Header
 
 from ... import runs
 from .. import format as fm
@@ -33,6 +33,7 @@ from ..widgets.footer import FittingFooter
 from ..widgets.keyed import put_row
 from ..widgets.plot import BraillePlot, Line
 from ..widgets.table import CursorTable
+from ..widgets.tail import TailLog
 from ..widgets.text import TextBox
 from .run import RunScreen, _mib_label
 
@@ -59,7 +60,7 @@ class TrainRunScreen(RunScreen):
             with Vertical(id="charts"):
                 yield BraillePlot("loss", zero_based=False, id="loss")
                 yield BraillePlot("memory", fmt=_mib_label, id="mem")
-        yield Log(id="log", max_lines=500, highlight=False)
+        yield TailLog(max_lines=500, id="log")
         yield FittingFooter()
 
     def attach(self) -> None:
