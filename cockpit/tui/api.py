@@ -33,7 +33,8 @@ class Launcher(Protocol):
 class Timing:
     """How often things are read. Tests shorten them; nothing here reads a clock."""
 
-    events_s: float = 0.1  # drain new events, redraw what changed
+    events_s: float = 0.1  # drain new events, redraw what changed, while a run's own screen is shown
+    overview_s: float = 0.5  # the same while only the campaign's overview is (state and progress; never faster)
     runs_s: float = 2.0  # re-derive run statuses from their folders
     notebook_s: float = 1.0  # has campaign.toml changed on disk?
     device_s: float = 1.0  # NVML reading
@@ -60,6 +61,7 @@ class Cockpit(Protocol):
     def editable(self) -> bool: ...
 
     def need_notebook(self, what: str) -> bool: ...
+    def hidden(self, screen: Any) -> bool: ...  # under an opaque screen: out of every frame (stack.StackApp)
     def saved(self, saved: Saved) -> None: ...
     def reload_notebook(self, external: bool = False) -> None: ...
     def run_kind(self, run_id: str) -> str: ...

@@ -15,6 +15,7 @@ outlive the app (``processes``: the launcher, and what is said on quitting).
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 from textual import on
 from textual.app import App
 from textual.binding import Binding
+from textual.screen import ModalScreen
 from textual.worker import Worker, WorkerState
 
 from .. import notebook as nbm
@@ -90,6 +92,7 @@ class CockpitApp(ToastApp):
         self.feeds = Feeds(self.campaign_dir, self._feed_worker, self.post_message)
         self.series = SeriesDriver(self, self.notebook_path, self.launcher.start, self.timing.series_s)
         self.quit_summary = ""  # what keeps running, printed after the app exits
+        self._overview_due = 0.0  # when the overview next reads the running runs' events (time.monotonic)
 
     # ---- the notebook on disk
 
@@ -213,10 +216,22 @@ class CockpitApp(ToastApp):
         self._tell_feeds({message.run_id: {ALL}})
 
     def _poll_feeds(self) -> None:
+        now = time.monotonic()
+        if not self._shows_a_live_run():
+            if now < self._overview_due:
+                return  # the overview shows states and progress: a few readings a second are plenty
+            self._overview_due = now + max(self.timing.overview_s, self.timing.events_s)
         keep = {rid for s in self.screen_stack if isinstance(rid := getattr(s, "run_id", None), str)}
         changed = self.feeds.poll(keep)
         if changed:
             self._tell_feeds(changed)
+
+    def _shows_a_live_run(self) -> bool:
+        """Whether the screen in view (under any dialog) follows one run live: its memory, gates and log."""
+        for screen in reversed(self.screen_stack):
+            if not isinstance(screen, ModalScreen):
+                return bool(getattr(screen, "follows_live", False))
+        return False
 
     def _tell_feeds(self, changed: dict[str, set[str]]) -> None:
         """Each screen hears of the runs it follows (``wants_feed``), and of nothing else."""

@@ -12,6 +12,8 @@ Here a screen under an opaque top screen is not in the background: it is
 hidden, updates only its own state, and is laid out and repainted once when it
 is shown again (Textual's screen resume). Under a dialog (a modal screen with
 a translucent background) the screens below stay visible, as Textual has them.
+:meth:`StackApp.hidden` tells a screen whether it is out of view, so that it can
+leave its periodic work (rescans, live rows) until it is shown again.
 """
 
 from __future__ import annotations
@@ -27,3 +29,7 @@ class StackApp(App[None]):
         if stack and stack[-1].styles.background.a == 1:
             return []  # nothing shows through an opaque screen
         return App._background_screens.fget(self)  # type: ignore[attr-defined]
+
+    def hidden(self, screen: Screen) -> bool:
+        """Whether ``screen`` is out of every frame now: in the stack under an opaque screen (or not shown)."""
+        return screen is not self.screen and screen not in self._background_screens

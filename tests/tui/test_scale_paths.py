@@ -15,6 +15,7 @@ import json
 import math
 import random
 import shutil
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from cockpit import runs
 from cockpit.compare import TrainRun, _flat
 from cockpit.tui import comparetables
 from cockpit.tui import comparison as cmp
+from cockpit.tui.api import Timing
 from cockpit.tui.runcache import Listing, RunCache
 from cockpit.tui.runtable import scan_one
 from cockpit.tui.screens.campaign import CampaignScreen
@@ -139,6 +141,47 @@ async def test_a_screen_under_an_opaque_screen_is_hidden_and_caught_up_when_show
         await until(pilot, lambda: type(app.screen).__name__ == "HelpScreen")
         if app.screen.styles.background.a < 1:
             assert campaign in app._background_screens
+
+
+async def test_a_hidden_campaign_screen_leaves_its_rescans_until_shown_and_reads_fewer_events(make_app, monkeypatch):
+    # Under a run's screen the campaign screen neither reads the run folders every runs_s nor redraws
+    # its live rows; shown again, it reads them at once. The app reads the running runs' events every
+    # events_s only while a run's own screen is in view, every overview_s otherwise.
+    app = make_app(timing=Timing(events_s=0.05, overview_s=0.5, runs_s=0.3, notebook_s=0.2, device_s=0.5))
+    scans, polls = [], []
+    original_scan = CampaignScreen.load_states
+
+    def counting_scan(self):
+        scans.append(time.monotonic())
+        return original_scan(self)
+
+    monkeypatch.setattr(CampaignScreen, "load_states", counting_scan)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "r0011" in screen_text(app), what="the runs table")
+        original_poll = app.feeds.poll
+
+        def counting_poll(*args, **kwargs):
+            polls.append(time.monotonic())
+            return original_poll(*args, **kwargs)
+
+        monkeypatch.setattr(app.feeds, "poll", counting_poll)
+        await until(pilot, lambda: len(scans) >= 3, what="rescans every runs_s while shown")
+        polls.clear()
+        await pilot.pause(1.2)
+        assert 1 <= len(polls) <= 4, f"{len(polls)} readings of the events in 1.2 s on the overview"
+        campaign = app.screen
+        app.push_screen(RunScreen("r0001"))
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and "r0001" in screen_text(app))
+        await pilot.pause(0.5)  # a scan under way when the screen was pushed ends
+        scans.clear()
+        polls.clear()
+        await pilot.pause(1.2)
+        assert scans == [], f"{len(scans)} rescans while hidden"
+        assert app.hidden(campaign)
+        assert len(polls) >= 8, f"only {len(polls)} readings of the events in 1.2 s on a run's own screen"
+        await pilot.press("escape")
+        await until(pilot, lambda: len(scans) >= 1, what="a rescan as soon as the campaign screen is shown")
+        assert not app.hidden(campaign)
 
 
 # ---------------------------------------------------------------- listing and verification

@@ -91,6 +91,7 @@ class CampaignScreen(Screen[None]):
         self._scanning = False  # a reading of the run folders is under way
         self._scan_again = False  # ... and another was asked for meanwhile
         self._next_scan: Timer | None = None
+        self._scan_when_shown = False  # a rescan fell due while hidden under a run's screen
         self._listing: Listing | None = None  # the run folders, listed again when runs/ changes
         self._verify_from = 0
         self._ahead_at = float("-inf")
@@ -233,7 +234,16 @@ class CampaignScreen(Screen[None]):
 
     def _rescan(self) -> None:
         self._next_scan = None
+        if app_of(self).hidden(self):  # under a run's screen: read again when shown (on_screen_resume)
+            self._scan_when_shown = True
+            return
         self.load_states()
+
+    def on_screen_resume(self) -> None:
+        if self._scan_when_shown:
+            self._scan_when_shown = False
+            self.load_states()
+        self.refresh_live()
 
     @on(FeedsChanged)
     def feeds_changed(self, message: FeedsChanged) -> None:
@@ -249,7 +259,10 @@ class CampaignScreen(Screen[None]):
         Only their rows are redrawn; the table is rebuilt only when a run ended (its status may
         move it in a sorted or filtered table).
         """
-        feeds = app_of(self).feeds
+        app = app_of(self)
+        if app.hidden(self):
+            return  # the rows marked dirty are redrawn when the screen is shown again (on_screen_resume)
+        feeds = app.feeds
         changed: list[str] = []
         ended = False
         for rid in list(self._live_dirty):
