@@ -22,6 +22,7 @@ from pathlib import Path
 from rich.console import Console, Group
 from rich.text import Text
 from textual.app import App
+from textual.screen import Screen
 from textual.widgets import DataTable
 
 from cockpit import notebook as nbm
@@ -32,11 +33,13 @@ from cockpit.tui import comparison as cmp
 from cockpit.tui.api import Timing
 from cockpit.tui.runcache import Listing, RunCache
 from cockpit.tui.runtable import scan_one
-from cockpit.tui.screens.campaign import CampaignScreen
+from cockpit.tui.screens.campaign import FIRST_ROWS, CampaignScreen
 from cockpit.tui.screens.run import RunScreen
 from cockpit.tui.widgets.footer import FittingFooter
 from cockpit.tui.widgets.keyed import put_row
 from cockpit.tui.widgets.plot import BraillePlot, Line, Mark, _column_max, render_plot
+from cockpit.tui.widgets.table import CursorTable
+from tests.tui import scenarios
 from tests.tui.support import screen_text
 from tests.tui.test_screens import until
 
@@ -182,6 +185,45 @@ async def test_a_hidden_campaign_screen_leaves_its_rescans_until_shown_and_reads
         await pilot.press("escape")
         await until(pilot, lambda: len(scans) >= 1, what="a rescan as soon as the campaign screen is shown")
         assert not app.hidden(campaign)
+
+
+async def test_a_long_runs_table_shows_a_screenful_in_its_first_frame_then_every_run_in_order(
+    make_app, recorded: Path, monkeypatch
+):
+    # The first frame waits for every row added; past FIRST_ROWS the rest come just after it, at the
+    # end of the table. A run added later is added too, not a reason to build the table again.
+    scenarios.add_series(recorded, 189)  # 200 runs, a notebook read whole before the first frame
+    first: list[int] = []
+    original_refresh = Screen._compositor_refresh
+
+    def noting(self):
+        original_refresh(self)
+        if isinstance(self, CampaignScreen) and not first:
+            first.append(self.query_one("#runs", CursorTable).row_count)
+
+    monkeypatch.setattr(Screen, "_compositor_refresh", noting)
+    clears = []
+    original_clear = CursorTable.clear
+
+    def counting_clear(self, *args, **kwargs):
+        clears.append(1)
+        return original_clear(self, *args, **kwargs)
+
+    monkeypatch.setattr(CursorTable, "clear", counting_clear)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: bool(first), what="the first frame")
+        assert first[0] == FIRST_ROWS, f"the first frame had {first[0]} rows"
+        table = app.screen.query_one("#runs", CursorTable)
+        await until(pilot, lambda: table.row_count == 200, what="every run in the table")
+        ids = [row.key.value for row in table.ordered_rows]
+        assert ids == sorted(ids, key=runs.order_key), "the rows after the first screenful are out of order"
+        assert "runs (200)" in screen_text(app)
+        clears.clear()
+        rid, _ = runs.create_run(recorded, "lr1e-4", 99)
+        await until(pilot, lambda: table.row_count == 201, what=f"{rid} added")
+        assert [row.key.value for row in table.ordered_rows][-1] == rid
+        assert clears == [], "the table was built again for a run added at its end"
 
 
 # ---------------------------------------------------------------- listing and verification

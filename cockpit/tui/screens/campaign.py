@@ -51,6 +51,7 @@ SCAN_BATCH_S = 0.5  # a scan of the run folders hands over what it read this oft
 LIVE_S = 1.0  # a running run's row and the detail line are redrawn at most this often
 AHEAD_S = 30.0  # the comparison is read ahead at most this often, and only after the runs changed
 VERIFY_PER_SCAN = 100  # finished runs whose files a scan looks at again (all of them in a smaller campaign)
+FIRST_ROWS = 150  # rows in the first frame (more than any terminal shows): the others come right after it
 
 
 class CampaignScreen(Screen[None]):
@@ -335,11 +336,17 @@ class CampaignScreen(Screen[None]):
         )
         if self.sort_by != "run" or self.sort_reverse:
             visible.sort(key=sort_key(self.sort_by), reverse=self.sort_reverse)
+        if not self._order and len(visible) > FIRST_ROWS:
+            # The first frame waits for every row added (the table measures each cell): a screenful
+            # now, the other rows at the end of the table just after it is painted.
+            visible = visible[:FIRST_ROWS]
+            self.call_after_refresh(self.show_runs)
         order = [v.id for v in visible]
         columns = [key for key, _, _ in RUN_COLUMNS]
         with self.app.batch_update():
-            if order != self._order[: len(order)] or len(order) < len(self._order):
-                # The set or the order of rows changed (a filter, a sort): rebuild, keeping the cursor's run.
+            if order[: len(self._order)] != self._order:
+                # The rows shown are not the start of the new order (a filter, a sort, a run gone):
+                # rebuild, keeping the cursor's run. New runs at the end are only added.
                 keep = table.cursor_key()
                 table.clear()
                 self._shown = {}
