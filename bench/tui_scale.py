@@ -12,16 +12,25 @@ Each is opened in a fresh interpreter, headless at 120x40, and timed from the
 process start:
 
 - first paint: the campaign screen on screen with its runs table filled (from
-  the notebook) or, for the huge notebook, the question shown;
+  the notebook) or, for the huge notebook, the question shown. Timed
+  ``--paint-repeat`` times, interleaved with a bare Textual app (header, a
+  40-row table, footer) and with the 11-run fixture, since a shared machine's
+  speed changes from one process to the next: the median, and the median of
+  each round's ratios;
 - states: every run's status read from its folder;
 - compare: from pressing C (once the states are read) until the quality table
   is on screen, and then l until the curves are drawn;
 - for the huge notebook, when the whole file has been read in the background.
 
 Targets (issue 15): first paint under 0.3 s and compare under 0.5 s with 1,000
-runs. ``--code DIR`` measures another checkout (before/after).
+runs. The 0.3 s was set where the 11-run fixture painted in 0.27 s; on a machine
+where a bare Textual app alone needs about that, the side-by-side form of it is
+printed too: 1,000 runs paint within 0.3 / 0.27 = 1.11x of the 11-run paint.
+Cockpit's bytecode is compiled first, as ``setup.sh`` leaves it.
+``--code DIR`` measures another checkout (before/after).
 
-Run: ``.venv/bin/python bench/tui_scale.py [--runs 1000] [--decisions 200000] [--code DIR]``.
+Run: ``.venv/bin/python bench/tui_scale.py [--runs 1000] [--decisions 200000] [--paint-repeat 9] [--repeat 3]
+[--code DIR]``.
 """
 
 from __future__ import annotations
@@ -40,6 +49,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "tui" / "fixtures" / "demo"
 PAINT_TARGET_S = 0.3
+# The 0.3 s target was set where the recorded campaign painted in 0.27 s: a thousand runs may cost 0.3 / 0.27 of it.
+SCALE_TARGET = 0.3 / 0.27
 COMPARE_TARGET_S = 0.5
 
 CHILD = r"""
@@ -114,7 +125,9 @@ async def main():
     app = CockpitApp(campaign, device_source=StaticDeviceSource(), watch=False)
     res = {"import_s": t_import}
     async with app.run_test(size=(120, 40)) as pilot:
-        if mode == "runs":
+        if mode == "paint":
+            res["paint_s"] = await until(pilot, shows(app, first_id), frame=True)
+        elif mode == "runs":
             res["paint_s"] = await until(pilot, shows(app, first_id), frame=True)
             res["states_s"] = await until(pilot, lambda: len(app.screen.states) >= int(sys.argv[4]))
             await pilot.pause(0.5)
@@ -261,7 +274,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--decisions", type=int, default=200_000)
     parser.add_argument("--code", help="a checkout of Cockpit to measure instead of this one")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of the whole sequence (states, compare)")
+    parser.add_argument("--paint-repeat", type=int, default=9, help="first paints of each app, interleaved")
     args = parser.parse_args()
     print(
         f"TUI at scale ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})"
@@ -276,28 +290,43 @@ def main() -> None:
         small = Path(tempfile.mkdtemp(prefix="cockpit-bench-small-")) / "demo"
         shutil.copytree(FIXTURE, small)
         n_small = len([p for p in (small / "runs").iterdir() if (p / "run.toml").is_file()])
-        results, floors, smalls = [], [], []
-        for _ in range(args.repeat):  # interleaved, so a busy moment hits all three alike
-            floors.append(child(None, "floor", "", "", args.code))
-            smalls.append(child(small, "runs", "r0001", str(n_small), args.code))
-            results.append(child(campaign, "runs", "r0001", str(args.runs), args.code))
-        shutil.rmtree(small.parent, ignore_errors=True)
 
         def median(rs: list[dict]) -> dict:
             return {k: sorted(r[k] for r in rs)[len(rs) // 2] for k in rs[0]}
 
-        best, floor, few = median(results), median(floors), median(smalls)
-        print(f"{args.runs} runs (median of {args.repeat}), seconds from process start to the frame that shows it:")
+        # First paints alone, many times: each is a second's work, and a shared machine's speed changes from
+        # one process to the next. Interleaved, so a slow moment hits all three alike.
+        paints: dict[str, list[dict]] = {"floor": [], "small": [], "big": []}
+        for _ in range(args.paint_repeat):
+            paints["floor"].append(child(None, "floor", "", "", args.code))
+            paints["small"].append(child(small, "paint", "r0001", "", args.code))
+            paints["big"].append(child(campaign, "paint", "r0001", "", args.code))
+        results, smalls = [], []
+        for _ in range(args.repeat):
+            smalls.append(child(small, "runs", "r0001", str(n_small), args.code))
+            results.append(child(campaign, "runs", "r0001", str(args.runs), args.code))
+        shutil.rmtree(small.parent, ignore_errors=True)
+
+        best, few = median(results), median(smalls)
+        floor, paint_few, paint = median(paints["floor"]), median(paints["small"]), median(paints["big"])
+        ratio_few = sorted(b["paint_s"] / s["paint_s"] for b, s in zip(paints["big"], paints["small"], strict=True))
+        ratio_floor = sorted(b["paint_s"] / f["paint_s"] for b, f in zip(paints["big"], paints["floor"], strict=True))
+        mid = len(ratio_few) // 2
+        print(f"{args.runs} runs, seconds from process start to the frame that shows it:")
         print(
-            f"  first paint (runs table filled): {best['paint_s']:.3f} s "
-            f"(of which importing the app {best['import_s']:.3f} s) {verdict(best['paint_s'], PAINT_TARGET_S)}"
+            f"  first paint (runs table filled), median of {args.paint_repeat}: {paint['paint_s']:.3f} s "
+            f"(of which importing the app {paint['import_s']:.3f} s) {verdict(paint['paint_s'], PAINT_TARGET_S)}"
         )
         print(
-            f"  side by side: a bare Textual app with a 40-row table {floor['paint_s']:.3f} s "
-            f"(import {floor['import_s']:.3f} s); Cockpit with the fixture's {n_small} runs {few['paint_s']:.3f} s; "
-            f"with {args.runs} runs {best['paint_s'] / few['paint_s']:.2f}x the {n_small}-run paint, "
-            f"{best['paint_s'] / floor['paint_s']:.2f}x the bare app's"
+            f"  side by side, same rounds: a bare Textual app with a 40-row table {floor['paint_s']:.3f} s "
+            f"(import {floor['import_s']:.3f} s); Cockpit with the fixture's {n_small} runs {paint_few['paint_s']:.3f} s"
         )
+        print(
+            f"  {args.runs} runs paint in {ratio_few[mid]:.2f}x the {n_small}-run paint (median of the rounds' ratios; "
+            f"target <= {SCALE_TARGET:.2f}x: {'met' if ratio_few[mid] <= SCALE_TARGET else 'NOT met'}), "
+            f"{ratio_floor[mid]:.2f}x the bare app's"
+        )
+        print(f"(the next lines: median of {args.repeat})")
         print(f"  every run's status read from its folder: {best['states_s']:.2f} s")
         print(
             f"  compare (C to the quality table): {best['compare_s']:.3f} s {verdict(best['compare_s'], COMPARE_TARGET_S)}"
