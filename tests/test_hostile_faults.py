@@ -267,6 +267,42 @@ def test_sigterm_right_after_the_run_process_starts_is_a_stop(tmp_path: Path) ->
     assert (trials, clean) == (6, 6)
 
 
+# Installed in the run process through PYTHONPATH: SIGTERM arrives while numpy's C extension is
+# loading a module (found on a CI run, 0.3 s after the start: the stop became a crash, exit 1,
+# "ImportError: cannot load module more than once per process").
+SIGTERM_INSIDE_NUMPY = """
+import importlib.abc, os, signal, sys
+
+
+class _StopInsideNumpy(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "numpy.exceptions":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return None
+
+
+sys.meta_path.insert(0, _StopInsideNumpy())
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_while_torch_loads_its_c_extensions_is_a_stop(tmp_path: Path) -> None:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SIGTERM_INSIDE_NUMPY)
+    camp = make_campaign(tmp_path)
+    rid, rdir = runs.create_run(camp)
+    root = Path(__file__).resolve().parents[1]
+    pid = launch.start(rdir, env={"OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(hook), str(root)])})
+    code = launch._children[pid].wait(timeout=120)
+    st = runs.state(rdir)
+    log = (rdir / "output.log").read_text()[-2000:]
+    assert (code, st.status) == (7, "stopped"), (code, st.status, log)
+    assert st.run_end is not None and "before the run started" in st.run_end["stop_reason"], st.run_end
+    assert nbm.load(camp).run(rid).status == "stopped"
+
+
 @pytest.mark.slow
 def test_a_series_sequencer_stopped_by_sigterm_lists_the_runs_it_did_not_start(tmp_path: Path) -> None:
     from tests.test_series import tiny_campaign

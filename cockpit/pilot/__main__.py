@@ -68,11 +68,16 @@ def _end(rdir: Path, rank: int) -> None:
 
 def run(rdir: Path, rank: int, world: int, resume: bool = False) -> int:
     """Run the process of a run folder (pilot, training or probe, by its run.toml); record its row at the end."""
-    from .pilot import PilotRun
-    from .process import RunProcess, outcome_of
-    from .training import TrainingRun
-
     kind = runs.read_run_toml(rdir)["run"].get("kind", "pilot")
+    with signals.held():  # torch and numpy load C extensions, which a stop must not break: it waits for them
+        from .pilot import PilotRun
+        from .process import RunProcess, outcome_of
+        from .training import TrainingRun
+
+        if kind == "probe":
+            from ..probe.runner import ProbeRun
+        if world > 1:
+            import torch.distributed  # noqa: F401 - loaded here, under the hold, before dist.init uses it
     # Room for the last word: if the disk fills, giving it back lets the run write its end and its row.
     fsutil.reserve(rdir / f".disk-reserve-{rank}.tmp")
     # Every rank appends whole lines to the same file (one write per event, O_APPEND).
@@ -87,8 +92,6 @@ def run(rdir: Path, rank: int, world: int, resume: bool = False) -> int:
         if kind == "pilot":
             proc = PilotRun(rdir, writer, rank, world)
         elif kind == "probe":
-            from ..probe.runner import ProbeRun
-
             proc = ProbeRun(rdir, writer, rank, world)
         else:
             proc = TrainingRun(rdir, writer, rank, world, resume=resume)
