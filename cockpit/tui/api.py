@@ -33,8 +33,9 @@ class Launcher(Protocol):
 class Timing:
     """How often things are read. Tests shorten them; nothing here reads a clock."""
 
-    events_s: float = 0.1  # drain new events, redraw what changed, while a run's own screen is shown
-    overview_s: float = 0.5  # the same while only the campaign's overview is (state and progress; never faster)
+    events_s: float = 0.08  # drain new events, redraw what changed, while a run's own screen shows them coming fast
+    quiet_s: float = 0.2  # the same while they come slowly (a few lines a reading; never faster than events_s)
+    overview_s: float = 0.5  # the same while only the campaign's overview is in view (state and progress)
     runs_s: float = 2.0  # re-derive run statuses from their folders
     notebook_s: float = 1.0  # has campaign.toml changed on disk?
     device_s: float = 1.0  # NVML reading

@@ -53,6 +53,9 @@ def _commands() -> type[Provider]:
     return CockpitCommands
 
 
+BUSY_LINES = 50  # events a reading found that make the next come a tick later, not quiet_s later
+
+
 class CockpitApp(ToastApp):
     CSS_PATH = Path(__file__).parent / "cockpit.tcss"  # absolute: subclasses elsewhere keep it
     TITLE = "Cockpit"
@@ -92,7 +95,7 @@ class CockpitApp(ToastApp):
         self.feeds = Feeds(self.campaign_dir, self._feed_worker, self.post_message)
         self.series = SeriesDriver(self, self.notebook_path, self.launcher.start, self.timing.series_s)
         self.quit_summary = ""  # what keeps running, printed after the app exits
-        self._overview_due = 0.0  # when the overview next reads the running runs' events (time.monotonic)
+        self._poll_due = 0.0  # when the runs' events are next read (time.monotonic; the timer ticks every events_s)
 
     # ---- the notebook on disk
 
@@ -216,15 +219,23 @@ class CockpitApp(ToastApp):
         self._tell_feeds({message.run_id: {ALL}})
 
     def _poll_feeds(self) -> None:
+        """Read the runs' new events: every tick while a run's own screen shows them pouring in, less often
+        while they trickle (a pilot's 20 samples a second) or while only the overview is in view."""
         now = time.monotonic()
-        if not self._shows_a_live_run():
-            if now < self._overview_due:
-                return  # the overview shows states and progress: a few readings a second are plenty
-            self._overview_due = now + max(self.timing.overview_s, self.timing.events_s)
+        if now < self._poll_due:
+            return
         keep = {rid for s in self.screen_stack if isinstance(rid := getattr(s, "run_id", None), str)}
         changed = self.feeds.poll(keep)
         if changed:
             self._tell_feeds(changed)
+        timing = self.timing
+        if not self._shows_a_live_run():
+            every = timing.overview_s
+        elif self.feeds.behind or self.feeds.last_lines >= BUSY_LINES:
+            every = timing.events_s
+        else:
+            every = timing.quiet_s
+        self._poll_due = now + max(every, timing.events_s) - timing.events_s / 2  # half a tick: timers jitter
 
     def _shows_a_live_run(self) -> bool:
         """Whether the screen in view (under any dialog) follows one run live: its memory, gates and log."""
@@ -289,6 +300,7 @@ class CockpitApp(ToastApp):
             return "pilot"
 
     def open_run(self, run_id: str) -> None:
+        self._poll_due = 0.0  # its events at the next tick, not at the overview's next reading
         if self.run_kind(run_id) == "train":
             from .screens.train import TrainRunScreen
 

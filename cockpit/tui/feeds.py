@@ -46,6 +46,8 @@ class Feeds:
         self.budget_s = budget_s
         self.keep_finished = keep_finished
         self._feeds: OrderedDict[str, RunFeed] = OrderedDict()
+        self.last_lines = 0  # lines the last poll read, all feeds together
+        self.behind = False  # whether the last poll left bytes unread (its budget ran out)
         self._loading: set[str] = set()
 
     def __contains__(self, run_id: str) -> bool:
@@ -89,15 +91,20 @@ class Feeds:
         """Read new events of every feed within the shared budget; run id -> what changed."""
         changed: dict[str, set[str]] = {}
         deadline = time.perf_counter() + self.budget_s
+        self.last_lines, self.behind = 0, False
         for run_id, feed in list(self._feeds.items()):
             left = deadline - time.perf_counter()
             if left <= 0:
+                self.behind = True
                 break  # the others are read at the next tick (the oldest first: they move to the end)
             budget, feed.budget_s = feed.budget_s, left
+            before = feed.lines_read
             try:
                 dirty = feed.poll()
             finally:
                 feed.budget_s = budget
+            self.last_lines += feed.lines_read - before
+            self.behind = self.behind or feed.behind_bytes > 0
             if dirty:
                 changed[run_id] = dirty
                 self._feeds.move_to_end(run_id)

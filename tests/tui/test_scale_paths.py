@@ -150,7 +150,7 @@ async def test_a_hidden_campaign_screen_leaves_its_rescans_until_shown_and_reads
     # Under a run's screen the campaign screen neither reads the run folders every runs_s nor redraws
     # its live rows; shown again, it reads them at once. The app reads the running runs' events every
     # events_s only while a run's own screen is in view, every overview_s otherwise.
-    app = make_app(timing=Timing(events_s=0.05, overview_s=0.5, runs_s=0.3, notebook_s=0.2, device_s=0.5))
+    app = make_app(timing=Timing(events_s=0.05, quiet_s=0.05, overview_s=0.5, runs_s=0.3, notebook_s=0.2, device_s=0.5))
     scans, polls = [], []
     original_scan = CampaignScreen.load_states
 
@@ -185,6 +185,35 @@ async def test_a_hidden_campaign_screen_leaves_its_rescans_until_shown_and_reads
         await pilot.press("escape")
         await until(pilot, lambda: len(scans) >= 1, what="a rescan as soon as the campaign screen is shown")
         assert not app.hidden(campaign)
+
+
+async def test_a_run_screen_reads_every_tick_while_events_pour_in_and_less_often_while_they_trickle(make_app):
+    app = make_app(timing=Timing(events_s=0.05, quiet_s=0.3, overview_s=0.5, runs_s=0.5, notebook_s=0.2, device_s=0.5))
+    polls: list[float] = []
+    pouring = [False]
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "r0011" in screen_text(app), what="the runs table")
+        original_poll = app.feeds.poll
+
+        def counting_poll(*args, **kwargs):
+            polls.append(time.monotonic())
+            changed = original_poll(*args, **kwargs)
+            if pouring[0]:
+                app.feeds.last_lines = 10_000  # as a pilot logging 10,000 events a second reads
+            return changed
+
+        app.feeds.poll = counting_poll  # type: ignore[method-assign]
+        app.open_run("r0001")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and "r0001" in screen_text(app))
+        await pilot.pause(0.4)
+        polls.clear()
+        await pilot.pause(2.0)
+        assert 3 <= len(polls) <= 9, f"{len(polls)} readings in 2 s of a quiet run (one each 0.3 s)"
+        pouring[0] = True
+        await pilot.pause(0.4)
+        polls.clear()
+        await pilot.pause(2.0)
+        assert len(polls) >= 16, f"only {len(polls)} readings in 2 s while events pour in (one each 0.05 s)"
 
 
 async def test_a_long_runs_table_shows_a_screenful_in_its_first_frame_then_every_run_in_order(
