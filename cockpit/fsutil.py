@@ -15,15 +15,11 @@ import contextlib
 import errno
 import hashlib
 import os
-import signal
 import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
-
-_STOPS = {signal.SIGTERM, signal.SIGINT}
-_MASKS = hasattr(signal, "pthread_sigmask")
 
 
 def temp_prefix(name: str) -> str:
@@ -34,18 +30,8 @@ def temp_prefix(name: str) -> str:
 def atomic_writer(path: Path | str, mode: int | None = None, sync_dir: bool = False) -> Iterator[IO[bytes]]:
     """Yield a binary file; on a clean exit it replaces ``path`` whole, else it vanishes."""
     path = Path(path)
-    # A stop (the run's SIGTERM handler raises) between the temporary's creation and the try that removes
-    # it would leave it behind: stops wait while it is made, and one that waited is raised inside the try.
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS) if _MASKS else None
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path.name), suffix=".tmp", dir=path.parent)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path.name), suffix=".tmp", dir=path.parent)
-    except BaseException:
-        if mask is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        raise
-    try:
-        if mask is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if mode is None:
             try:
                 mode = path.stat().st_mode & 0o7777
