@@ -77,6 +77,7 @@ class Verdict(str, enum.Enum):
     WARN = "warn"
     FAIL = "fail"
     SKIPPED = "skipped"
+    NA = "n/a"  # every check of the gate ran into a precondition that does not hold: measured nothing, passed nothing
 
 
 class Status(str, enum.Enum):

@@ -41,6 +41,14 @@ class Gate:
     def fail(self, name: str, detail: str) -> None:
         self.check(name, False, detail)
 
+    def not_applicable(self, name: str, why: str) -> None:
+        """Record a check whose precondition does not hold here: it measured nothing, so it neither passes nor fails.
+
+        ``why`` names the precondition and what this task has instead (shown in the gate's detail and in
+        ``--json``). A gate whose checks are all not applicable has the verdict ``n/a``, never ``pass``.
+        """
+        self.checks.append({"name": name, "ok": True, "na": True, "detail": f"not applicable: {why}"})
+
     def failed(self, name: str) -> bool:
         return any(c["name"] == name and not c["ok"] for c in self.checks)
 
@@ -52,6 +60,8 @@ class Gate:
             return ev.Verdict.FAIL
         if any(not c["ok"] for c in self.checks):
             return ev.Verdict.WARN
+        if self.checks and all(c.get("na") for c in self.checks):
+            return ev.Verdict.NA
         return ev.Verdict.PASS
 
     def failures(self) -> list[dict[str, Any]]:

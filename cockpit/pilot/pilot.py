@@ -206,7 +206,7 @@ def run_phase(ctx: Context, phase: Phase) -> tuple[Gate, PhaseEnded | None]:
     peak = runs.mem_peak(mem)[0]
     level = (
         "info"
-        if verdict in (ev.Verdict.PASS, ev.Verdict.SKIPPED)
+        if verdict in (ev.Verdict.PASS, ev.Verdict.SKIPPED, ev.Verdict.NA)
         else ("warning" if verdict == ev.Verdict.WARN else "error")
     )
     ctx.log(

@@ -28,7 +28,7 @@ class Saved:
 
 def _changed(where: Path, what: str, seen: Any, now: Any, mine: Any) -> nbm.ConflictError:
     return nbm.ConflictError(
-        f"{where}: {what} changed on disk while you edited it (you saw {seen!r}, the file now says "
+        f"{where.name}: {what} changed on disk while you edited it (you saw {seen!r}, the file now says "
         f"{now!r}). Nothing was saved; your text was {mine!r}. The notebook is reloaded: edit it again."
     )
 

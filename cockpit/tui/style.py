@@ -32,11 +32,11 @@ STATUS_STYLE = {
 BAD_STATUSES = frozenset({"failed", "diverged", "oom", "error", "crashed", "unreadable"})
 
 # A gate's verdict (cockpit.events.Verdict) and the word shown for it.
-VERDICT_STYLE = {"pass": "bold green", "warn": "bold yellow", "fail": "bold red", "skipped": "dim"}
-VERDICT_WORD = {"pass": "pass", "warn": "warn", "fail": "fail", "skipped": "skipped"}
+VERDICT_STYLE = {"pass": "bold green", "warn": "bold yellow", "fail": "bold red", "skipped": "dim", "n/a": "dim"}
+VERDICT_WORD = {"pass": "pass", "warn": "warn", "fail": "fail", "skipped": "skipped", "n/a": "n/a"}
 
 # One check of a gate: its result in the CLI's words.
-CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
+CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "n/a": "dim"}
 
 # Other meanings
 RUNNING = "bold cyan"  # a phase or a run in progress
@@ -59,7 +59,10 @@ def verdict_text(verdict: str | None) -> Text:
 
 
 def check_result(check: dict[str, Any]) -> str:
-    """``pass``, ``warn`` or ``fail``: a check that did not hold is a warning when it is marked ``warn``."""
+    """``pass``, ``warn``, ``fail`` or ``n/a``: a check that did not hold is a warning when it is marked ``warn``;
+    one whose precondition did not hold measured nothing (``na``)."""
+    if check.get("na"):
+        return "n/a"
     if check.get("ok"):
         return "pass"
     return "warn" if check.get("warn") else "fail"
