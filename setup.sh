@@ -57,9 +57,38 @@ pip() { "$VENV/bin/python" -m pip "$@" >>"$LOG" 2>&1; }
 # Python still checks each file's time stamp, so an edited module is compiled afresh and never run stale.
 compile_bytecode() { "$VENV/bin/python" -m compileall -q cockpit >>"$LOG" 2>&1 || echo "setup.sh: could not compile cockpit's bytecode (see $LOG); it starts a little slower."; }
 
+# Packages whose compiled parts must match torch's: imported one by one in a fresh interpreter.
+TORCH_COMPILED=(torchvision torchaudio torchtext)
+removed="$VENV/cockpit-removed.txt"
+check_loads() {
+  : >"$removed"
+  local name why
+  for name in "${TORCH_COMPILED[@]}"; do
+    "$VENV/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$name') is None)" 2>/dev/null || continue
+    if ! why=$("$VENV/bin/python" -W ignore -c "import $name" 2>&1); then
+      why=$(printf '%s\n' "$why" | tail -n 1)
+      pip uninstall -y "$name" || fail "could not remove $name, which cannot load beside torch here ($why)."
+      echo "$name: $why" >>"$removed"
+    fi
+  done
+  if [[ -s "$removed" ]]; then
+    echo "setup.sh: removed what cannot load beside torch $("$VENV/bin/python" -W ignore -c 'import torch; print(torch.__version__)') (its build was made for another torch):"
+    sed 's/^/  /' "$removed"
+    echo "  Everything that needs it is left out; install a build that matches this torch to use it."
+  fi
+  if [[ "$mode" == test ]]; then
+    # the documented integrations and the shelf's model code, as the examples and the tests import them
+    "$VENV/bin/python" -W ignore -c 'import transformers, peft, lightning, accelerate
+from transformers import Trainer, LlamaConfig, T5ForConditionalGeneration, MixtralForCausalLM, CLIPModel' >>"$LOG" 2>&1 \
+      || fail "transformers, PEFT or Lightning does not import in $VENV (see the traceback below)."
+  fi
+}
+
 stamp="$VENV/.cockpit-setup"
-want="$mode $(sha256sum pyproject.toml | cut -c1-64)"
-base=" $(sha256sum pyproject.toml | cut -c1-64)"
+# what the environment is made from: the project's requirements and this script's own steps
+made_from="$(cat pyproject.toml "${BASH_SOURCE[0]}" | sha256sum | cut -c1-64)"
+want="$mode $made_from"
+base=" $made_from"
 if [[ -f "$stamp" ]] && "$VENV/bin/python" -c 'import cockpit, torch' >/dev/null 2>&1 \
   && { grep -qxF "$want" "$stamp" || { [[ -z "$mode" ]] && grep -qxF "test${base}" "$stamp"; }; }; then
   compile_bytecode
@@ -81,8 +110,14 @@ echo "setup.sh: installing cockpit${mode:+ with its test tools}"
 # Packages that depend on torch (torchvision, transformers) must be installed against the torch already here:
 # a constraints file pins it, so pip never replaces a CPU (or the user's own CUDA) build with another one.
 pins="$VENV/torch-constraints.txt"
-"$VENV/bin/python" -c 'import torch; print(f"torch=={torch.__version__}")' >"$pins"
+"$VENV/bin/python" -W ignore -c 'import torch; print(f"torch=={torch.__version__}")' >"$pins"
 pip install -q -c "$pins" -e "$extra" || fail "could not install cockpit from $(pwd) with pip install -e '$extra' (torch pinned to $(cat "$pins"))."
+
+# A package with compiled parts built against another torch (PyPI's torchvision beside a CPU torch: "operator
+# torchvision::nms does not exist") cannot load here, and transformers, PEFT and Lightning import it whenever it is
+# installed, so one broken package breaks them all. Each one that cannot load is removed, and said so: the rest then
+# import, and the tests run in exactly this environment (no test repairs a third-party package).
+check_loads
 
 "$VENV/bin/cockpit" --version >/dev/null 2>>"$LOG" || fail "cockpit was installed but does not start."
 compile_bytecode

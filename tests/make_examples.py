@@ -206,6 +206,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    import tests.shelf  # noqa: F401 - torchvision made importable before transformers imports it
-
     main()

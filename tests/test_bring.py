@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import torch
 
-import tests.shelf  # noqa: F401 - torchvision made importable before transformers imports it
 from cockpit.cli import main as cli
 from cockpit.integrations import training_args as ta
 from cockpit.pilot import checkpoint as ck
@@ -437,7 +436,7 @@ def test_example_task_files_need_no_path_setup() -> None:
         "t = load_task('task.py:task', Path('campaigns/lightning'))\n"
         "print(type(t).__name__, t.kind, t.label_names)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "sitefix")}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[:2] == ["Task", "classification"]

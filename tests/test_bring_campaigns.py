@@ -22,7 +22,6 @@ import pytest
 import tomli_w
 import torch
 
-import tests.shelf  # noqa: F401 - torchvision made importable before transformers imports it (archive --verify)
 from cockpit import archive as ar
 from cockpit import launch, runs
 from cockpit.cli import main as cli
@@ -30,7 +29,7 @@ from cockpit.cli import main as cli
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = {"hf-lora": "r8", "hf-classifier": "lr1e-3", "lightning": "h32"}
 TWIN = ROOT / "tests" / "bring" / "hf_lora_base_trainable.py"
-ENV = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "sitefix"), str(ROOT)])}
+ENV = {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 DEADLINE_S = 1200
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * DEADLINE_S)]

@@ -4,31 +4,9 @@
 """
 
 import argparse
-import sys
-import types
 
 import torch
-
-
-def _torchvision_beside_cpu_torch() -> None:
-    """CI pairs a CPU torch with PyPI's CUDA-built torchvision, which transformers imports when it is installed
-    and which then fails to register its compiled operators (tests/shelf/vision.py says more). A user's
-    matching install needs none of this; the training below is the script as a user writes it."""
-    try:
-        import torchvision  # noqa: F401
-    except RuntimeError as exc:
-        if "torchvision::" not in str(exc):
-            raise
-        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-            del sys.modules[name]
-        sys.modules["torchvision._meta_registrations"] = types.ModuleType("torchvision._meta_registrations")
-    except ImportError:
-        pass
-
-
-_torchvision_beside_cpu_torch()
-
-from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
 
 class Tokens(torch.utils.data.Dataset):

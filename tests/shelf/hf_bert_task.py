@@ -11,10 +11,6 @@ is left at BERT's default.
 
 from __future__ import annotations
 
-import tests.shelf  # noqa: F401 - first: torchvision made importable before transformers imports it
-
-# isort: split
-
 import random
 import re
 from typing import Any

@@ -8,10 +8,6 @@ accumulated update weighs every token the same.
 
 from __future__ import annotations
 
-import tests.shelf  # noqa: F401 - first: torchvision made importable before transformers imports it
-
-# isort: split
-
 from typing import Any
 
 import torch

@@ -1,4 +1,4 @@
-"""A torchvision user's task: ResNet-18 (random init, BatchNorm) classifying small random images.
+"""A ResNet user's task: transformers' ResNet (ResNet-18's basic blocks, random init, BatchNorm) classifying small random images.
 
 Each image is drawn from a generator seeded by its id; its label is the
 quadrant whose red channel is brightest, so the model has something to learn.
@@ -13,7 +13,6 @@ import torch
 import torch.nn.functional as F
 
 from cockpit.pilot.task import Task
-from tests.shelf.vision import import_torchvision
 
 LABELS = ["top-left", "top-right", "bottom-left", "bottom-right"]
 
@@ -49,12 +48,21 @@ def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str,
 
 
 def build_model(params: dict[str, Any]) -> torch.nn.Module:
-    torchvision = import_torchvision()
-    return torchvision.models.resnet18(num_classes=len(LABELS))
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    width = int(params.get("width", 16))
+    config = ResNetConfig(
+        embedding_size=width,
+        hidden_sizes=[width, 2 * width, 4 * width, 8 * width],
+        depths=[2, 2, 2, 2],
+        layer_type="basic",
+        num_labels=len(LABELS),
+    )
+    return ResNetForImageClassification(config)
 
 
 def loss(model: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-    return F.cross_entropy(model(batch["pixel_values"]), batch["labels"])
+    return F.cross_entropy(model(pixel_values=batch["pixel_values"]).logits, batch["labels"])
 
 
 task = Task(
