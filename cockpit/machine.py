@@ -64,6 +64,20 @@ def _own_cpu_s() -> float:
     return float(t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0))
 
 
+def others_busy_cpus(seconds: float) -> float:
+    """CPUs other processes kept busy during ``seconds`` from now (``COCKPIT_FAKE_OTHERS_CPU`` in tests)."""
+    fake = os.environ.get("COCKPIT_FAKE_OTHERS_CPU")
+    if fake:
+        return float(fake)
+    try:
+        busy0, own0, t0 = _busy_cpu_s(), _own_cpu_s(), time.monotonic()
+        time.sleep(seconds)
+        wall = max(time.monotonic() - t0, 1e-6)
+        return max(0.0, (_busy_cpu_s() - busy0) - (_own_cpu_s() - own0)) / wall
+    except Exception:  # noqa: BLE001 - psutil cannot read the counters here: nothing is known to be busy
+        return 0.0
+
+
 @dataclass
 class CpuWatch:
     """CPU time other processes used while a phase ran, measured from the system's and this process's counters."""

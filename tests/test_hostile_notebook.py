@@ -223,6 +223,9 @@ def test_check_tells_a_task_file_or_module_that_does_not_exist(
     err = capsys.readouterr().err
     assert "my_task.py" in err and "does not exist" in err
     (tmp_path / "my_task.py").write_text("task = None\n")
+    assert cli(["check", str(tmp_path)]) == 2  # the file exists, but check imports it: no Task in it
+    assert "NoneType, not a cockpit.pilot.task.Task" in capsys.readouterr().err
+    (tmp_path / "my_task.py").write_text("from cockpit.tasks.tinylm import task\n")
     assert cli(["check", str(tmp_path)]) == 0
     capsys.readouterr()
     (tmp_path / "campaign.toml").write_text(_edit("cockpit.tasks.tinylm:task", "cockpit.tasks.nosuch:task"))

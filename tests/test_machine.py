@@ -37,6 +37,7 @@ def test_threads_follow_the_cpus_this_process_may_use(monkeypatch: pytest.Monkey
     import torch
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("COCKPIT_FAKE_OTHERS_CPU", "0")  # an idle machine, whatever this one is doing
     from cockpit.pilot import threads
 
     monkeypatch.setattr(threads, "available_cpus", lambda: 1.0)
@@ -50,6 +51,28 @@ def test_threads_follow_the_cpus_this_process_may_use(monkeypatch: pytest.Monkey
     finally:
         torch.set_num_threads(before)
     assert machine.available_cpus() >= 1
+
+
+def test_threads_leave_the_cpus_other_processes_keep_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a load of 4-8 on 2 CPUs, torch's default threads made the demo pilot 4-6x slower than one thread."""
+    import torch
+
+    from cockpit.pilot import threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "available_cpus", lambda: 2.0)
+    monkeypatch.setenv("COCKPIT_FAKE_OTHERS_CPU", "1.9")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        said = threads.fit_torch_threads()
+        assert torch.get_num_threads() == 1, said
+        assert "2 -> 1" in said and "other processes kept 1.9 of 2 CPUs busy" in said
+        monkeypatch.setenv("COCKPIT_FAKE_OTHERS_CPU", "0.1")
+        assert "torch threads 1 -> 2" in threads.fit_torch_threads() and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert [threads.threads_for(c, o) for c, o in ((2, 6.0), (2, 0.4), (16, 3.2), (1, 0), (8, 7.6))] == [1, 2, 13, 1, 1]
 
 
 def test_a_phase_timed_on_a_busy_machine_is_marked(monkeypatch: pytest.MonkeyPatch) -> None:

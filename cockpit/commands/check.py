@@ -18,6 +18,9 @@ from .. import arithmetic, notebook
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("campaign", help="a campaign folder (campaigns/demo) or its campaign.toml")
+    parser.add_argument(
+        "--no-task", action="store_true", help="check the notebook only: do not import the task or size its splits"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,12 +32,56 @@ def run(args: argparse.Namespace) -> int:
     missing = task_missing(nb)
     if missing:
         raise notebook.NotebookError(f"{nb.path}: task.entry: {missing}")
+    if not getattr(args, "no_task", False):
+        refuse_what_the_task_shows(nb, None, {})
     print("\n".join(summary(nb)))
     changed, who = protocol.drift(nb)
     if changed:
         print(f"\ncockpit check: {protocol.drift_message(nb, changed, who)}", file=sys.stderr)
         return 1
     return 0
+
+
+TASK_CHECK_TIMEOUT_S = 900.0  # a task whose datasets() reads a large corpus takes a while; a hung one does not pass
+
+
+def task_problems(nb: notebook.Notebook, variants: list[str] | None, overrides: dict[str, Any]) -> list[str]:
+    """Import the task and size its splits in a child process (the CLI imports neither torch nor user code)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "cockpit.pilot.taskcheck"]
+    if overrides:
+        cmd += ["--overrides", json.dumps(overrides, default=str)]
+    cmd += [str(nb.path), *(variants or [])]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TASK_CHECK_TIMEOUT_S, env=env)
+    except subprocess.TimeoutExpired:
+        return [
+            f"{nb.path}: importing the task and reading its splits took over {TASK_CHECK_TIMEOUT_S:.0f} s; "
+            "make datasets() lazy, or skip this check with --no-task"
+        ]
+    last = proc.stdout.strip().splitlines()[-1:] or [""]
+    try:
+        out = json.loads(last[0])
+    except ValueError:
+        tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])[:600]
+        return [f"{nb.path}: the task could not be checked (exit {proc.returncode}): {tail}"]
+    return [f"{p['where']}: {p['what']}" for p in out.get("problems", [])]
+
+
+def refuse_what_the_task_shows(
+    nb: notebook.Notebook, variants: list[str] | None, overrides: dict[str, Any], lead: str = ""
+) -> None:
+    """Raise the problems the task check found, one paragraph each, before anything is written."""
+    from ..errors import UsageError
+
+    found = task_problems(nb, variants, overrides)
+    if found:
+        raise UsageError(lead + "\n".join(found))
 
 
 def task_missing(nb: notebook.Notebook) -> str:

@@ -29,6 +29,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--detach", action="store_true", help="start and return at once (follow later with `cockpit runs`)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--no-task-check",
+        action="store_true",
+        help="start at once, without first importing the task and sizing its splits in a child process",
+    )
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
@@ -136,12 +141,25 @@ def run(args: argparse.Namespace) -> int:
             runs.check_id(args.follows)
         except runs.BadRunId as exc:
             raise UsageError(f"--follows: {exc}") from None
+    overrides = parse_overrides(args.set)
+    if not args.no_task_check:
+        from .. import notebook as nbm
+        from .check import refuse_what_the_task_shows, task_missing
+
+        nb = nbm.load(args.campaign)
+        missing = task_missing(nb)
+        if missing:
+            raise UsageError(f"cockpit pilot: {nb.path}: task.entry: {missing}")
+        vid = args.variant or nb.reference.id
+        if args.variant is not None:
+            nb.variant(vid)  # an unknown variant is named before the task is imported
+        refuse_what_the_task_shows(nb, [vid], overrides, "nothing was started: ")
     rid, rdir = launch.new_run(
         args.campaign,
         args.variant,
         args.seed,
         follows=args.follows,
-        overrides=parse_overrides(args.set),
+        overrides=overrides,
         nproc=args.nproc,
         nnodes=args.nnodes,
         rdzv=args.rdzv,

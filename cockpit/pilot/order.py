@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .task import DataTooSmall
+
 
 @dataclass
 class DataOrder:
@@ -43,8 +45,8 @@ class DataOrder:
         step = self.microbatch * self.world
         need = step * self.accumulation if self.drop_last else 1
         if self.n < need:
-            raise ValueError(
-                f"training split has {self.n} examples, fewer than one {'update' if self.drop_last else 'example'} "
+            raise DataTooSmall(
+                f"the training split has {self.n} examples, fewer than one {'update' if self.drop_last else 'example'} "
                 f"({need} = microbatch {self.microbatch} x accumulation {self.accumulation} x {self.world} rank(s))"
             )
         if self.cursor >= self.n or (self.drop_last and self.n - self.cursor < step * self.accumulation):

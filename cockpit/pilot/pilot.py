@@ -24,6 +24,7 @@ from .context import Context
 from .gate import Gate, Phase
 from .phases import PHASES
 from .process import RunProcess, outcome_of, user_frame
+from .task import TaskError
 from .trainer import NonFinite, UserCodeError, is_oom
 
 
@@ -85,9 +86,18 @@ def _failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> PhaseEnd
             f"the task's {exc.where}() raised {type(exc.exc).__name__}: {exc.exc} ({user_frame(exc.exc)}); "
             "full traceback in output.log"
         )
+        g.remedy = (
+            f"fix the task's {exc.where}() where it raised (the traceback in output.log ends at the line); "
+            "`cockpit check CAMPAIGN` imports the task and sizes its splits before a run"
+        )
         return PhaseEnded(
             ev.Outcome.of(ev.Status.ERROR, f"{exc.where}() raised {type(exc.exc).__name__} {at}", outcome.code)
         )
+    if isinstance(exc, TaskError):  # the task or the campaign cannot do what the phase needs: the user's to fix
+        g.fail("task and data", str(exc))
+        g.message = str(exc)
+        g.remedy = getattr(exc, "remedy", "") or "fix the task file or [task] entry as the message says"
+        return PhaseEnded(ev.Outcome.of(ev.Status.FAILED, f"{exc} ({at})", ev.ExitCode.GATE_FAILED))
     if ctx.dist and dist_.is_timeout(exc):
         who = dist_.lagging(ctx.rdir, ctx.world, ctx.rank)
         lost = "closed by peer" in str(exc)

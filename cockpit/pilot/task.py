@@ -93,6 +93,17 @@ class TaskError(Exception):
     """The task reference or the Task object itself is unusable (not an error inside user code)."""
 
 
+class DataTooSmall(TaskError):
+    """A split the campaign needs is empty, or smaller than one update: the user's data or batch settings, not Cockpit.
+
+    ``remedy`` says what to change."""
+
+    remedy = (
+        "give the split more examples, or lower [batch] microbatch or accumulation (one update takes "
+        "microbatch x accumulation x ranks examples); `cockpit check` sizes the splits before a run"
+    )
+
+
 @dataclass
 class Task:
     build_model: Callable[[dict[str, Any]], Any]

@@ -37,6 +37,7 @@ def run(ctx: Context, g: Gate) -> None:
             ctx.task = load_task(entry, ctx.rdir.parent.parent)
         except TaskError as exc:
             g.check("task", False, str(exc))
+            g.remedy = "fix [task] entry in campaign.toml or the task file as the message says, then `cockpit check`"
             return
         except Exception as exc:
             raise UserCodeError("task import", exc) from exc
