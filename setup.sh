@@ -84,6 +84,15 @@ from transformers import Trainer, LlamaConfig, T5ForConditionalGeneration, Mixtr
   fi
 }
 
+# The demo campaign is the user's working copy (its pilots write their runs into it), made from the one that ships
+# inside the package, so piloting it never changes a file git tracks.
+make_demo() {
+  if [[ ! -e campaigns/demo/campaign.toml ]]; then
+    "$VENV/bin/cockpit" new demo --example demo >>"$LOG" 2>&1 && echo "setup.sh: made campaigns/demo (the built-in demo campaign)" \
+      || echo "setup.sh: could not make campaigns/demo (see $LOG); run .venv/bin/cockpit new demo --example demo"
+  fi
+}
+
 stamp="$VENV/.cockpit-setup"
 # what the environment is made from: the project's requirements and this script's own steps
 made_from="$(cat pyproject.toml "${BASH_SOURCE[0]}" | sha256sum | cut -c1-64)"
@@ -92,6 +101,7 @@ base=" $made_from"
 if [[ -f "$stamp" ]] && "$VENV/bin/python" -c 'import cockpit, torch' >/dev/null 2>&1 \
   && { grep -qxF "$want" "$stamp" || { [[ -z "$mode" ]] && grep -qxF "test${base}" "$stamp"; }; }; then
   compile_bytecode
+  make_demo
   echo "setup.sh: $VENV is up to date."
   exit 0
 fi
@@ -120,6 +130,7 @@ pip install -q -c "$pins" -e "$extra" || fail "could not install cockpit from $(
 check_loads
 
 "$VENV/bin/cockpit" --version >/dev/null 2>>"$LOG" || fail "cockpit was installed but does not start."
+make_demo
 compile_bytecode
 echo "$want" >>"$stamp"
 echo "setup.sh: ready. $("$VENV/bin/cockpit" --version), torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"

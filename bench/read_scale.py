@@ -45,7 +45,7 @@ def fabricate(root: Path, steps: int) -> Path:
 
     camp = root / "campaigns" / "big"
     camp.mkdir(parents=True)
-    data = tomllib.loads((ROOT / "campaigns" / "demo" / "campaign.toml").read_text("utf-8"))
+    data = tomllib.loads((ROOT / "cockpit" / "templates" / "demo.toml").read_text("utf-8"))
     for key in ("runs", "decisions", "selection", "rental", "conclusion"):
         data.pop(key, None)
     data["campaign"]["name"] = "big"

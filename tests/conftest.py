@@ -2,7 +2,7 @@
 
 ``campaign`` is a writable campaign folder holding a frozen copy of the demo
 notebook as it was first written (three learning rates, 200 updates, no runs),
-so tests never depend on runs that a pilot appended to ``campaigns/demo``.
+so tests never depend on runs that a pilot appended to a user's ``campaigns/demo``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "campaigns" / "demo"
+DEMO = ROOT / "cockpit" / "templates" / "demo.toml"
 
 CAMPAIGN_TEXT = """\
 # Cockpit campaign notebook. Cockpit rewrites this file when it saves: comments are not

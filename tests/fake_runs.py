@@ -21,7 +21,7 @@ from cockpit import notebook as nbm
 from cockpit import runs
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "campaigns" / "demo" / "campaign.toml"
+DEMO = ROOT / "cockpit" / "templates" / "demo.toml"  # the built-in demo, as `cockpit new demo --example demo` writes it
 MIB = 2**20
 
 

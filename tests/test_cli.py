@@ -83,13 +83,56 @@ def test_new_creates_a_valid_campaign_and_never_overwrites(tmp_path: Path, capsy
     assert main(["new", "sweep", "--dir", str(tmp_path)]) == 0
     path = tmp_path / "sweep" / "campaign.toml"
     assert notebook.load(path).campaign.name == "sweep"
-    assert "cockpit check" in capsys.readouterr().out
+    assert "cockpit pilot" in capsys.readouterr().out
     path.write_text(path.read_text("utf-8") + "\n# mine\n", "utf-8")
     before = path.read_bytes()
     assert main(["new", "sweep", "--dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "already exists" in err and str(path) in err
     assert path.read_bytes() == before
+
+
+def test_new_writes_a_task_to_fill_in_and_only_the_settings_it_uses(tmp_path: Path) -> None:
+    assert main(["new", "mine", "--dir", str(tmp_path)]) == 0
+    nb = notebook.load(tmp_path / "mine")
+    assert nb.task.entry == "task.py:task"
+    assert set(nb.task.params) == {"features", "hidden"}  # the demo's d_model, n_layers ... are not there
+    assert nb.campaign.quality_target is None and nb.campaign.notes == ""
+    source = (tmp_path / "mine" / "task.py").read_text()
+    for said in ("def datasets(params)", "def collate(examples, params)", "def build_model(params)", "def loss("):
+        assert said in source
+    assert "Return" in source and "campaign mine" in source
+    # --task: the user's own file; no task.py is written and no demo parameters are left behind
+    assert main(["new", "theirs", "--dir", str(tmp_path), "--task", "train_task.py:task"]) == 0
+    assert not (tmp_path / "theirs" / "task.py").exists()
+    assert notebook.load(tmp_path / "theirs").task.params == {}
+
+
+def test_new_example_demo_is_the_shipped_demo(tmp_path: Path) -> None:
+    assert main(["new", "demo", "--dir", str(tmp_path), "--example", "demo"]) == 0
+    shipped = (Path(__file__).resolve().parents[1] / "cockpit" / "templates" / "demo.toml").read_text()
+    assert (tmp_path / "demo" / "campaign.toml").read_text() == shipped
+    assert not (tmp_path / "demo" / "task.py").exists()
+
+
+def test_the_first_command_dirties_no_file_git_tracks() -> None:
+    """README command 1 pilots campaigns/demo, which its pilots write into: no file of it is tracked."""
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout (an sdist): nothing is tracked")
+    tracked = subprocess.run(["git", "ls-files", "campaigns/demo"], cwd=root, capture_output=True, text=True)
+    assert tracked.returncode == 0 and tracked.stdout.strip() == ""
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", "campaigns/demo/campaign.toml"], cwd=root, capture_output=True, text=True
+    )
+    assert ignored.returncode == 0
+
+
+def test_a_bare_campaign_name_resolves_from_the_campaigns_folder(tmp_path: Path) -> None:
+    assert _run("-m", "cockpit", "new", "x", cwd=tmp_path).returncode == 0
+    proc = _run("-m", "cockpit", "check", "x", "--no-task", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "campaigns/x/campaign.toml: valid" in proc.stdout
 
 
 def test_new_refuses_a_name_that_is_no_folder_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

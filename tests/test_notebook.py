@@ -245,7 +245,7 @@ def test_save_keeps_the_file_mode_and_leaves_no_temporary(campaign: Path) -> Non
 
 def test_the_shipped_demo_campaign_is_what_the_issue_asks_for() -> None:
     # Read from the repository (runs a pilot appended may be there too).
-    nb = notebook.load(Path(__file__).resolve().parents[1] / "campaigns" / "demo")
+    nb = notebook.parse((Path(__file__).resolve().parents[1] / "cockpit" / "templates" / "demo.toml").read_text())
     quality = [v for v in nb.variants if v.kind == "quality"]
     lrs = sorted(nb.params(v.id)["lr"] for v in quality)
     assert lrs == pytest.approx([5e-5, 1e-4, 2e-4])

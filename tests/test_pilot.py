@@ -26,7 +26,7 @@ from cockpit import notebook as nbm
 pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
 
 ROOT = Path(__file__).resolve().parent.parent
-DEMO = ROOT / "campaigns" / "demo" / "campaign.toml"
+DEMO = ROOT / "cockpit" / "templates" / "demo.toml"
 TASKS = Path(__file__).resolve().parent / "pilot_tasks"
 
 

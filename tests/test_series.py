@@ -24,7 +24,7 @@ from cockpit.errors import UsageError
 
 pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
 
-DEMO = Path(__file__).resolve().parents[1] / "campaigns" / "demo"
+DEMO = Path(__file__).resolve().parents[1] / "cockpit" / "templates" / "demo.toml"
 
 TINY = {"d_model": 16, "n_layers": 1, "n_heads": 2, "train_examples": 640, "val_examples": 32, "test_examples": 32}
 
@@ -32,7 +32,7 @@ TINY = {"d_model": 16, "n_layers": 1, "n_heads": 2, "train_examples": 640, "val_
 def tiny_campaign(root: Path, name: str, **stop: object) -> Path:
     folder = root / name
     folder.mkdir(parents=True)
-    shutil.copy(DEMO / "campaign.toml", folder / "campaign.toml")
+    shutil.copy(DEMO, folder / "campaign.toml")
 
     def shrink(nb: nbm.Notebook) -> None:
         nb.task.params.update(TINY)

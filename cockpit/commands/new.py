@@ -39,7 +39,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --from-training-args: training examples per epoch (turns a warm-up ratio or epoch evaluation "
         "into updates)",
     )
-    parser.add_argument("--task", default=None, help="the task entry, e.g. task.py:task (default: the demo's)")
+    parser.add_argument(
+        "--task",
+        default=None,
+        help="your task entry, e.g. train_task.py:task (default: write task.py, a runnable task to fill in)",
+    )
+    parser.add_argument(
+        "--example",
+        choices=["demo"],
+        default=None,
+        help="the built-in demo campaign (a tiny language model and a learning-rate question) instead of a new one",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,10 +67,20 @@ def run(args: argparse.Namespace) -> int:
             f"{target} already exists; Cockpit never overwrites a notebook. Choose another name, "
             f"or check the existing one with `cockpit check {folder}`."
         )
-    text = notebook.template(name)
+    example = getattr(args, "example", None)
+    if example and (args.task or args.from_training_args is not None):
+        raise UsageError("--example makes the built-in demo as it is: leave out --task and --from-training-args")
+    text = notebook.template(name, example or "campaign")
     notes: list[str] = []
     if args.from_training_args is not None or args.task:
         text, notes = _filled(text, args)
+    task_file = folder / "task.py"
+    write_task = not example and not args.task
+    if write_task and task_file.exists():
+        raise UsageError(
+            f"{task_file} already exists; Cockpit never overwrites it. Give it with --task task.py:task, "
+            "or choose another name."
+        )
     folder.mkdir(parents=True, exist_ok=True)
     try:
         notebook.create(target, text)
@@ -68,13 +88,21 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{target} appeared while it was being created; nothing was overwritten.") from None
     except notebook.NotebookError as exc:
         raise UsageError(f"{target}: the settings do not make a valid notebook: {exc}") from None
-    print(f"Created {target}.")
+    if write_task:
+        task_file.write_text(notebook.task_template(name), "utf-8")
+    print(f"Created {target}" + (f" and {task_file}, a runnable task to fill in." if write_task else "."))
     if args.from_training_args is not None:
         print(f"[batch], [training], [validation] and [checkpoints] come from {args.from_training_args}.")
     for note in notes:
         print(f"  not carried over: {note}")
-    print("Next: write the question, the task and the variants in it, then run")
-    print(f"  cockpit check {folder}")
+    if example:
+        print(f"Next: cockpit pilot {folder}")
+    elif write_task:
+        print(f"Next: cockpit pilot {folder}   (it passes as written; then put your model and data in task.py,")
+        print("      one function at a time, and write the question and the variants in campaign.toml)")
+    else:
+        print("Next: write the question and the variants in it, then run")
+        print(f"  cockpit check {folder}")
     return 0
 
 

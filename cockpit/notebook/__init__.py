@@ -40,7 +40,7 @@ from .model import (
     Variant,
 )
 from .parse import find, load, parse
-from .store import create, dumps, locked, mutate, save, template, to_dict, validate
+from .store import create, dumps, locked, mutate, save, task_template, template, to_dict, validate
 
 __all__ = [
     "DECISION_KINDS",
@@ -78,6 +78,7 @@ __all__ = [
     "mutate",
     "parse",
     "save",
+    "task_template",
     "template",
     "to_dict",
     "validate",

@@ -26,8 +26,10 @@ MAX_NOTEBOOK_BYTES = 256 << 20  # a notebook with 200,000 decisions is about 30 
 
 
 def find(path: Path | str) -> Path:
-    """Accept a campaign folder or its campaign.toml."""
+    """Accept a campaign folder or its campaign.toml; a bare name is looked for here, then in ``campaigns/``."""
     p = Path(path)
+    if not p.exists() and len(p.parts) == 1 and (Path("campaigns") / p / NOTEBOOK_FILE).is_file():
+        p = Path("campaigns") / p  # `cockpit new x && cockpit pilot x`: x is campaigns/x
     if p.is_dir() and p.name != NOTEBOOK_FILE:
         p = p / NOTEBOOK_FILE
     if p.is_dir():
@@ -36,6 +38,11 @@ def find(path: Path | str) -> Path:
             f"folder away and write the notebook there (or create one with `cockpit new NAME`)."
         )
     if not p.exists():
+        if p.parent.name == "demo" and p.parent.parent.name == "campaigns":
+            raise NotebookError(
+                f"{p}: the demo campaign is not here yet; make it with `cockpit new demo --example demo` "
+                "(./setup.sh makes it in a clone), then run the command again."
+            )
         raise NotebookError(
             f"{p}: no campaign notebook here. Give a campaign folder holding {NOTEBOOK_FILE} "
             f"(for example campaigns/demo), or create one with `cockpit new NAME`."

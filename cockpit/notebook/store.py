@@ -301,8 +301,18 @@ def mutate(path: Path | str, change: Callable[[Notebook], Any], *, read: Noteboo
     return result
 
 
-def template(name: str) -> str:
+def template(name: str, which: str = "campaign") -> str:
+    """A notebook to start from: ``campaign`` (a new campaign around task.py) or ``demo`` (the built-in demo)."""
     from importlib import resources
 
-    text = resources.files("cockpit").joinpath("templates/campaign.toml").read_text("utf-8")
+    text = resources.files("cockpit").joinpath(f"templates/{which}.toml").read_text("utf-8")
+    if which == "demo":
+        return text.replace('name = "demo"', f"name = {name!r}".replace("'", '"'), 1)
     return text.replace("{name}", name)
+
+
+def task_template(name: str) -> str:
+    """task.py for a new campaign: runnable as written, each function saying what it must return."""
+    from importlib import resources
+
+    return resources.files("cockpit").joinpath("templates/task.py.tmpl").read_text("utf-8").replace("{name}", name)

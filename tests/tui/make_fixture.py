@@ -637,7 +637,7 @@ def main() -> None:
     if OUT.exists():
         shutil.rmtree(OUT)
     (OUT / "runs").mkdir(parents=True)
-    nb = nbm.parse((ROOT / "campaigns" / "demo" / "campaign.toml").read_text())
+    nb = nbm.parse((ROOT / "cockpit" / "templates" / "demo.toml").read_text())
     nb.runs = [
         nbm.RunRow(
             id="r0001",
