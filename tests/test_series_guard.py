@@ -36,6 +36,23 @@ def test_no_pilot_refuses_and_names_the_command(tmp_path: Path) -> None:
     assert "--without-pilot" in msg
 
 
+def test_a_learning_rate_variant_shares_the_reference_pilot_a_memory_variant_does_not(tmp_path: Path) -> None:
+    """The rule: a pilot vouches for variants that differ only in optimizer scalars (sr.SHARED_SCALARS)."""
+    camp = make_campaign(tmp_path)
+    nb = nbm.load(camp)
+    groups = sr.pilot_groups(nb)
+    assert groups[0] == ["lr1e-4", "lr5e-5", "lr2e-4"]
+    assert ["bf16"] in groups and ["mb1x16"] in groups and len(groups) == len(nb.variants) - 2
+    passed_pilot(camp)  # of the reference only
+    items, decisions = vet(nbm.load(camp), ["lr1e-4", "lr5e-5", "lr2e-4"], [0])
+    assert [i.variant for i in items] == ["lr1e-4", "lr5e-5", "lr2e-4"] and decisions == []
+    with pytest.raises(UsageError) as exc:
+        vet(nbm.load(camp), ["bf16"], [0])
+    assert "no pilot of bf16 yet" in str(exc.value) and f"cockpit pilot {camp} --all" in str(exc.value)
+    # momentum allocates SGD's buffer: never shared
+    assert "momentum" not in sr.SHARED_SCALARS and "lr" in sr.SHARED_SCALARS
+
+
 def test_a_failed_pilot_is_named(tmp_path: Path) -> None:
     camp = make_campaign(tmp_path)
     rid, _ = write_run(
@@ -52,10 +69,10 @@ def test_a_passed_pilot_of_the_same_settings_and_code_lets_it_start(
     pid = passed_pilot(camp)
     items, _ = vet(nbm.load(camp), ["lr1e-4"], [0, 1])
     assert [i.seed for i in items] == [0, 1]
-    nbm.mutate(camp, lambda nb: setattr(nb.training, "lr", 3e-4))
-    with pytest.raises(UsageError, match=f"pilot {pid} ran with other settings \\(lr 0.0001 -> 0.0003\\)"):
+    nbm.mutate(camp, lambda nb: setattr(nb.training, "precision", "bf16"))
+    with pytest.raises(UsageError, match=f"pilot {pid} ran with other settings \\(precision fp32 -> bf16\\)"):
         vet(nbm.load(camp), ["lr1e-4"], [0])
-    nbm.mutate(camp, lambda nb: setattr(nb.training, "lr", 1e-4))
+    nbm.mutate(camp, lambda nb: setattr(nb.training, "precision", "fp32"))
     monkeypatch.setattr(runs, "task_revision", lambda entry, d: {"task_code": "edited since"})
     with pytest.raises(UsageError, match=f"task code changed since its latest passed pilot {pid}"):
         vet(nbm.load(camp), ["lr1e-4"], [0])

@@ -17,6 +17,12 @@ from ..errors import UsageError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("campaign", nargs="?", default="campaigns/demo", help="campaign folder or campaign.toml")
     p.add_argument("--variant", help="variant id (default: the reference)")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="pilot every variant that needs its own pilot (variants that differ only in optimizer scalars such as "
+        "the learning rate share one), one after another",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--nproc", type=int, default=None, help="processes per node (torchrun); default from the notebook's strategy"
@@ -135,7 +141,52 @@ def print_result(st: runs.RunState, noun: str = "pilot", rss_of: str = "the pilo
     )
 
 
+def run_all(args: argparse.Namespace) -> int:
+    """One pilot per group of variants that a pilot vouches for together; groups already vouched for are skipped."""
+    from .. import notebook as nbm
+    from ..series import checks
+    from ..series.items import intended_params
+    from .check import refuse_what_the_task_shows
+
+    if args.variant or args.follows:
+        raise UsageError("--all pilots every variant that needs it: leave out --variant and --follows")
+    nb = nbm.load(args.campaign)
+    overrides = parse_overrides(args.set)
+    groups = checks.pilot_groups(nb)
+    if not args.no_task_check:
+        refuse_what_the_task_shows(nb, [g[0] for g in groups], overrides, "nothing was started: ")
+    lines: list[str] = []
+    worst = 0
+    for group in groups:
+        nb = nbm.load(args.campaign)
+        head = group[0]
+        done, _ = checks.pilot_for(nb, runs.campaign_runs(nb.directory), head, intended_params(nb, head, overrides))
+        shared = f" (shared by {', '.join(group[1:])})" if group[1:] else ""
+        if done is not None and not args.set:
+            lines.append(f"{head}{shared}: already vouched for by passed pilot {done.id}")
+            continue
+        rid, rdir = launch.new_run(
+            args.campaign, head, args.seed, overrides=overrides, nproc=args.nproc, nnodes=args.nnodes, rdzv=args.rdzv
+        )
+        print(f"pilot {rid} of {head}{shared} started in {rdir}", file=sys.stderr)
+        st = follow(rdir, quiet=args.json)
+        if not args.json:
+            print_result(st)
+        lines.append(f"{head}{shared}: pilot {rid} {st.status}")
+        worst = worst or int(st.exit_code)
+    if args.json:
+        print(json.dumps({"groups": groups, "results": lines}, indent=2))
+    else:
+        print(f"\n{len(groups)} pilot(s) vouch for the {len(nb.variants)} variants of {nb.directory}:")
+        for line in lines:
+            print(f"  {line}")
+        print("Variants that differ only in " + ", ".join(sorted(checks.SHARED_SCALARS)) + " share a pilot.")
+    return worst
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "all", False):
+        return run_all(args)
     if args.follows:
         try:
             runs.check_id(args.follows)

@@ -36,19 +36,51 @@ def _diff(a: dict[str, Any], b: dict[str, Any]) -> str:
     )
 
 
+# Settings a pilot of one variant vouches for in another: optimizer scalars that change neither what is allocated nor
+# which code runs (no optimizer state, no shapes, no precision), only the size of the first updates' steps. A variant
+# that differs from a piloted one in these alone shares its pilot: the series measures what they change. Momentum is
+# not among them (SGD allocates a buffer for it), nor grad_clip (clipping adds its own temporaries).
+SHARED_SCALARS = frozenset({"lr", "weight_decay", "warmup_updates", "schedule"})
+
+
+def mechanics(params: dict[str, Any]) -> dict[str, Any]:
+    """The settings that decide memory and mechanics: what a pilot measures, the optimizer scalars left out."""
+    return {k: v for k, v in _settings(params).items() if k not in SHARED_SCALARS}
+
+
+def pilot_groups(nb: nbm.Notebook) -> list[list[str]]:
+    """The variants in groups that one pilot vouches for, the reference's group first, each in notebook order."""
+    groups: dict[str, list[str]] = {}
+    order = [nb.reference.id] + [v.id for v in nb.variants if v.id != nb.reference.id]
+    for vid in order:
+        key = repr(sorted(mechanics(intended_params(nb, vid, {})).items()))
+        groups.setdefault(key, []).append(vid)
+    return list(groups.values())
+
+
 def pilot_for(
     nb: nbm.Notebook, all_runs: list[runs.RunFiles], variant: str, params: dict[str, Any]
 ) -> tuple[runs.RunFiles | None, str]:
-    """The passed pilot that vouches for a training run of these settings and this task code, or why none does."""
+    """The passed pilot that vouches for a training run of these settings and this task code, or why none does.
+
+    The variant's own passed pilot of the same settings first; else the newest passed pilot of any variant whose
+    settings differ from these only in :data:`SHARED_SCALARS` (a learning-rate variant shares the reference's).
+    """
     code = runs.task_revision(nb.task.entry, nb.directory).get("task_code")
     want = _settings(params)
     pilots = [r for r in all_runs if r.kind == "pilot" and r.variant == variant]
-    for r in reversed(pilots):
-        if (
-            r.status == ev.Status.PASSED.value
-            and _settings(r.frozen.get("params", {})) == want
-            and (r.frozen.get("revisions") or {}).get("task_code") == code
-        ):
+    passed = [
+        r
+        for r in all_runs
+        if r.kind == "pilot"
+        and r.status == ev.Status.PASSED.value
+        and (r.frozen.get("revisions") or {}).get("task_code") == code
+    ]
+    for r in reversed(passed):
+        if r.variant == variant and _settings(r.frozen.get("params", {})) == want:
+            return r, ""
+    for r in reversed(passed):
+        if mechanics(r.frozen.get("params", {})) == mechanics(params):
             return r, ""
     if not pilots:
         return None, f"no pilot of {variant} yet"
@@ -137,6 +169,7 @@ def guard(
             short.append(f"{vid} has no passed pilot ({why})")
             problems.append(
                 f"{vid}: no passed pilot with these settings and this task code ({why}); run "
+                f"`cockpit pilot {nb.directory} --all` (it pilots each variant that needs its own pilot) or "
                 f'`cockpit pilot {nb.directory} --variant {vid}` first, or give --without-pilot "REASON"'
             )
         else:
@@ -208,6 +241,9 @@ def fit_parallel(
     missing = []
     for vid in dict.fromkeys(variants):
         pilot = runs.latest_passed_pilot(all_runs, vid)
+        if pilot is None:
+            nb = nbm.load(cdir)
+            pilot, _ = pilot_for(nb, all_runs, vid, intended_params(nb, vid, {}))
         if pilot is None:
             missing.append(vid)
             continue
