@@ -74,12 +74,22 @@ def _module(name: str):
         ) from None
 
 
+def _names_a_campaign(arg: str) -> bool:
+    from pathlib import Path
+
+    p = Path(arg)
+    return p.is_dir() or p.name == "campaign.toml" or (len(p.parts) == 1 and (Path("campaigns") / p).is_dir())
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Find the chosen command without importing any of them.
     chosen = next((a for a in argv if not a.startswith("-")), None)
     if chosen is None and not any(a in ("-h", "--help", "--version") for a in argv):
         argv = ["tui", *argv]
+        chosen = "tui"
+    if chosen is not None and chosen not in COMMANDS and _names_a_campaign(chosen):
+        argv = ["tui", *argv]  # `cockpit campaigns/x` or `cockpit x`: the TUI on that campaign
         chosen = "tui"
     if chosen is not None and chosen not in COMMANDS:
         build_parser().print_usage(sys.stderr)

@@ -444,7 +444,7 @@ def test_example_task_files_need_no_path_setup() -> None:
 
 @pytest.mark.parametrize("campaign", ["hf-lora", "lightning"])
 def test_the_readme_shows_each_example_as_it_is(campaign: str) -> None:
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "bring.md").read_text()
     block = readme.split(f"<!-- bring:{campaign}:start -->\n```python\n", 1)[1].split(
         f"```\n<!-- bring:{campaign}:end -->"
     )[0]
