@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,28 @@ def test_threads_leave_the_cpus_other_processes_keep_busy(monkeypatch: pytest.Mo
     finally:
         torch.set_num_threads(before)
     assert [threads.threads_for(c, o) for c, o in ((2, 6.0), (2, 0.4), (16, 3.2), (1, 0), (8, 7.6))] == [1, 2, 13, 1, 1]
+
+
+def test_a_child_of_the_run_computes_with_the_runs_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The resume child started while the load differed used another thread count, and the demo's resume check
+    failed on losses equal to six digits (4.475407/4.475407): the child now takes the run's count."""
+    import subprocess
+    import sys
+
+    import torch
+
+    from cockpit.pilot import threads
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        env = threads.child_env({"PATH": "/bin"})
+        assert env[threads.PARENT_THREADS] == "1"
+        code = "from cockpit.pilot.threads import follow_parent_threads as f; import torch; f(); print(torch.get_num_threads())"
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True)
+        assert out.stdout.strip() == "1", out.stderr
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_a_phase_timed_on_a_busy_machine_is_marked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -89,7 +89,10 @@ def replay_into(tr: Trainer, model_file: Path, control_file: Path, manifest: dic
 
 
 def main(argv: list[str]) -> int:
+    from .threads import follow_parent_threads
+
     what, rdir = argv[0], Path(argv[1])
+    follow_parent_threads()  # the run's thread count: losses compared bit for bit must be summed the same way
     frozen = runs.read_run_toml(rdir)
     params = dict(frozen["params"])
     task = load_task(frozen["task"]["entry"], rdir.parent.parent)

@@ -172,8 +172,9 @@ class Context:
 def subprocess_child(what: str, ctx: Context, distributed: bool) -> tuple[dict[str, Any] | None, str]:
     """``python -m cockpit.pilot.child WHAT RUN_DIR`` in a new process; its findings from ``<what>.json``."""
     from . import dist as dist_
+    from .threads import child_env
 
-    env = os.environ.copy()
+    env = child_env(os.environ.copy())
     name = f"{what}.json"
     if distributed:  # every rank starts its own new process; they form a new group on a new port
         port = dist_.broadcast(dist_.free_port() if ctx.rank == 0 else None)

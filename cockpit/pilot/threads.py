@@ -32,6 +32,24 @@ def threads_for(cpus: float, others: float) -> int:
     return max(1, min(int(cpus), math.floor(cpus - others + 0.5)))
 
 
+PARENT_THREADS = "COCKPIT_TORCH_THREADS"  # the threads of the run a child process works for (resume, replay)
+
+
+def child_env(env: dict[str, str]) -> dict[str, str]:
+    """A child of this run (resume, replay) computes with the same threads: a float sum over another number of
+    threads rounds differently, and the resume check compares losses bit for bit."""
+    return {**env, PARENT_THREADS: str(torch.get_num_threads())}
+
+
+def follow_parent_threads() -> str:
+    """In a child process: the run's own thread count, whatever the machine's load is now."""
+    n = os.environ.get(PARENT_THREADS, "")
+    if n.isdigit() and int(n) > 0:
+        torch.set_num_threads(int(n))
+        return f"torch threads {n}, as the run it works for"
+    return f"torch threads {torch.get_num_threads()}"
+
+
 def fit_torch_threads() -> str:
     """Torch's intra-op threads to the free CPUs this process may use (unless OMP_NUM_THREADS chose); what was done."""
     if os.environ.get("OMP_NUM_THREADS"):
