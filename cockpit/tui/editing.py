@@ -25,6 +25,7 @@ NEED_NOTEBOOK = frozenset(
         "verdict",
         "conclusion",
         "selection",
+        "variant",
         "resume_runs",
     }
 )
@@ -83,6 +84,16 @@ class EditingApp(ToastApp):
 
         if self.need_notebook("edit the selection sheet"):
             self.push_screen(SelectionScreen(self.notebook.selection))
+
+    def action_variant(self, variant_id: str = "") -> None:
+        """Add a variant, or edit one (``variant_id``, else the reference): its set, differs, why and kind."""
+        from .screens.variantdialog import VariantScreen
+
+        if not self.need_notebook("edit a variant"):
+            return
+        ids = [v.id for v in self.notebook.variants]
+        chosen = variant_id if variant_id in ids else self.notebook.reference.id
+        self.push_screen(VariantScreen(list(self.notebook.variants), chosen))
 
     def set_verdict(self, run_id: str) -> None:
         from .screens.editdialogs import VerdictScreen

@@ -6,7 +6,7 @@ a running run is followed by its one incremental reader (``feeds``), shared with
 Built for hundreds of runs: the run id column stays put when the table scrolls sideways; ``/`` filters
 (``variant:lr1e-4 status:failed seed:0-2`` or any text), ``t`` sorts by the next column (``T`` reverses),
 ``n`` and ``f`` jump to the next running and failed run; the line under the table gives the selected run's
-stop reason and progress; while a series runs, its bottom border says how far it is.
+stop reason and progress; while a series runs, its bottom border says how far it is. ``e`` edits a variant.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ class CampaignScreen(Screen[None]):
         Binding("n", "next('running')", "Next running", id="next-running", show=False),
         Binding("f", "next('bad')", "Next failed", id="next-failed", show=False),
         Binding("d", "note('decision')", "Decision", id="decision"),
+        Binding("e", "variant", "Variant", id="variant"),
         Binding("o", "note('observation')", "Observe", id="observation", show=False),
         Binding("v", "verdict", "Verdict", id="verdict", show=False),
         Binding("i", "data", "Data", id="data"),
@@ -477,6 +478,10 @@ class CampaignScreen(Screen[None]):
             app_of(self).open_data(rid)
         else:
             self.notify("no run yet: start a pilot with p", severity="warning")
+
+    def action_variant(self) -> None:
+        rid = self.selected_run()
+        app_of(self).action_variant(self.views[rid].variant if rid in self.views else "")
 
     def action_note(self, kind: str) -> None:
         app_of(self).action_note(kind, self.selected_run() or "")

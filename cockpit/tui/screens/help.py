@@ -35,6 +35,7 @@ HELP = (
             ("C", "compare variants: tables and loss curves"),
             ("d / o", "add a decision / an observation, linked to the selected run"),
             ("v", "set the selected run's verdict"),
+            ("e", "edit the selected run's variant (set, differs, why, kind); a new id adds a variant"),
             ("c / s", "edit the conclusion / the selection sheet"),
             ("i", "data view: the selected run's inspected examples"),
             ("g", "GPUs: NVML memory, utilisation, power, temperature, processes"),
