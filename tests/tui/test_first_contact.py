@@ -100,3 +100,28 @@ async def test_a_notebook_that_cannot_be_read_offers_no_key_that_cannot_work(mak
         await pilot.press("p")  # pressed anyway: it says why not, and nothing starts
         await until(pilot, lambda: any("Fix the file" in n.message for n in app._notifications))
         assert not runs.run_dirs(camp)
+
+
+async def test_the_running_phase_is_brought_into_view_when_it_starts(make_app, launcher):
+    from cockpit import events as ev
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, shows(app, "r0001"))
+        await pilot.press("p")
+        await until(pilot, shows(app, "Start a pilot"))
+        await pilot.press("enter", "enter")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen), what="the new run's screen")
+        writer = ev.EventWriter(launcher.started[0] / ev.EVENTS_FILE)
+        writer.emit(ev.RUN_START, run_id="r0012", variant="lr1e-4", seed=0, phases=list(ev.PHASES))
+        mem = {"torch": None, "nvml": None, "rss": 2**30, "rss_peak": 2**30}
+        for phase in ev.PHASES[:11]:
+            writer.emit(ev.PHASE_START, phase=phase, inputs={})
+            writer.emit(ev.GATE, phase=phase, verdict="pass", checks=[], duration_s=0.1, mem=mem)
+        writer.emit(ev.PHASE_START, phase=ev.PHASES[11], inputs={})
+        writer.close()
+        await until(pilot, shows(app, "11/14 gates"))
+        # the 12th phase runs below the 9 rows in view: its row is scrolled to, and the header counts the rest
+        row = ev.PHASES[11]
+        await until(pilot, lambda: "running" in first(screen_text(app), rf"^ {row} "), what=f"{row} running, in view")
+        assert re.search("phase \u2191\\d", screen_text(app)), screen_text(app)
