@@ -2,7 +2,8 @@
 
 One row per gate event (and per rank in a distributed run): phase, its input
 parameters, torch allocated / reserved / peak, NVML used, RSS, duration,
-verdict and remedy. GPU counters that were not measured show as "absent".
+verdict and remedy. A counter that was not measured shows as "absent"; a column
+no row measured (the GPU counters on a CPU box) is left out and said once.
 """
 
 from __future__ import annotations
@@ -81,49 +82,69 @@ def by_phase(gates: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(gates, key=lambda g: (order.get(str(g.get("phase")), len(order)), g.get("rank") or 0))
 
 
+COUNTERS = (  # column header, the row's field, what it counts
+    ("alloc MiB", "allocated", "torch allocated"),
+    ("resv MiB", "reserved", "torch reserved"),
+    ("peak MiB", "peak_reserved", "torch peak"),
+    ("NVML MiB", "nvml_used", "NVML"),
+)
+
+
+def measured(rows: list[dict[str, Any]]) -> list[str]:
+    """The GPU counters some row has a figure for: a column where every row says "absent" is left out."""
+    return [field for _, field, _ in COUNTERS if any(r[field] is not None for r in rows)]
+
+
 def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Table:
-    """The gate table. ``wide=False`` leaves inputs and remedies out of the
-    columns (for an 80-column terminal); print them with :func:`notes` below."""
+    """The gate table. ``wide=False`` leaves inputs and remedies out of the columns (for an 80-column
+    terminal: :func:`findings` prints what failed or warned, one line each); a GPU counter no row measured
+    is left out either way (:func:`absent_words` says so once)."""
     gates = by_phase(gates)
+    rows = [row(g) for g in gates]
     from rich import box
 
     tab = Table(
-        title=Text(title) if title else None, show_lines=False, expand=False, pad_edge=False, box=box.SIMPLE_HEAD
+        title=Text(title) if title else None,
+        show_lines=False,
+        expand=False,
+        pad_edge=False,
+        show_edge=False,
+        box=box.SIMPLE_HEAD,
     )
-    ranks = any(g.get("rank") is not None for g in gates)
+    ranks = any(r["rank"] is not None for r in rows)
+    have = measured(rows)
     tab.add_column("phase", no_wrap=True)
     if ranks:
         tab.add_column("rank", justify="right")
     if wide:
         tab.add_column("inputs", overflow="fold", max_width=32)
-    tab.add_column("alloc MiB", justify="right")
-    tab.add_column("resv MiB", justify="right")
-    tab.add_column("peak MiB", justify="right")
-    tab.add_column("NVML MiB", justify="right")
-    tab.add_column("RSS MiB", justify="right")
-    tab.add_column("time s", justify="right")
+    for header, field, _ in COUNTERS:
+        if field in have:
+            tab.add_column(header, justify="right", no_wrap=True)
+    tab.add_column("RSS MiB", justify="right", no_wrap=True)
+    tab.add_column("time s", justify="right", no_wrap=True)
     tab.add_column("verdict", no_wrap=True)
     if wide:
         tab.add_column("remedy / detail", overflow="fold", max_width=48)
-    for g in gates:
-        r = row(g)
-        # the one rule for the peak (cockpit.runs): torch's peak reserved on a GPU
-        peak = mib(r["peak_reserved"]) if r["peak_reserved"] is not None else "absent"
-        nv = "absent" if r["nvml_used"] is None else "/".join(mib(x) for x in r["nvml_used"])
+    for r in rows:
+        figures = {
+            "allocated": mib(r["allocated"]),
+            "reserved": mib(r["reserved"]),
+            # the one rule for the peak (cockpit.runs): torch's peak reserved on a GPU
+            "peak_reserved": mib(r["peak_reserved"]),
+            "nvml_used": "absent" if r["nvml_used"] is None else "/".join(mib(x) for x in r["nvml_used"]),
+        }
         verdict = Text(r["verdict"], style=VERDICT_STYLE.get(r["verdict"], ""))
         cells: list[str | Text] = [escape(r["phase"])]  # text from the events: shown as written, never as markup
         if ranks:
             cells.append("" if r["rank"] is None else escape(str(r["rank"])))
         if wide:
             cells.append(escape(r["inputs"]))
+        cells += [figures[f] for f in have]
         cells += [
-            mib(r["allocated"]),
-            mib(r["reserved"]),
-            peak,
-            nv,
             mib(r["rss"]),
             ("" if r["duration_s"] is None else f"{r['duration_s']:.2f}")
-            + ("[yellow]*[/]" if r["busy"] else ""),  # the notes say how busy
+            + ("[yellow]*[/]" if r["busy"] else ""),  # busy_words below says how busy, once
             verdict,
         ]
         if wide:
@@ -132,22 +153,59 @@ def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Ta
     return tab
 
 
-def notes(gates: list[dict[str, Any]]) -> list[Text]:
-    """Inputs of every phase and the detail of every failed or warned gate, one line each."""
+def absent_words(gates: list[dict[str, Any]]) -> str:
+    """One sentence for the counters no row measured ("" when every one has a figure)."""
+    have = measured([row(g) for g in gates])
+    missing = [what for _, field, what in COUNTERS if field not in have]
+    if not missing:
+        return ""
+    if len(missing) == len(COUNTERS):
+        return "GPU counters (torch, NVML) absent on this machine"
+    return f"absent on this machine: {', '.join(missing)}"
+
+
+def busy_words(gates: list[dict[str, Any]]) -> str:
+    """The phases timed on a busy machine, said once: "load up to 8.7 on 2 CPUs during all 14 phases"."""
+    rows = by_phase(gates)
+    busy = [g for g in rows if g.get("busy")]
+    if not busy:
+        return ""
+    loads = [
+        g["machine"]["load1"]
+        for g in busy
+        if isinstance(g.get("machine"), dict) and isinstance(g["machine"].get("load1"), (int, float))
+    ]
+    cpus = {g["machine"].get("cpus") for g in busy if isinstance(g.get("machine"), dict)} - {None}
+    if loads and len(cpus) == 1:
+        (n,) = cpus
+        how = f"load {'up to ' if len(set(loads)) > 1 else ''}{max(loads):.1f} on {n:g} CPUs"
+    else:  # a file written before the load was kept: its own words
+        how = str(busy[0]["busy"])
+    names = sorted({str(g.get("phase")) for g in busy}, key=[str(g.get("phase")) for g in rows].index)
+    where = f"all {len(names)} phases" if len(busy) == len(rows) else ", ".join(names)
+    return f"* {how} during {where}: times from a busy machine"
+
+
+def findings(gates: list[dict[str, Any]]) -> list[Text]:
+    """One line per finding: each failed or warned check, each gate that measured nothing (n/a)."""
     out = []
     for g in by_phase(gates):
         r = row(g)
-        rank = f"[{r['rank']}]" if r["rank"] is not None else ""
-        line = Text(f"{r['phase']}{rank}: ", style="bold")
-        line.append(r["inputs"] or "no inputs", style="dim")
-        out.append(line)
-        d = detail(r)
-        if d:
-            out.append(Text(f"  {r['verdict']}: {d}", style=VERDICT_STYLE.get(r["verdict"], "")))
-        if r["busy"]:
-            out.append(
-                Text(
-                    f"  * timed on a busy machine: {r['busy']}; its time says little about an idle one", style="yellow"
-                )
-            )
+        verdict = r["verdict"]
+        if verdict not in ("fail", "warn", "n/a"):
+            continue
+        where = r["phase"] + (f"[{r['rank']}]" if r["rank"] is not None else "")
+        if verdict == "n/a":
+            style = VERDICT_STYLE["n/a"]
+            why = "; ".join(str(c.get("detail")) for c in r["checks"]) or r["message"] or "measured nothing"
+            out.append(Text.assemble(("n/a  ", style), (where, "bold"), f": {why}"))
+            continue
+        bad = [c for c in r["checks"] if not c.get("ok")]
+        if not bad:
+            bad = [{"name": "", "detail": r["message"] or "(no check named)", "warn": verdict == "warn"}]
+        for i, c in enumerate(bad):
+            said = "warn" if c.get("warn") else "fail"
+            text = f"{c.get('name')}: {c.get('detail')}" if c.get("name") else str(c.get("detail"))
+            tail = f" -> {r['remedy']}" if r["remedy"] and i == len(bad) - 1 else ""
+            out.append(Text.assemble((f"{said} ", VERDICT_STYLE[said]), (where, "bold"), f": {text}{tail}"))
     return out

@@ -112,10 +112,14 @@ class CpuWatch:
 
 
 def busy_words(m: dict[str, Any] | None) -> str:
-    """ "others kept 1.9 of 2 CPUs busy" for a busy phase; "" otherwise."""
+    """ "load 8.7 on 2 CPUs" for a busy phase ("" otherwise): the load average is a count of runnable
+    processes, not of CPUs, so it is named as a load; without one, the CPUs other processes used."""
     if not m or not m.get("busy"):
         return ""
-    return f"other processes kept {m.get('others_cpus', 0):.1f} of {m.get('cpus', 0):g} CPUs busy"
+    load1 = m.get("load1")
+    if isinstance(load1, (int, float)):
+        return f"load {load1:.1f} on {m.get('cpus', 0):g} CPUs"
+    return f"other processes used {m.get('others_cpus', 0):.1f} of {m.get('cpus', 0):g} CPUs"
 
 
 # --------------------------------------------------------------------------- GPU memory of other processes

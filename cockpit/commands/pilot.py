@@ -7,11 +7,14 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from .. import launch, runs
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -96,7 +99,7 @@ def follow(rdir: Path, quiet: bool = False, poll_s: float = 0.1) -> runs.RunStat
 
 
 def summary(st: runs.RunState) -> dict[str, Any]:
-    from ..gatetable import row
+    from ..gatetable import absent_words, busy_words, findings, row
 
     return {
         "run": st.id,
@@ -108,37 +111,83 @@ def summary(st: runs.RunState) -> dict[str, Any]:
         "peak_counter": st.peak_counter,
         "duration_s": st.duration_s,
         "exit_code": int(st.exit_code),
-        "gates": [{k: v for k, v in row(g).items()} for g in st.gates],
+        "gates": [{**row(g), "inputs_full": g.get("inputs"), "machine": g.get("machine")} for g in st.gates],
+        "findings": [t.plain for t in findings(st.gates)],
+        "absent": absent_words(st.gates),
+        "busy": busy_words(st.gates),
+        "next": next_step(st),
     }
 
 
-def print_result(st: runs.RunState, noun: str = "pilot", rss_of: str = "the pilot process") -> None:
+def shown_path(path: Path) -> str:
+    """A path as the user would type it from here: relative to the current folder when it lies below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve())) or "."
+    except (ValueError, OSError):
+        return str(path)
+
+
+# Gates whose failure is about the examples themselves: `cockpit inspect` shows the batch they used.
+EXAMPLE_PHASES = frozenset({"data", "leakage", "forward", "backward", "overfit", "validation", "export"})
+
+
+def next_step(st: runs.RunState, noun: str = "pilot") -> str:
+    """What to run next, in one line: the series after a passed pilot; after a failure, the remedy first."""
+    camp = shown_path(st.dir.parent.parent)
+    if st.status == ev.Status.PASSED.value:
+        if noun != "pilot":
+            return f"cockpit pilot {camp} (the full pilot), then cockpit series {camp}"
+        return f"cockpit series {camp}, then cockpit sheet {camp}"
+    failed = [g for g in st.gates if g.get("verdict") == ev.Verdict.FAIL.value]
+    steps = []
+    if failed:
+        remedy = str(failed[0].get("remedy") or "")
+        if remedy:
+            steps.append(remedy.rstrip("."))
+        if str(failed[0].get("phase")) in EXAMPLE_PHASES and (st.dir / "inspect.json").is_file():
+            steps.append(f"cockpit inspect {camp} {st.id} (the examples it used)")
+    elif st.status in (ev.Status.CRASHED.value, ev.Status.ERROR.value):
+        steps.append(f"read {shown_path(st.dir / 'output.log')}")
+    steps.append(f"then cockpit {noun} {camp} again" if steps else f"cockpit {noun} {camp} again")
+    return "; ".join(steps)
+
+
+def print_result(
+    st: runs.RunState, noun: str = "pilot", rss_of: str = "the pilot process", console: Console | None = None
+) -> None:
+    """The end of a pilot: the gate table, one line per finding, what was not measured, the busy machine said
+    once, the outcome and a `next:` line. At 80 columns the demo's 14 passed gates end in 22 lines;
+    a terminal of 150 columns or more keeps the inputs and remedies as columns."""
     from rich.console import Console
     from rich.text import Text
 
-    from ..gatetable import notes, table
+    from ..gatetable import absent_words, busy_words, findings, table
 
-    console = Console()
+    console = console or Console()
     wide = console.width >= 150
     console.print(table(st.gates, title=f"{noun} {st.id}: {st.status}", wide=wide))
-    if not wide:
-        for line in notes(st.gates):
-            console.print(line, overflow="fold")
-    console.print(
-        f"memory in MiB; alloc/resv/peak are torch counters (absent without CUDA), NVML per GPU, RSS of {rss_of}",
-        style="dim",
-        highlight=False,
-    )
+    for line in findings(st.gates):
+        console.print(line, overflow="fold", highlight=False)
+    absent = absent_words(st.gates)
+    console.print(f"RSS: {rss_of}" + (f"; {absent}" if absent else ""), style="dim", highlight=False, overflow="fold")
+    busy = busy_words(st.gates)
+    if busy:
+        console.print(busy, style="yellow", highlight=False, overflow="fold")
     color = "green" if st.status == "passed" else "red"
     peak = f"{st.peak_mib:,.0f} MiB ({st.peak_counter})" if st.peak_mib is not None else "absent"
+    reached = "" if st.status == ev.Status.PASSED.value else f"; phase reached: {st.phase}"
     console.print(
-        Text.assemble(
-            (st.status, color),
-            f": {st.stop_reason} — phase reached: {st.phase}; peak {peak}; "
-            f"{st.duration_s or 0:.1f} s; files in {st.dir}",
-        ),
+        Text.assemble((st.status, color), f" in {st.duration_s or 0:.1f} s: {st.stop_reason}{reached}; peak {peak}"),
         highlight=False,
+        overflow="fold",
     )
+    console.print(
+        f"files in {shown_path(st.dir)} (events.jsonl: each phase's inputs and checks)",
+        style="dim",
+        highlight=False,
+        overflow="fold",
+    )
+    console.print(Text.assemble(("next: ", "bold"), next_step(st, noun)), highlight=False, overflow="fold")
 
 
 def run_all(args: argparse.Namespace) -> int:

@@ -31,14 +31,13 @@ from .. import runs
 from . import notebookread as nr
 from .api import Cockpit, Launcher, Timing
 from .device import DeviceSource, NvmlSource
+from .editing import EditingApp
 from .feeds import ALL, Feeds
 from .messages import FeedLoaded, FeedsChanged, NotebookChanged, NotebookRead, SeriesPolled, SeriesStopped
-from .notes import Saved
 from .plain import clean_line
 from .processes import ProcessLauncher, still_running
 from .runcache import RunCache
 from .seriesctl import SeriesDriver
-from .toasts import ToastApp
 
 if TYPE_CHECKING:
     from textual.command import Provider
@@ -56,7 +55,7 @@ def _commands() -> type[Provider]:
 BUSY_LINES = 50  # events a reading found that make the next come a tick later, not quiet_s later
 
 
-class CockpitApp(ToastApp):
+class CockpitApp(EditingApp):
     CSS_PATH = Path(__file__).parent / "cockpit.tcss"  # absolute: subclasses elsewhere keep it
     TITLE = "Cockpit"
     COMMANDS = App.COMMANDS | {_commands}
@@ -186,27 +185,9 @@ class CockpitApp(ToastApp):
 
     def _broadcast(self, make: Callable[[], NotebookChanged]) -> None:
         """Every screen in the stack gets the news (the one on top first), each its own message."""
+        self.refresh_bindings()  # the keys on offer follow whether the notebook can be read (editing.EditingApp)
         for screen in reversed(self.screen_stack):
             screen.post_message(make())
-
-    def need_notebook(self, what: str) -> bool:
-        """True when ``what`` (an edit, a start) can use the notebook; else say why not."""
-        if self.notebook_error:
-            self.notify(
-                f"{what}: campaign.toml cannot be read now. Fix the file; the view reloads by itself.\n"
-                f"{self.notebook_error}",
-                severity="error",
-                timeout=15,
-            )
-            return False
-        if self.notebook_partial:
-            self.notify(
-                f"{what}: campaign.toml is still being read ({self.notebook_decisions:,} decisions); "
-                "try again in a moment",
-                severity="warning",
-            )
-            return False
-        return True
 
     # ---- the runs' readers, shared by the screens
 
@@ -436,43 +417,6 @@ class CockpitApp(ToastApp):
     def _quit(self) -> None:
         self.quit_summary = still_running(self.campaign_dir, self.notebook)
         self.exit()
-
-    # ---- notebook edits
-
-    def action_note(self, kind: str = "decision", run_id: str = "") -> None:
-        from .screens.editdialogs import NoteScreen
-
-        if self.need_notebook(f"add a {kind}"):
-            self.push_screen(NoteScreen(kind, [run_id] if run_id else [], self.notebook.digest))
-
-    def action_conclusion(self) -> None:
-        from .screens.editdialogs import ConclusionScreen
-
-        if self.need_notebook("edit the conclusion"):
-            self.push_screen(ConclusionScreen(self.notebook.conclusion, [v.id for v in self.notebook.variants]))
-
-    def action_selection(self) -> None:
-        from .screens.editdialogs import SelectionScreen
-
-        if self.need_notebook("edit the selection sheet"):
-            self.push_screen(SelectionScreen(self.notebook.selection))
-
-    def set_verdict(self, run_id: str) -> None:
-        from .screens.editdialogs import VerdictScreen
-
-        if not self.need_notebook("set a verdict"):
-            return
-        try:
-            seen = self.notebook.run(run_id).verdict
-        except nbm.NotebookError as exc:
-            self.notify(str(exc), severity="error")
-            return
-        self.push_screen(VerdictScreen(run_id, seen))
-
-    def saved(self, saved: Saved) -> None:
-        """A dialog saved an edit: read the notebook again and say so."""
-        self.reload_notebook()
-        self.notify(saved.message, title="saved", severity="warning" if saved.merged else "information")
 
 
 def main(campaign: Path | str, headless: bool = False) -> int:

@@ -12,10 +12,12 @@ MIB = 2**20
 
 
 def run_head(run_id: str, start: dict, status: str) -> Text:
-    """The start of a run screen's header line: id, variant, seed and status."""
+    """The start of a run screen's header line: id, variant, seed and status (an unknown is left out, not "?")."""
     out = Text()
     out.append(f"{run_id} ", style="bold")
-    out.append(f"{start.get('variant', '?')} seed {start.get('seed', '?')}  ")
+    known = [str(start["variant"])] if start.get("variant") is not None else []
+    known += [f"seed {start['seed']}"] if start.get("seed") is not None else []
+    out.append(" ".join(known) + "  " if known else " ")
     if start.get("run_kind") == "probe":  # an unmodified script measured from outside: no data gates
         out.append("probe ", style="bold magenta")
     out.append_text(status_text(status))

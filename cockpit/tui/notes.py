@@ -113,3 +113,88 @@ def set_selection(path: Path, seen: nbm.Selection, values: dict[str, Any]) -> Sa
 
     nbm.mutate(path, change)
     return Saved(f"selection sheet saved: {', '.join(changed)}", False)
+
+
+def parse_set(text: str) -> dict[str, Any]:
+    """``lr = 5e-5, microbatch = 4`` as overrides: TOML values, a bare word as text; NotebookError says which."""
+    import tomllib
+
+    text = text.strip().strip("{}").strip()
+    if not text:
+        return {}
+    try:
+        return dict(tomllib.loads(f"v = {{{text}}}")["v"])
+    except tomllib.TOMLDecodeError:
+        pass
+    out: dict[str, Any] = {}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not eq or not key or not value:
+            raise nbm.NotebookError(f"set: {part.strip()!r} is not KEY = VALUE (e.g. lr = 5e-5, microbatch = 4)")
+        try:
+            out[key] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key] = value  # a bare word: the text it says (checked against the key's rule on saving)
+    return out
+
+
+def shown_set(values: dict[str, Any]) -> str:
+    """Overrides as the set field shows them: ``lr = 5e-05, microbatch = 4``."""
+    import tomli_w
+
+    return ", ".join(tomli_w.dumps({k: v}).strip() for k, v in values.items())
+
+
+def trained(nb: nbm.Notebook, variant: str) -> list[str]:
+    """The variant's training runs under the campaign's current protocol revision: what its settings are fixed by."""
+    from .. import runs
+
+    out = []
+    for rdir in runs.run_dirs(nb.directory):
+        try:
+            frozen = runs.read_run_toml(rdir)
+        except (OSError, ValueError):
+            continue
+        run, rules = frozen.get("run") or {}, frozen.get("protocol") or {}
+        revision = rules.get("revision", 1) if isinstance(rules, dict) else 1
+        if run.get("kind") == "train" and run.get("variant") == variant and revision == nb.campaign.protocol_revision:
+            out.append(str(run.get("id") or rdir.name))
+    return out
+
+
+def save_variant(path: Path, seen: nbm.Variant | None, new: nbm.Variant) -> Saved:
+    """Add ``new`` (``seen`` None) or replace the variant ``seen`` by it, under the protocol's rule.
+
+    A variant's ``set`` and ``kind`` are what its training runs ran: once the current protocol revision has
+    training runs of it, they are fixed (a run of other settings under the same id would be pooled with them);
+    its words (``differs``, ``why``) stay editable. Other settings are a new variant, or a new revision
+    (``cockpit protocol``). A variant changed or added on disk meanwhile is a conflict: nothing is written.
+    """
+
+    def change(nb: nbm.Notebook) -> None:
+        ids = [v.id for v in nb.variants]
+        if seen is None:
+            if new.id in ids:
+                raise _changed(Path(path), f"variant {new.id}", None, "added by someone else", new.id)
+            nb.variants.append(new)
+            return
+        if seen.id not in ids:
+            raise _changed(Path(path), f"variant {seen.id}", seen.id, "removed", new.id)
+        i = ids.index(seen.id)
+        if nb.variants[i] != seen:
+            raise _changed(Path(path), f"variant {seen.id}", shown_set(seen.set), shown_set(nb.variants[i].set), new.id)
+        if new.id != seen.id and new.id in ids:
+            raise nbm.NotebookError(f"{Path(path).name}:\n  - variants[{i}].id: {new.id!r} is another variant's id")
+        ran = trained(nb, seen.id) if (new.set, new.kind, new.id) != (seen.set, seen.kind, seen.id) else []
+        if ran:
+            raise nbm.NotebookError(
+                f"{Path(path).name}:\n  - variants[{i}].set: {seen.id} has training runs under protocol revision "
+                f"{nb.campaign.protocol_revision} ({', '.join(ran[:4])}{' ...' if len(ran) > 4 else ''}): its id, set "
+                "and kind are what they ran. Add a new variant (a new id) for other settings, or declare a new "
+                "revision with `cockpit protocol`; differs and why can still change"
+            )
+        nb.variants[i] = dataclasses.replace(new, reference=seen.reference)
+
+    nbm.mutate(path, change)
+    return Saved(f"variant {new.id} {'added' if seen is None else 'saved'} to {Path(path).name}", False)

@@ -15,7 +15,9 @@ from rich.text import Text
 from .. import notebook as nbm
 from .. import runs
 from . import format as fm
+from . import progress as pg
 from . import style as sty
+from .ingest import RunFeed
 from .plain import one_line
 from .runcache import RunCache
 
@@ -31,6 +33,15 @@ RUN_COLUMNS = (
     ("verdict", "verdict", 8),
     ("reason", "stop reason", None),
 )
+WIDE_RUNS = 110  # from this many columns the run table has room for the stop reason
+
+
+def columns_for(width: int) -> list[str]:
+    """The run table's columns at this terminal width: below WIDE_RUNS the stop reason has no room in the
+    table (at 80 columns one character of it showed) and is read in the detail line under it instead."""
+    return [key for key, _, _ in RUN_COLUMNS if width >= WIDE_RUNS or key != "reason"]
+
+
 SORTS = ("run", "variant", "seed", "status", "peak", "time", "verdict")
 FILTER_KEYS = {
     "variant": "variant",
@@ -205,3 +216,21 @@ def sort_key(field: str) -> Any:  # a key function for sorted()
         return runs.order_key(v.id)
 
     return key
+
+
+def detail_text(v: RunView, feed: RunFeed | None) -> Text:
+    """The line under the run table: the selected run's kind, variant, seed, status, progress and stop reason."""
+    out = Text()
+    out.append(f"{v.id} ", style="bold")
+    seed = f" seed {v.seed}" if v.seed is not None else ""
+    out.append_text(one_line(f"{v.kind or 'run'} {v.variant}{seed}  ", limit=80))
+    out.append_text(sty.status_text(v.status))
+    if feed is not None and feed.start is not None:
+        if feed.kind == "train":
+            out.append(f"  {pg.train_progress(feed).words()}")
+        else:
+            out.append(f"  {pg.pilot_progress(feed, v.status == 'running')}")
+    if v.reason:
+        out.append("  ")
+        out.append_text(one_line(v.reason, style="dim", limit=400))
+    return out

@@ -1,20 +1,12 @@
-"""The campaign at a glance: question, what is held constant, batch arithmetic,
-runs (status in colour and in words), variants, decisions, selection and conclusion.
+"""The campaign at a glance: question, what is held constant, batch arithmetic, runs (status in colour and in
+words), variants, decisions, selection and conclusion. Runs come first from the notebook (instant), then from
+their folders: an ended run is read once, in a worker, through the app's cache of run folders (``runcache``);
+a running run is followed by its one incremental reader (``feeds``), shared with the run screen.
 
-Runs come first from the notebook (instant), then from their folders. A run
-that has ended is read once, in a worker, through the app's cache of run
-folders (``runcache``: only the events a state needs are decoded); a running
-run is followed by its one incremental reader (``feeds``), shared with the run
-screen, so nothing is re-read every few seconds however large its
-``events.jsonl`` grows.
-
-Built for hundreds of runs: the run id column stays put when the table scrolls
-sideways; ``/`` filters (``variant:lr1e-4 status:failed seed:0-2`` or any
-text), ``t`` sorts by the next column (``T`` reverses), ``n`` and ``f`` jump to
-the next running and the next failed run, Home and End go to the first and
-last row; the line under the table gives the selected run's stop reason and
-progress. Pilots and series (train) runs share the table; while a series
-runs, the table's bottom border says how far it is and when it should end.
+Built for hundreds of runs: the run id column stays put when the table scrolls sideways; ``/`` filters
+(``variant:lr1e-4 status:failed seed:0-2`` or any text), ``t`` sorts by the next column (``T`` reverses),
+``n`` and ``f`` jump to the next running and failed run; the line under the table gives the selected run's
+stop reason and progress; while a series runs, its bottom border says how far it is. ``e`` edits a variant.
 """
 
 from __future__ import annotations
@@ -38,9 +30,8 @@ from .. import style as sty
 from ..api import app_of
 from ..feeds import ALL
 from ..messages import FeedsChanged, NotebookChanged, RunStates
-from ..plain import one_line
 from ..runcache import Listing
-from ..runtable import RUN_COLUMNS, SORTS, RunView, matches, scan_one, sort_key, view_of
+from ..runtable import RUN_COLUMNS, SORTS, RunView, columns_for, detail_text, matches, scan_one, sort_key, view_of
 from ..widgets.footer import FittingFooter
 from ..widgets.keyed import put_row
 from ..widgets.table import CursorTable
@@ -68,6 +59,7 @@ class CampaignScreen(Screen[None]):
         Binding("n", "next('running')", "Next running", id="next-running", show=False),
         Binding("f", "next('bad')", "Next failed", id="next-failed", show=False),
         Binding("d", "note('decision')", "Decision", id="decision"),
+        Binding("e", "variant", "Variant", id="variant"),
         Binding("o", "note('observation')", "Observe", id="observation", show=False),
         Binding("v", "verdict", "Verdict", id="verdict", show=False),
         Binding("i", "data", "Data", id="data"),
@@ -118,14 +110,29 @@ class CampaignScreen(Screen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one("#runs", CursorTable)
-        for key, label, width in RUN_COLUMNS:
-            table.add_column(label, key=key, width=width)
+        self.add_columns(table)
         self.show_notebook()
         # Read the run folders once the first frame is out: a thousand folders read in a thread
         # would otherwise share the interpreter with the first paint.
         self.call_after_refresh(self.load_states)
         self.set_interval(LIVE_S, self.refresh_live)
         table.focus()
+
+    def shown_columns(self) -> list[str]:
+        return columns_for(self.app.size.width)
+
+    def add_columns(self, table: CursorTable) -> None:
+        for key, label, width in RUN_COLUMNS:
+            if key in self.shown_columns():
+                table.add_column(label, key=key, width=width)
+
+    def on_resize(self) -> None:
+        table = self.query_one("#runs", CursorTable)
+        if [str(k.value) for k in table.columns] != self.shown_columns():
+            table.clear(columns=True)  # the rows come back from show_runs, the cursor's run with them
+            self.add_columns(table)
+            self._shown, self._order = {}, []
+            self.show_runs()
 
     # ---- data
 
@@ -281,7 +288,7 @@ class CampaignScreen(Screen[None]):
             self.show_runs()
             return
         rows = {r.id: r for r in self.nb.runs}
-        columns = [key for key, _, _ in RUN_COLUMNS]
+        columns = self.shown_columns()
         table = self.query_one("#runs", CursorTable)
         for rid in {*changed, *self.live}:  # a running run's time column moves on by itself
             if rid not in self.views:
@@ -289,7 +296,7 @@ class CampaignScreen(Screen[None]):
             v = view_of(rid, rows.get(rid), self.states.get(rid), feeds.loading(rid), self.meta.get(rid))
             self.views[rid] = v
             if rid in self._order:
-                put_row(table, self._shown, rid, v.cells(), columns)
+                put_row(table, self._shown, rid, v.cells()[: len(columns)], columns)
         if self.live:
             self.show_titles(len(self.views), len(self._order))
         self.show_detail()
@@ -317,6 +324,7 @@ class CampaignScreen(Screen[None]):
             decisions(nb, app.notebook_decisions if app.notebook_partial else None)
         )
         self.query_one("#sheet", TextBox).show(sheet(nb))
+        self.query_one("#notes").display = not app.notebook_error  # its keys (d, o) wait for a readable file
         self.show_runs()
 
     def show_runs(self) -> None:
@@ -342,7 +350,7 @@ class CampaignScreen(Screen[None]):
             visible = visible[:FIRST_ROWS]
             self.call_after_refresh(self.show_runs)
         order = [v.id for v in visible]
-        columns = [key for key, _, _ in RUN_COLUMNS]
+        columns = self.shown_columns()
         with self.app.batch_update():
             if order[: len(self._order)] != self._order:
                 # The rows shown are not the start of the new order (a filter, a sort, a run gone):
@@ -351,19 +359,19 @@ class CampaignScreen(Screen[None]):
                 table.clear()
                 self._shown = {}
                 for v in visible:
-                    put_row(table, self._shown, v.id, v.cells(), columns)
+                    put_row(table, self._shown, v.id, v.cells()[: len(columns)], columns)
                 if keep is not None:
                     table.move_to(keep)
             else:
                 for v in visible:
-                    put_row(table, self._shown, v.id, v.cells(), columns)
+                    put_row(table, self._shown, v.id, v.cells()[: len(columns)], columns)
             self._order = order
             self.show_titles(len(ids), len(order))
             empty = self.query_one("#empty", TextBox)
             if empty.display != (not ids):
                 empty.display = not ids
             if not ids:
-                empty.show(empty_hint())
+                empty.show(empty_hint(bool(app.notebook_error)))
             self.show_detail()
 
     def show_titles(self, total: int, shown: int) -> None:
@@ -393,21 +401,7 @@ class CampaignScreen(Screen[None]):
         if v is None:
             line.show(Text("no run selected", style="dim") if self.views else Text())
             return
-        out = Text()
-        out.append(f"{v.id} ", style="bold")
-        out.append_text(
-            one_line(f"{v.kind or 'run'} {v.variant} seed {v.seed if v.seed is not None else '?'}  ", limit=80)
-        )
-        out.append_text(sty.status_text(v.status))
-        feed = app_of(self).feeds.get(v.id)
-        if feed is not None and feed.start is not None:
-            if feed.kind == "train":
-                out.append(f"  {pg.train_progress(feed).words()}")
-            else:
-                out.append(f"  {pg.pilot_progress(feed, v.status == 'running')}")
-        if v.reason:
-            out.append("  ")
-            out.append_text(one_line(v.reason, style="dim", limit=400))
+        out = detail_text(v, app_of(self).feeds.get(v.id))
         line.show(out)
 
     @on(DataTable.RowHighlighted, "#runs")
@@ -476,16 +470,18 @@ class CampaignScreen(Screen[None]):
         app_of(self).open_run(str(event.row_key.value))
 
     def action_open(self) -> None:
-        rid = self.selected_run()
-        if rid:
+        if rid := self.selected_run():
             app_of(self).open_run(rid)
 
     def action_data(self) -> None:
-        rid = self.selected_run()
-        if rid:
+        if rid := self.selected_run():
             app_of(self).open_data(rid)
         else:
             self.notify("no run yet: start a pilot with p", severity="warning")
+
+    def action_variant(self) -> None:
+        rid = self.selected_run()
+        app_of(self).action_variant(self.views[rid].variant if rid in self.views else "")
 
     def action_note(self, kind: str) -> None:
         app_of(self).action_note(kind, self.selected_run() or "")

@@ -100,9 +100,13 @@ class EditDialog(Dialog[None]):
             self.mark(None, f"not saved: {message.error}\nEnter saves yours over it; Escape keeps the file's.")
             return
         path, problem = problems_of(message.error)[0]
-        field = next((f for key, f in self.FIELDS.items() if path.startswith(key)), None)
+        field = self.field_for(path)
         where = path.rsplit(".", 1)[-1] if path else ""
         self.mark(field, f"not saved: {where + ': ' if where else ''}{problem}")
+
+    def field_for(self, path: str) -> str | None:
+        """The field a notebook problem's key path is about (None: the dialog as a whole)."""
+        return next((f for key, f in self.FIELDS.items() if path.startswith(key)), None)
 
     def conflict(self, now: Any) -> None:
         """The file's value is the one seen from now on (a second Enter saves over it knowingly)."""

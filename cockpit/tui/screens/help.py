@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.console import Group, RenderableType
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -33,6 +35,7 @@ HELP = (
             ("C", "compare variants: tables and loss curves"),
             ("d / o", "add a decision / an observation, linked to the selected run"),
             ("v", "set the selected run's verdict"),
+            ("e", "edit the selected run's variant (set, differs, why, kind); a new id adds a variant"),
             ("c / s", "edit the conclusion / the selection sheet"),
             ("i", "data view: the selected run's inspected examples"),
             ("g", "GPUs: NVML memory, utilisation, power, temperature, processes"),
@@ -79,7 +82,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog wide", id="help"):
-            yield Static(help_text(self.section))
+            yield Static(help_view(self.section))
 
 
 def help_text(section: str = "") -> Text:
@@ -97,3 +100,25 @@ def help_text(section: str = "") -> Text:
             out.append(what)
     out.append(f"\n\n{NOTES}", style="dim")
     return out
+
+
+def help_view(section: str = "") -> RenderableType:
+    """:func:`help_text` laid out for the screen: keys in their own column, so a description that wraps
+    keeps its hanging indent (at 80x24 it wrapped to the left edge, under the keys)."""
+    parts: list[RenderableType] = [
+        Text.assemble(("Cockpit", "bold"), ("  pilot every phase of a training campaign before paying for it", "dim"))
+    ]
+    order = sorted(HELP, key=lambda s: (s[0] != section, s[0] != "Everywhere"))
+    for name, keys in order:
+        head = Text(f"\n{name}", style="bold underline")
+        if name == section:
+            head.append("  (this screen)", style="dim")
+        parts.append(head)
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True, min_width=15, style="bold cyan")
+        grid.add_column(ratio=1, overflow="fold")
+        for key, what in keys:
+            grid.add_row(f" {key}", what)
+        parts.append(grid)
+    parts.append(Text(f"\n{NOTES}", style="dim"))
+    return Group(*parts)

@@ -16,9 +16,13 @@ from ..plain import clean_line, one_line, plain
 DECISIONS_SHOWN = 20
 
 
-def empty_hint() -> Text:
+def empty_hint(broken: bool = False) -> Text:
     out = Text()
     out.append("No run yet. ", style="bold")
+    if broken:  # no key below would work: the notebook comes first
+        out.append("campaign.toml cannot be read (what is wrong is above): fix it first; the view reloads by itself")
+        out.append(" and then offers a pilot, a series and the edits.")
+        return out
     out.append("First press ")
     out.append("p", style="bold cyan")
     out.append(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.text import Text
 from textual import events, on, work
@@ -75,6 +76,7 @@ class RunScreen(Screen[None]):
         self._charts_pending: set[str] = set()
         self._charts_drawn = float("-inf")
         self._chart_timer: Timer | None = None
+        self._meta: dict[str, Any] = {}  # run.toml's [run], read once, for the header before the run starts
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -213,7 +215,7 @@ class RunScreen(Screen[None]):
         if feed is None:
             return
         status = self.status()
-        out = fm.run_head(self.run_id, feed.start or {}, status)
+        out = fm.run_head(self.run_id, self.known_start(), status)
         out.append(f"  {pg.pilot_progress(feed, status == 'running')}")
         if status != "running":
             out.append_text(one_line(f"  phase {(feed.end or {}).get('phase') or feed.phase or '-'}", limit=60))
@@ -230,6 +232,16 @@ class RunScreen(Screen[None]):
         if feed.gates:
             out.append(f"  ({self.query_one(GateTable).scale_label})", style="dim")
         self.finish_head(out, status)
+
+    def known_start(self) -> dict[str, Any]:
+        """The run_start event; until the process writes it, what run.toml said at creation (variant, seed)."""
+        if self.feed is not None and self.feed.start:
+            return self.feed.start
+        if not self._meta:
+            self._meta = runs.run_meta(self.rdir)  # a small file, written before the run is listed
+        m = self._meta
+        kind = {"run_kind": m["kind"]} if m.get("kind") == "probe" else {}
+        return {k: m[k] for k in ("variant", "seed", "follows") if k in m} | kind
 
     def finish_head(self, out: Text, status: str) -> None:
         """Shared end of the header: the backlog being read, the banner, the output tail of a failed run."""

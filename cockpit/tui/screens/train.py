@@ -102,7 +102,7 @@ class TrainRunScreen(RunScreen):
         feed = self.feed
         if feed is None:
             return
-        start = feed.start or {}
+        start = self.known_start()
         status = self.status()
         out = fm.run_head(self.run_id, start, status)
         progress = pg.train_progress(feed)

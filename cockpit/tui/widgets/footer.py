@@ -18,6 +18,8 @@ from textual.screen import Screen
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
+from ..editing import offered
+
 PALETTE_WIDTH = 12  # "^p palette" and its margin
 ALWAYS = frozenset({"back", "help", "quit"})  # binding ids shown at any width
 
@@ -47,8 +49,8 @@ class FittingFooter(Footer):
         seen: set[str] = set()
         shown = []
         for _node, binding, enabled, tooltip in active.values():
-            if not binding.show or binding.action in seen:
-                continue
+            if not binding.show or binding.action in seen or not offered(self.app, binding.action):
+                continue  # hidden, said already, or needing a notebook that cannot be read now
             seen.add(binding.action)
             display = self.app.get_key_display(binding)
             need = len(display) + len(binding.description) + (2 if self.compact else 3)

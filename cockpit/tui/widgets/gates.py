@@ -43,10 +43,47 @@ class GateTable(CursorTable):
         super().__init__(id=id, classes=classes, zebra_stripes=False)
         self._shown: dict[str, tuple[Hashable, ...]] = {}
         self.scale_label = ""
+        self._followed: str | None = None  # the running phase last brought into view
 
     def on_mount(self) -> None:
         for key, label, width in COLUMNS:
             self.add_column(label, key=key, width=width)
+        self.watch(self, "scroll_y", self.say_hidden, init=False)
+
+    def on_resize(self) -> None:
+        self.say_hidden()
+
+    def hidden(self) -> tuple[int, int]:
+        """Rows scrolled out of view above and below (a pilot has 14 phases; 80x24 shows 9 of them)."""
+        header = self.header_height if self.show_header else 0
+        seen = max(0, self.scrollable_content_region.height - header)
+        if not seen:
+            return 0, 0
+        above = min(int(self.scroll_y), self.row_count)
+        return above, max(0, self.row_count - above - seen)
+
+    def keep_in_view(self, phase: str) -> None:
+        """Scroll the running phase's row into view once, when it starts (at 80x24 the last 5 phases ran unseen);
+        the user may scroll away until the next phase starts."""
+        try:
+            index = self.get_row_index(phase)
+        except Exception:  # noqa: BLE001 - RowDoesNotExist: the rows are being filled
+            return
+        header = self.header_height if self.show_header else 0
+        seen = max(1, self.scrollable_content_region.height - header)
+        if not int(self.scroll_y) <= index < int(self.scroll_y) + seen:
+            self.scroll_to(y=max(0, index - seen + 1), animate=False)
+
+    def say_hidden(self) -> None:
+        """The phase column's header says how many rows are out of view and where: "phase ↑2 ↓3"."""
+        above, below = self.hidden()
+        label = "phase" + (f" \u2191{above}" if above else "") + (f" \u2193{below}" if below else "")
+        if below and not above:
+            label = f"phase \u2193{below} more"
+        column = self.columns.get(ColumnKey("phase"))
+        if column is not None and column.label.plain != label:
+            column.label = Text(label, style="bold" if above or below else "")
+            self.notify_style_update()  # the public way to drop DataTable's cached header and refresh
 
     def show(self, feed: RunFeed, now: float | None = None, status: str = "running") -> None:
         """Fill the rows from the run's reader; ``status`` is the run's (the phase a crash ended in says so)."""
@@ -99,6 +136,10 @@ class GateTable(CursorTable):
             bar.append("\u25c0" if is_top else " ", style=sty.PEAK)
             cells = (one_line(phase, limit=40), verdict, time_text, peak_text, bar)
             self._put(phase, cells)
+        if running_phase is not None and running_phase != self._followed:
+            self._followed = running_phase
+            self.call_after_refresh(self.keep_in_view, running_phase)
+        self.call_after_refresh(self.say_hidden)
 
     def _put(self, phase: str, cells: tuple[Text, ...]) -> None:
         put_row(self, self._shown, phase, cells, [key for key, _, _ in COLUMNS])
