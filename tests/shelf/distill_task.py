@@ -63,19 +63,22 @@ def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str,
     return {"input_ids": ids, "attention_mask": (ids != PAD).long(), "labels": labels}
 
 
-def loss(model: Distiller, batch: dict[str, Any]) -> torch.Tensor:
+def loss(model: Distiller, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum over answer tokens, their count): every token of an accumulated update weighs the same."""
     logits = model(batch["input_ids"], batch["attention_mask"])[:, :-1]
     with torch.no_grad():
         model.teacher.eval()
         t = model.teacher(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
     target = batch["labels"][:, 1:]
     keep = target != -100
-    ce = F.cross_entropy(logits[keep], target[keep])
+    ce = F.cross_entropy(logits[keep], target[keep], reduction="sum")
     kl = F.kl_div(
-        F.log_softmax(logits[keep] / TEMPERATURE, -1), F.log_softmax(t[keep] / TEMPERATURE, -1), log_target=True,
-        reduction="batchmean",
+        F.log_softmax(logits[keep] / TEMPERATURE, -1),
+        F.log_softmax(t[keep] / TEMPERATURE, -1),
+        log_target=True,
+        reduction="sum",
     )
-    return (1 - ALPHA) * ce + ALPHA * TEMPERATURE**2 * kl
+    return (1 - ALPHA) * ce + ALPHA * TEMPERATURE**2 * kl, keep.sum()
 
 
 def make(build: Any = build_model) -> Task:

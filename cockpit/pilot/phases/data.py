@@ -34,13 +34,15 @@ import time
 from collections import Counter, defaultdict
 from typing import Any
 
+import torch
+
 from .. import inspection
 from ..context import Context
 from ..datascan import SCAN_SECONDS, SplitScan, collate, ids_text, scan, share_text
 from ..gate import Gate, Phase
 from ..splits import data_revision
 from ..trainer import Trainer, user
-from . import semantics
+from . import alignment, semantics
 
 
 def run(ctx: Context, g: Gate) -> None:
@@ -57,29 +59,63 @@ def data_gate(ctx: Context, g: Gate) -> None:
         return
     _identifier_checks(ctx, g)
     ml = ctx.max_length()
+    first = [splits["train"][i] for i in range(min(len(splits["train"]), max(ctx.trainer.microbatch, 2)))]
+    batch = collate(task, ctx.params, first)
+    if "ids" not in batch:
+        batch["ids"] = [e.get("id", f"train[{i}]") if isinstance(e, dict) else i for i, e in enumerate(first)]
+    labelled = torch.is_tensor(batch.get(task.label_key))
+    # the model, built apart, tells an encoder-decoder and where the loss scores each target (alignment.py)
+    probe = alignment.build_probe(ctx) if labelled else None
+    encdec = semantics.encoder_decoder(probe.model if probe else None, batch)
     budget = time.monotonic() + float(task.extras.get("scan_seconds", SCAN_SECONDS))
     order = ["train", *(n for n in splits if n != "train")]  # the training split first: it matters most
     scans = {
-        name: scan(task, ctx.params, name, list(splits[name]), ml, budget)
+        name: scan(task, ctx.params, name, list(splits[name]), ml, budget, encdec=encdec)
         for name in order
         if len(splits.get(name, []))
     }
     ctx.scans = scans  # the leakage and overfit gates reuse what was learned here
-    _batch_checks(ctx, g, scans, ml)
-    first = [splits["train"][i] for i in range(min(len(splits["train"]), max(ctx.trainer.microbatch, 2)))]
+    _batch_checks(ctx, g, scans, ml, encdec)
     semantics.collate_deterministic(ctx, g, first)
-    semantics.targets_aligned(ctx, g, collate(task, ctx.params, first))
+    semantics.rows_distinct(g, first, batch)
+    if probe is not None:
+        scored = alignment.measure(ctx, probe, batch)
+        alignment.release(probe)
+        alignment.own_example(g, batch, scored)
+        if task.kind == "generation":
+            alignment.targets_aligned(ctx, g, batch, scored, encdec)
+    if not all(s.labelled for s in scans.values()):
+        _unlabelled(ctx, g)
+        return _finish(ctx, g, scans)
     if task.kind == "classification":
         _label_checks(ctx, g, scans)
     if task.kind == "generation":
         _truncation_checks(ctx, g, scans["train"], ml)
     _ignored_batches(ctx, g, scans["train"])
+    _finish(ctx, g, scans)
+
+
+def _finish(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
     g.inputs["scanned"] = ", ".join(
         f"{len(s.ids)}/{s.total} {n}" if len(s.ids) < s.total else f"{s.total} {n}" for n, s in scans.items()
     )
     inspection.write(ctx, g, scans)
-    ctx.data_revision = data_revision(splits)  # the examples as the task produced them, hashed
+    ctx.data_revision = data_revision(ctx.trainer.splits)  # the examples as the task produced them, hashed
     g.extra["data_revision"] = ctx.data_revision
+
+
+LABEL_CHECKS = ("targets in range", "padding not in the loss", "no batch entirely ignored")
+
+
+def _unlabelled(ctx: Context, g: Gate) -> None:
+    """A batch without targets: the label checks measured nothing, and say why."""
+    task = ctx.the_task
+    why = (
+        f"the batch has no {task.label_key!r}: the {task.kind!r} task's loss makes its own targets (a diffusion "
+        "model's noise, a contrastive loss's in-batch pairing), so no target can be checked"
+    )
+    for name in LABEL_CHECKS:
+        g.not_applicable(name, why)
 
 
 def _identifier_checks(ctx: Context, g: Gate) -> None:
@@ -144,7 +180,7 @@ def _identifier_checks(ctx: Context, g: Gate) -> None:
     )
 
 
-def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | None) -> None:
+def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | None, encdec: bool) -> None:
     task = ctx.the_task
 
     def merged(key: str) -> list[str]:
@@ -158,11 +194,18 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
         f"{len(s.ids)} {n}" + (f" of {s.total}" if len(s.ids) < s.total else "") for n, s in scans.items()
     )
     fatal = merged("targets") + merged("rows")
-    g.check(
-        "targets present",
-        not fatal,
-        f"batch[{task.label_key!r}] one row per example; scanned {scanned}" if not fatal else ids_text(fatal, 3),
-    )
+    if not all(s.labelled for s in scans.values()):
+        g.not_applicable(
+            "targets present",
+            f"batch[{task.label_key!r}] is absent and the task's kind is {task.kind!r}: a self-supervised objective "
+            f"needs none (a classification task would); scanned {scanned}",
+        )
+    else:
+        g.check(
+            "targets present",
+            not fatal,
+            f"batch[{task.label_key!r}] one row per example; scanned {scanned}" if not fatal else ids_text(fatal, 3),
+        )
     bad = merged("ids")
     by_cockpit = any(sc.ids_from_cockpit for sc in scans.values())
     g.check(
@@ -179,10 +222,20 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
     if fatal:
         return
     if any(s.problems.get("mask") for s in scans.values()):
-        g.check("attention mask", False, ids_text(merged("mask"), 2) + f"; {task.mask_key} must have the inputs' shape")
+        g.check(
+            "attention mask",
+            False,
+            ids_text(merged("mask"), 2) + f"; {task.mask_key} must have the shape of {task.input_key} (or of its "
+            "batch and time axes, for frames of features): a mask of another length masks the wrong positions",
+        )
     elif task.kind == "generation":
         g.check("attention mask", True, f"{task.mask_key} shaped like {task.input_key}")
-    if task.kind == "generation":
+    if task.kind == "generation" and encdec:
+        g.not_applicable(
+            "targets aligned with inputs",
+            f"an encoder-decoder: the labels are the decoder's targets, {task.input_key} the encoder's input",
+        )
+    elif task.kind == "generation":
         al = merged("aligned")
         g.check("targets aligned with inputs", not al, "labels shaped like the inputs" if not al else ids_text(al, 2))
     if ml is not None:
@@ -235,7 +288,7 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
             )
     rng = merged("range")
     vocab_size = task.vocab_size
-    if task.kind == "classification" or vocab_size is not None:
+    if all(s.labelled for s in scans.values()) and (task.kind == "classification" or vocab_size is not None):
         what = (
             f"0..{len(task.label_names) - 1} ({len(task.label_names)} label names)"
             if task.kind == "classification" and task.label_names
@@ -442,6 +495,9 @@ PHASE = Phase(
         "batch carries ids",
         "attention mask",
         "targets aligned with inputs",
+        "targets aligned as declared",
+        "targets scored against their own example",
+        "rows differ where examples differ",
         "lengths within maximum",
         "padding not in the loss",
         "instruction not in the loss",
