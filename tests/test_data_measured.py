@@ -254,7 +254,10 @@ def table(params: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 def regression(shape: tuple[int, ...], repeat_first: bool = False) -> Task:
     def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
         rows = [examples[0]] * len(examples) if repeat_first else examples
-        return {"x": torch.tensor([e["x"] for e in rows]), "labels": torch.tensor([e["y"] for e in examples]).reshape(shape)}
+        return {
+            "x": torch.tensor([e["x"] for e in rows]),
+            "labels": torch.tensor([e["y"] for e in examples]).reshape(shape),
+        }
 
     return Task(
         build_model=lambda p: nn.Linear(2, 1),

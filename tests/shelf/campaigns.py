@@ -111,7 +111,7 @@ CASES: dict[str, Case] = {
         expect="failed",
         gate="data",
         check="targets aligned as declared",
-        words=("two ahead", "shifted twice"),
+        words=("two tokens ahead", "shifted twice"),
     ),
     "clip_same_image": Case(
         "hf_clip_same_image.py:task",

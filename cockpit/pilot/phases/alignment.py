@@ -31,7 +31,6 @@ from .. import outputs
 from ..context import Context
 from ..gate import Gate
 from ..rng import rng_state, set_rng_state
-from ..usercode import UserCodeError
 
 
 @dataclass
@@ -44,6 +43,7 @@ class Scored:
     positions: list[int] = field(default_factory=list)  # in ``row``, the output positions whose gradient changed
     own: float = 0.0  # the change at the example's own output
     others: float = 0.0  # the largest change at another example's output
+    least: float = 0.0  # the smallest change at another example's output
     shape: tuple[int, ...] = ()  # the outputs' shape
 
     def offset(self, feeds_decoder: bool = False) -> int | None:
@@ -84,8 +84,8 @@ def build_probe(ctx: Context) -> Probe:
         with kept_rng():
             model = user("build_model", ctx.the_task.build_model, ctx.params)
         model = model.to(ctx.device).eval()
-    except (UserCodeError, RuntimeError, TypeError, ValueError, AttributeError) as exc:
-        return Probe(None, False, f"the model could not be built for the measurement ({exc})")
+    except Exception as exc:  # the run's own build, in the forward phase, reports the user's error
+        return Probe(None, False, f"the model could not be built for the measurement ({type(exc).__name__}: {exc})")
     return Probe(model, encoder_decoder(model, {}))
 
 
@@ -157,8 +157,8 @@ def measure(ctx: Context, probe: Probe, batch: dict[str, Any]) -> Scored | str:
             classes = a.shape[-1] if a.dim() >= 2 else 2
             set_rng_state(start)  # the same draws for both calls: a stochastic loss compares like with like
             b = _grad_at_outputs(ctx, probe.model, {**on, task.label_key: _changed(on[task.label_key], where, classes)})
-    except (UserCodeError, RuntimeError, ValueError, IndexError) as exc:
-        return f"the loss could not be run with one target changed ({str(exc)[:160]})"
+    except Exception as exc:  # the measurement is an extra: whatever stops it, the checks fall back and say why
+        return f"the loss could not be run with one target changed ({type(exc).__name__}: {str(exc)[:160]})"
     if b is None or a.shape != b.shape or a.dim() == 0 or a.shape[0] != lab.shape[0]:
         return "the outputs are not laid out one row per example"
     diff = (a - b).abs()
@@ -171,7 +171,9 @@ def measure(ctx: Context, probe: Probe, batch: dict[str, Any]) -> Scored | str:
     s = Scored(row=r, pos=pos, shape=tuple(a.shape))
     s.rows = [int(i) for i in (per_row > tol).nonzero().flatten().tolist()]
     s.own = float(per_row[r])
-    s.others = float(torch.cat([per_row[:r], per_row[r + 1 :]]).max()) if per_row.numel() > 1 else 0.0
+    rest = torch.cat([per_row[:r], per_row[r + 1 :]])
+    s.others = float(rest.max()) if rest.numel() else 0.0
+    s.least = float(rest.min()) if rest.numel() else 0.0
     if pos is not None and a.dim() >= 3:
         per_pos = diff[r].reshape(diff.shape[1], -1).amax(1)
         s.positions = [int(i) for i in (per_pos > tol).nonzero().flatten().tolist()]
@@ -194,7 +196,12 @@ def own_example(g: Gate, batch: dict[str, Any], s: Scored | str) -> None:
     who = str(ids[s.row]) if s.row < len(ids) else f"row {s.row}"
     n = s.shape[0]
     mixed = [i for i in s.rows if i != s.row]
-    if s.own > 0 and s.others >= COUPLED * s.own and len(mixed) >= max(1, (n - 1) // 2):
+    if n < 3:
+        g.not_applicable(OWN, f"{n} examples in the batch: a loss over pairs and a broadcast target look alike")
+        return
+    # every other example's output moved as much as its own: a target compared with the whole batch (a pair or
+    # preference loss moves its partner only; class weights from the batch's counts move the rest a little)
+    if s.own > 0 and s.least >= COUPLED * s.own:
         g.check(
             OWN,
             False,
@@ -224,14 +231,14 @@ def _agreement(lab: torch.Tensor, inp: torch.Tensor, sup: torch.Tensor, real: to
 WHAT = {
     0: "the token at the output's own input position: the model learns to copy its input",
     1: "the next token",
-    2: "the token two ahead: the labels are shifted twice (in the collate and again in the loss)",
+    2: "two tokens ahead: the labels are shifted twice (in the collate and again in the loss)",
 }
 
 
 def _what(d: int) -> str:
     if d in WHAT:
         return WHAT[d]
-    return f"the token {d} ahead" if d > 0 else f"a token {-d} behind its input: the model learns to copy its input"
+    return f"{d} tokens ahead" if d > 0 else f"a token {-d} behind its input: the model learns to copy its input"
 
 
 def targets_aligned(ctx: Context, g: Gate, batch: dict[str, Any], s: Scored | str, encdec: bool) -> None:

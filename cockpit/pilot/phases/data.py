@@ -24,6 +24,10 @@ Optional task hooks read here (through ``Task.extras``):
 ``inspect_examples``      ``(train, val)`` how many examples ``inspect.json`` records (default (4, 2))
 ``max_no_target_share``   share of training examples allowed to have no supervised token (default 0)
 ``scan_seconds``          time budget for collating the splits in the data gate (default 30 s)
+``measure_targets``       False to skip the probe (default True): the data gate builds the model once more
+                          (under a kept random state, freed before the forward phase) to measure which output
+                          each target is scored against (``alignment.py``); without it the label convention
+                          is taken as declared
 ``ordered_groups``        (read by the leakage phase) True when the group is a period:
                           validation and test groups must come after every training group
 """
@@ -65,7 +69,7 @@ def data_gate(ctx: Context, g: Gate) -> None:
         batch["ids"] = [e.get("id", f"train[{i}]") if isinstance(e, dict) else i for i, e in enumerate(first)]
     labelled = torch.is_tensor(batch.get(task.label_key))
     # the model, built apart, tells an encoder-decoder and where the loss scores each target (alignment.py)
-    probe = alignment.build_probe(ctx) if labelled else None
+    probe = alignment.build_probe(ctx) if labelled and task.extras.get("measure_targets", True) else None
     encdec = semantics.encoder_decoder(probe.model if probe else None, batch)
     budget = time.monotonic() + float(task.extras.get("scan_seconds", SCAN_SECONDS))
     order = ["train", *(n for n in splits if n != "train")]  # the training split first: it matters most
