@@ -283,3 +283,20 @@ def test_a_collate_that_repeats_one_examples_input_fails() -> None:
     assert not c["ok"] and c["detail"].startswith("x is identical in every row"), c
     g, _ = data_gate(regression((-1, 1)))
     assert check(g, "rows differ where examples differ")["ok"]
+
+
+def test_decoder_targets_padded_with_a_real_token_fail() -> None:
+    def padded(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+        b = t5_collate(examples, params)
+        rows = [[2 + (r + j) % 10 for j in range((5, 3, 1)[r % 3])] for r in range(len(examples))]
+        labels = torch.zeros(len(examples), 5, dtype=torch.long)  # padded with the pad token, 0
+        for r, row in enumerate(rows):
+            labels[r, : len(row)] = torch.tensor(row)
+        return {**b, "labels": labels}
+
+    task = Task(build_model=t5, datasets=seq2seq, collate=padded, kind="generation", vocab_size=lambda p: VOCAB)
+    g, _ = data_gate(task)
+    c = check(g, "padding not in the loss")
+    assert not c["ok"] and "padded with token 0" in c["detail"], c
+    g, _ = data_gate(Task(**{**task.__dict__, "collate": t5_collate}))
+    assert not [c for c in g.checks if c["name"] == "padding not in the loss" and not c["ok"]]

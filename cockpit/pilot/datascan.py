@@ -56,6 +56,7 @@ class SplitScan:
     ids_from_cockpit: bool = False  # the collate returns no "ids": Cockpit attaches them
     masked_rows: bool = False  # labels aligned with an attention mask: the padding check applies
     labelled: bool = True  # the batch carries targets (False: a self-supervised objective makes its own)
+    label_pad_value: int | None = None  # the real token the targets are padded with (no mask beside them)
     mapping: dict[str, dict[int, list[Any]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
 
 
@@ -67,6 +68,30 @@ def collate(task: Task, params: dict[str, Any], examples: list[dict[str, Any]]) 
             "collate", TypeError(f"must return a dict of tensors and 'ids', got {type(batch).__name__}")
         )
     return {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in batch.items()}
+
+
+def trailing_runs(lab: torch.Tensor, value: int) -> list[int]:
+    """Per row, how many positions at its end hold ``value``."""
+    hit = (lab == value).flip(1).long()
+    return hit.cumprod(1).sum(1).tolist()
+
+
+def padded_with(lab: torch.Tensor, ignore: int) -> int | None:
+    """The token a batch's targets are padded with when it is not the ignore index, else None.
+
+    Padding fills the end of every row shorter than the batch's longest, so the rows end in runs of one
+    value whose lengths differ from row to row (at least one of three or more) while some row has none.
+    A word that ends in a double letter gives equal runs of two; an end-of-sequence token, runs of one.
+    """
+    last = lab[:, -1].tolist()
+    for value in sorted(set(last)):
+        if value == ignore:
+            continue
+        runs = trailing_runs(lab, int(value))
+        ended = [n for n in runs if n >= 2]
+        if len(ended) >= 2 and max(ended) >= 3 and len(set(ended)) >= 2 and min(runs) < 2:
+            return int(value)
+    return None
 
 
 def mask_fits(mask: torch.Tensor, inp: torch.Tensor) -> bool:
@@ -185,6 +210,13 @@ def scan(
             for e, n, k in zip(chunk, masked_in, n_sup, strict=True):
                 if n == 0 and k > 0:
                     s.problems["all_supervised"].append(str(e["id"]))
+        # targets with no mask beside them (a decoder's, a CTC transcript's): padded with a real token?
+        if not aligned and lab.dim() == 2 and not lab.is_floating_point() and lab.shape[1] > 2:
+            value = padded_with(lab, ign)
+            if value is not None:
+                runs = trailing_runs(lab, value)
+                s.label_pad_value = value
+                s.problems["label_padding"].extend(f"{e['id']} ({n})" for e, n in zip(chunk, runs, strict=True) if n)
         # targets in range
         if task.kind == "classification":
             flat = lab.reshape(len(chunk), -1)[:, 0].tolist() if lab.dim() >= 1 else []

@@ -150,6 +150,15 @@ CASES: dict[str, Case] = {
         check="targets aligned as declared",
         words=("copy",),
     ),
+    "whisper_pad_labels": Case(
+        "hf_whisper_pad_labels.py:task",
+        training={"lr": 1e-3},
+        family="whisper",
+        expect="failed",
+        gate="data",
+        check="padding not in the loss",
+        words=("padded with token 0", "-100"),
+    ),
     "vit_sorted_labels": Case(
         "hf_vit_sorted_labels.py:task",
         training={"lr": 1e-3},

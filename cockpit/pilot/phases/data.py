@@ -252,7 +252,7 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
             else f"{len(long)} examples longer than max_length {ml} after collate: {ids_text(long)}; crop in collate",
         )
     pad = merged("padding")
-    if any(s.masked_rows for s in scans.values()):
+    if any(s.masked_rows for s in scans.values()) and not merged("label_padding"):
         g.check(
             "padding not in the loss",
             not pad,
@@ -260,6 +260,17 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
             if not pad
             else f"{len(pad)} examples have padded positions ({task.mask_key} == 0) whose label is not "
             f"{task.ignore_index}: {ids_text(pad)}; set the labels of padding to {task.ignore_index}",
+        )
+    lpad = merged("label_padding")
+    if lpad:
+        value = next(sc.label_pad_value for sc in scans.values() if sc.label_pad_value is not None)
+        g.check(
+            "padding not in the loss",
+            False,
+            f"{len(lpad)} examples have their {task.label_key!r} padded with token {value}, not the ignore index "
+            f"{task.ignore_index} (positions padded: {ids_text(lpad, 3)}): every padded position is a target, so "
+            f"the model learns to emit padding. Pad the targets with {task.ignore_index} (what transformers' "
+            "seq2seq and CTC collators do)",
         )
     if task.kind == "generation" and task.instruction_is_input:
         ins = merged("instruction")
