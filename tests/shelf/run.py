@@ -34,7 +34,7 @@ def run_cases(
             name = waiting.pop(0)
             _, running[name] = launch.new_run(write(root, name), None, 0, env=env)
         for name, rdir in list(running.items()):
-            if not runs.is_alive(rdir):
+            if not running_still(rdir):
                 launch.reap()
                 done[name] = runs.state(rdir)
                 del running[name]
@@ -46,6 +46,22 @@ def run_cases(
             raise Overdue(f"shelf pilots still running after {deadline_s:.0f} s: {', '.join(running)}")
         time.sleep(0.2)
     return done
+
+
+def running_still(rdir: Path) -> bool:
+    """The pilot's process lives. ``runs.is_alive`` also compares the process's start time, which psutil derives
+    from the boot time and the wall clock: on a machine whose clock steps (a virtual machine resumed), a live
+    pilot then looks gone and its run reads "crashed". Here the pid and the command line decide."""
+    if runs.is_alive(rdir):
+        return True
+    info = runs.process_info(rdir) or {}
+    try:
+        import psutil
+
+        proc = psutil.Process(int(info.get("pid", 0)))
+        return proc.status() != psutil.STATUS_ZOMBIE and list(proc.cmdline()) == info.get("cmdline")
+    except Exception:  # noqa: BLE001 - gone
+        return False
 
 
 def log_tail(st: runs.RunState, n: int = 3000) -> str:

@@ -41,7 +41,8 @@ class Row:
     stop_reason: str
     findings: list[Finding] = field(default_factory=list)
     expected: str = ""  # twins: "gate / check" where the shelf expects the catch
-    caught: bool = False  # twins: the expected check fails (or warns) at the expected gate
+    named: bool = False  # twins: the expected check fails (or warns) at the expected gate, naming the defect
+    caught: bool = False  # twins: named, and the run ends as the shelf expects (failed, or passed for a warning)
 
     @property
     def fails(self) -> list[Finding]:
@@ -72,12 +73,13 @@ def row_of(name: str, st: runs.RunState) -> Row:
         r.expected = f"{case.gate} / {case.check} ({case.verdict})"
         gate = next((g for g in st.gates if g["phase"] == case.gate), None)
         check = next((c for c in (gate or {}).get("checks", []) if c["name"] == case.check), None)
-        r.caught = bool(
+        r.named = bool(
             check is not None
             and not check["ok"]
             and bool(check.get("warn")) == (case.verdict == "warn")
             and all(w in check.get("detail", "") for w in case.words)
         )
+        r.caught = r.named and r.status == case.expect
     if not r.findings and st.status not in ("passed", "completed"):
         r.findings.append(Finding(st.phase or "?", "outcome", "fail", r.stop_reason))
     return r
@@ -87,17 +89,23 @@ def render(rows: dict[str, Row]) -> str:
     fams: dict[str, list[Row]] = {}
     for r in rows.values():
         fams.setdefault(r.family, []).append(r)
-    lines = [f"{'family':<14} {'healthy':<52} {'twin':<24} twin caught at (expected)"]
+    lines = [f"{'family':<14} {'healthy':<62} {'twin':<24} twin caught at (expected)"]
     for fam, members in fams.items():
         healthy = next((r for r in members if not CASES[r.name].gate), None)
         twins = [r for r in members if CASES[r.name].gate]
         h = healthy.summary() if healthy else "(not run)"
         if not twins:
-            lines.append(f"{fam:<14} {h[:52]:<52} {'(none)':<24}")
+            lines.append(f"{fam:<14} {h[:62]:<62} {'(none)':<24}")
         for i, t in enumerate(twins):
-            where = t.summary()
-            mark = "caught as expected" if t.caught else f"NOT as expected: {t.expected}"
-            lines.append(f"{fam if i == 0 else '':<14} {h[:52] if i == 0 else '':<52} {t.name:<24} {where}; {mark}")
+            case = CASES[t.name]
+            if t.caught:
+                where, mark = f"{t.status}: {case.gate} / {case.check}", "caught as expected"
+            elif t.named:
+                where = f"{t.status}: {case.gate} / {case.check}"
+                mark = f"named, but the run ended {t.status}, not {case.expect} ({t.summary()})"
+            else:
+                where, mark = t.summary(), f"NOT as expected: {t.expected}"
+            lines.append(f"{fam if i == 0 else '':<14} {h[:62] if i == 0 else '':<62} {t.name:<24} {where}; {mark}")
     lines.append("")
     lines.append("details of every failed or warned check:")
     for r in rows.values():
