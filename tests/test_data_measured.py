@@ -80,7 +80,7 @@ def test_a_self_supervised_batch_without_labels_passes_the_data_gate_with_label_
     g, _ = data_gate(task)
     assert g.verdict.value == "pass", g.checks
     present = check(g, "targets present")
-    assert present.get("na") and "self-supervised" in present["detail"]
+    assert present.get("na") and "makes its own targets" in present["detail"]
     assert check(g, "no batch entirely ignored").get("na")
 
 

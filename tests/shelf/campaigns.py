@@ -65,6 +65,7 @@ CASES: dict[str, Case] = {
     "lstm": Case("lstm_task.py:task", training={"lr": 1e-3}),
     "regression": Case("regression_task.py:task", training={"lr": 1e-3}),
     "bert_mlm": Case("hf_bert_mlm_task.py:task", training={"lr": 1e-3}),
+    "dpo": Case("dpo_task.py:task", training={"lr": 1e-3}),
     # broken twins: each fails (or warns) at its gate, naming what it found
     "nanogpt_uneven": Case(
         "nanogpt_uneven.py:task",
@@ -211,6 +212,15 @@ CASES: dict[str, Case] = {
         gate="data",
         check="targets scored against their own example",
         words=("every",),
+    ),
+    "dpo_reference_trains": Case(
+        "dpo_reference_trains.py:task",
+        training={"lr": 1e-3},
+        family="dpo",
+        expect="failed",
+        gate="backward",
+        check="trainable as declared",
+        words=("trained anyway", "reference."),
     ),
     "bert_mlm_every_label": Case(
         "hf_bert_mlm_every_label.py:task",

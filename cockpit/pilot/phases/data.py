@@ -116,7 +116,8 @@ def _unlabelled(ctx: Context, g: Gate) -> None:
     task = ctx.the_task
     why = (
         f"the batch has no {task.label_key!r}: the {task.kind!r} task's loss makes its own targets (a diffusion "
-        "model's noise, a contrastive loss's in-batch pairing), so no target can be checked"
+        "model's noise, a contrastive loss's in-batch pairing, a preference loss's chosen and rejected answers), "
+        "so no target can be checked"
     )
     for name in LABEL_CHECKS:
         g.not_applicable(name, why)
@@ -201,8 +202,9 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
     if not all(s.labelled for s in scans.values()):
         g.not_applicable(
             "targets present",
-            f"batch[{task.label_key!r}] is absent and the task's kind is {task.kind!r}: a self-supervised objective "
-            f"needs none (a classification task would); scanned {scanned}",
+            f"batch[{task.label_key!r}] is absent and the task's kind is {task.kind!r}: an objective that makes its "
+            f"own targets (self-supervised, contrastive, preference) needs none, a classification would; scanned "
+            f"{scanned}",
         )
     else:
         g.check(
