@@ -137,7 +137,7 @@ CASES: dict[str, Case] = {
         "hf_wav2vec2_frame_mask.py:task",
         training={"lr": 1e-3},
         family="wav2vec2_ctc",
-        expect="failed",
+        expect="diverged",  # the data gate names the mask; the forward then meets the inf it causes
         gate="data",
         check="attention mask",
         words=("attention_mask", "input_values"),
