@@ -26,6 +26,7 @@ import tomli_w
 
 from cockpit import events as ev
 from cockpit import launch, runs
+from tests.shelf.run import running_still
 
 ROOT = Path(__file__).resolve().parents[1]
 BROKEN = ROOT / "tests" / "broken_tasks"
@@ -184,7 +185,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
                 case = CASES[name]
                 if case.stop_after and runs.is_alive(rdir) and _gate_seen(rdir, case.stop_after):
                     launch.stop(rdir, grace_s=10)
-                if not runs.is_alive(rdir):
+                if not running_still(rdir):  # not runs.is_alive alone: a clock step makes a live pilot look gone
                     launch.reap()
                     done[name] = Result(runs.state(rdir), rdir)
                     del running[name]

@@ -55,6 +55,8 @@ class SplitScan:
     lost_known: bool = True
     ids_from_cockpit: bool = False  # the collate returns no "ids": Cockpit attaches them
     masked_rows: bool = False  # labels aligned with an attention mask: the padding check applies
+    labelled: bool = True  # the batch carries targets (False: a self-supervised objective makes its own)
+    label_pad_value: int | None = None  # the real token the targets are padded with (no mask beside them)
     mapping: dict[str, dict[int, list[Any]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
 
 
@@ -68,10 +70,56 @@ def collate(task: Task, params: dict[str, Any], examples: list[dict[str, Any]]) 
     return {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in batch.items()}
 
 
+def trailing_runs(lab: torch.Tensor, value: int) -> list[int]:
+    """Per row, how many positions at its end hold ``value``."""
+    hit = (lab == value).flip(1).long()
+    return hit.cumprod(1).sum(1).tolist()
+
+
+def padded_with(lab: torch.Tensor, ignore: int) -> int | None:
+    """The token a batch's targets are padded with when it is not the ignore index, else None.
+
+    Padding fills the end of every row shorter than the batch's longest, so the rows end in runs of one
+    value whose lengths differ from row to row (at least one of three or more) while some row has none.
+    A word that ends in a double letter gives equal runs of two; an end-of-sequence token, runs of one.
+    """
+    last = lab[:, -1].tolist()
+    for value in sorted(set(last)):
+        if value == ignore:
+            continue
+        runs = trailing_runs(lab, int(value))
+        ended = [n for n in runs if n >= 2]
+        if len(ended) >= 2 and max(ended) >= 3 and len(set(ended)) >= 2 and min(runs) < 2:
+            return int(value)
+    return None
+
+
+def mask_fits(mask: torch.Tensor, inp: torch.Tensor) -> bool:
+    """A mask has the input's shape, or the input's shape without its feature axes: (B, T) for (B, T, F) audio
+    frames or (B, F, T) spectrograms, never another length."""
+    want, got = list(inp.shape), list(mask.shape)
+    if got == want:
+        return True
+    if not got or got[0] != want[0] or len(got) >= len(want):
+        return False
+    rest = iter(want[1:])
+    return all(any(x == y for y in rest) for x in got[1:])  # got[1:] is a subsequence of want[1:]
+
+
 def scan(
-    task: Task, params: dict[str, Any], split: str, data: list[dict[str, Any]], ml: int | None, budget: float
+    task: Task,
+    params: dict[str, Any],
+    split: str,
+    data: list[dict[str, Any]],
+    ml: int | None,
+    budget: float,
+    encdec: bool = False,
 ) -> SplitScan:
-    """Collate the split in chunks as training does and record what each row brings to the loss."""
+    """Collate the split in chunks as training does and record what each row brings to the loss.
+
+    ``encdec``: the model is an encoder-decoder, so the labels are the decoder's and are compared with
+    nothing on the encoder's side (its input, its mask).
+    """
     s = SplitScan(split, len(data))
     data = data[:SCAN_LIMIT]
     ign = task.ignore_index
@@ -94,6 +142,24 @@ def scan(
                 f"{split}[{start}:{start + len(chunk)}]: ids {ids_text(list(got), 3)} for examples {ids_text(want, 3)}"
             )
         lab = batch.get(task.label_key)
+        inp = batch.get(task.input_key)
+        mask = batch.get(task.mask_key)
+        inp = inp if torch.is_tensor(inp) and inp.dim() >= 1 and inp.shape[0] == len(chunk) else None
+        if mask is not None and (not torch.is_tensor(mask) or inp is None or not mask_fits(mask, inp)):
+            s.problems["mask"].append(
+                f"{task.mask_key} {tuple(mask.shape) if torch.is_tensor(mask) else type(mask).__name__}"
+                f" vs {task.input_key} {tuple(inp.shape) if inp is not None else 'missing'}"
+            )
+            mask = None
+        if lab is None and task.kind != "classification":
+            # a self-supervised objective (diffusion, contrastive): the loss makes its own targets
+            s.labelled = False
+            s.ids.extend(want)
+            s.supervised.extend([1] * len(chunk))  # each example counts as a whole
+            if inp is not None:
+                same = mask if mask is not None and tuple(mask.shape) == tuple(inp.shape) else None
+                s.inputs.extend(_input_hashes(task, inp, same, None))
+            continue
         if not torch.is_tensor(lab):
             s.problems["targets"].append(
                 f"batch[{task.label_key!r}] is {'missing' if lab is None else type(lab).__name__}"
@@ -102,21 +168,14 @@ def scan(
         if lab.dim() == 0 or lab.shape[0] != len(chunk):
             s.problems["rows"].append(f"{split}[{start}:]: {tuple(lab.shape)} targets for {len(chunk)} examples")
             break
-        inp = batch.get(task.input_key)
-        mask = batch.get(task.mask_key)
-        inp = inp if torch.is_tensor(inp) and inp.dim() >= 1 and inp.shape[0] == len(chunk) else None
-        if mask is not None and (not torch.is_tensor(mask) or inp is None or tuple(mask.shape) != tuple(inp.shape)):
-            s.problems["mask"].append(
-                f"{task.mask_key} {tuple(mask.shape) if torch.is_tensor(mask) else type(mask).__name__}"
-                f" vs inputs {tuple(inp.shape) if inp is not None else 'missing'}"
-            )
-            mask = None
+        if mask is not None and tuple(mask.shape) != tuple(inp.shape if inp is not None else ()):
+            mask = None  # a frame mask of (B, T, F) features: right for the model, not comparable with the labels
         sup = rows(lab != ign)
         n_sup = sup.sum(1).tolist()
         s.ids.extend(want)
         s.supervised.extend(int(x) for x in n_sup)
-        aligned = inp is not None and lab.dim() >= 2 and tuple(lab.shape) == tuple(inp.shape)
-        if task.kind == "generation" and inp is not None and not aligned:
+        aligned = not encdec and inp is not None and lab.dim() >= 2 and tuple(lab.shape) == tuple(inp.shape)
+        if task.kind == "generation" and inp is not None and not aligned and not encdec:
             s.problems["aligned"].append(f"{split}[{start}:]: labels {tuple(lab.shape)} vs inputs {tuple(inp.shape)}")
         # lengths after collate
         if inp is not None and ml is not None and inp.dim() >= 2:
@@ -151,6 +210,13 @@ def scan(
             for e, n, k in zip(chunk, masked_in, n_sup, strict=True):
                 if n == 0 and k > 0:
                     s.problems["all_supervised"].append(str(e["id"]))
+        # targets with no mask beside them (a decoder's, a CTC transcript's): padded with a real token?
+        if not aligned and lab.dim() == 2 and not lab.is_floating_point() and lab.shape[1] > 2:
+            value = padded_with(lab, ign)
+            if value is not None:
+                runs = trailing_runs(lab, value)
+                s.label_pad_value = value
+                s.problems["label_padding"].extend(f"{e['id']} ({n})" for e, n in zip(chunk, runs, strict=True) if n)
         # targets in range
         if task.kind == "classification":
             flat = lab.reshape(len(chunk), -1)[:, 0].tolist() if lab.dim() >= 1 else []
@@ -174,7 +240,7 @@ def scan(
                     s.problems["range"].append(
                         f"{e['id']} (label {next(x for x in row if x != ign and not 0 <= x < vocab)})"
                     )
-            if inp is not None:
+            if inp is not None and not inp.is_floating_point():  # token ids; audio and images are not
                 bad_in = rows((inp < 0) | (inp >= vocab)).any(1).tolist()
                 for e, b in zip(chunk, bad_in, strict=True):
                     if b:

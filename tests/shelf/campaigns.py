@@ -23,6 +23,7 @@ class Case:
     check: str = ""  # the check that names the cause
     verdict: str = "fail"  # "fail", or "warn" for a twin that only warns
     words: tuple[str, ...] = ()  # what the check's detail must say
+    family: str = ""  # the healthy case a twin breaks (the table's row); a healthy case is its own family
 
 
 BASE_BATCH = {"microbatch": 4, "accumulation": 2, "updates": 200, "eval_microbatch": 8}
@@ -50,6 +51,21 @@ CASES: dict[str, Case] = {
         batch={"microbatch": 8, "accumulation": 1, "eval_microbatch": 16},
         training={"lr": 1e-3},
     ),
+    # families from real third-party packages (tiny configs, synthetic data: see each file's docstring)
+    "mixtral": Case("hf_mixtral_task.py:task", training={"lr": 1e-3}),
+    "clip": Case("hf_clip_task.py:task", training={"lr": 3e-4}),
+    "diffusion": Case("diffusers_unet_task.py:task", training={"lr": 1e-3}),
+    "wav2vec2_ctc": Case("hf_wav2vec2_ctc_task.py:task", training={"lr": 1e-3}),
+    "t5": Case("hf_t5_task.py:task", training={"lr": 1e-3}),
+    "whisper": Case("hf_whisper_task.py:task", training={"lr": 1e-3}),
+    "vit": Case("hf_vit_task.py:task", training={"lr": 1e-3}),
+    "resnet_hf": Case("hf_resnet_task.py:task", batch={"microbatch": 8, "accumulation": 1}, training={"lr": 1e-3}),
+    "lora": Case("peft_lora_task.py:task", training={"lr": 1e-3}),
+    "distill": Case("distill_task.py:task", training={"lr": 1e-3}),
+    "lstm": Case("lstm_task.py:task", training={"lr": 1e-3}),
+    "regression": Case("regression_task.py:task", training={"lr": 1e-3}),
+    "bert_mlm": Case("hf_bert_mlm_task.py:task", training={"lr": 1e-3}),
+    "dpo": Case("dpo_task.py:task", training={"lr": 1e-3}),
     # broken twins: each fails (or warns) at its gate, naming what it found
     "nanogpt_uneven": Case(
         "nanogpt_uneven.py:task",
@@ -89,6 +105,132 @@ CASES: dict[str, Case] = {
         verdict="warn",
         words=("BatchNorm",),
     ),
+    "mixtral_shifted_twice": Case(
+        "hf_mixtral_shifted_twice.py:task",
+        training={"lr": 1e-3},
+        family="mixtral",
+        expect="failed",
+        gate="data",
+        check="targets aligned as declared",
+        words=("two tokens ahead", "shifted twice"),
+    ),
+    "clip_same_image": Case(
+        "hf_clip_same_image.py:task",
+        training={"lr": 3e-4},
+        family="clip",
+        expect="failed",
+        gate="data",
+        check="rows differ where examples differ",
+        words=("pixel_values", "identical"),
+    ),
+    "diffusion_own_noise": Case(
+        "diffusers_unet_own_noise.py:task",
+        training={"lr": 1e-3},
+        family="diffusion",
+        expect="passed",
+        gate="data",
+        check="collate deterministic",
+        verdict="warn",
+        words=("noise", "generator of its own"),
+    ),
+    "wav2vec2_frame_mask": Case(
+        "hf_wav2vec2_frame_mask.py:task",
+        training={"lr": 1e-3},
+        family="wav2vec2_ctc",
+        expect="diverged",  # the data gate names the mask; the forward then meets the inf it causes
+        gate="data",
+        check="attention mask",
+        words=("attention_mask", "input_values"),
+    ),
+    "t5_decoder_sees_labels": Case(
+        "hf_t5_decoder_sees_labels.py:task",
+        training={"lr": 1e-3},
+        family="t5",
+        expect="failed",
+        gate="data",
+        check="targets aligned as declared",
+        words=("copy",),
+    ),
+    "whisper_pad_labels": Case(
+        "hf_whisper_pad_labels.py:task",
+        training={"lr": 1e-3},
+        family="whisper",
+        expect="failed",
+        gate="data",
+        check="padding not in the loss",
+        words=("padded with token 0", "-100"),
+    ),
+    "vit_sorted_labels": Case(
+        "hf_vit_sorted_labels.py:task",
+        training={"lr": 1e-3},
+        family="vit",
+        expect="failed",
+        gate="data",
+        check="targets match label names",
+        words=("label_names[target]",),
+    ),
+    "resnet_hf_accumulated": Case(
+        "hf_resnet_task.py:task",
+        training={"lr": 1e-3},
+        family="resnet_hf",
+        expect="passed",
+        gate="accumulation",
+        check="accumulated == single batch",
+        verdict="warn",
+        words=("BatchNorm",),
+    ),
+    "lora_not_trainable": Case(
+        "peft_lora_not_trainable.py:task",
+        training={"lr": 1e-3},
+        family="lora",
+        expect="failed",
+        gate="backward",
+        check="something trains",  # the check the trainable-set work adds (issue 25, item 2): name it there
+    ),
+    "distill_shallow_copy": Case(
+        "distill_shallow_copy.py:task",
+        training={"lr": 1e-3},
+        family="distill",
+        expect="failed",
+        gate="backward",
+        check="something trains",  # the check the trainable-set work adds (issue 25, item 2): name it there
+    ),
+    "lstm_forgot_shift": Case(
+        "lstm_forgot_shift.py:task",
+        training={"lr": 1e-3},
+        family="lstm",
+        expect="failed",
+        gate="data",
+        check="targets aligned as declared",
+        words=("copy",),
+    ),
+    "regression_broadcast": Case(
+        "regression_broadcast.py:task",
+        training={"lr": 1e-3},
+        family="regression",
+        expect="failed",
+        gate="data",
+        check="targets scored against their own example",
+        words=("every",),
+    ),
+    "dpo_reference_trains": Case(
+        "dpo_reference_trains.py:task",
+        training={"lr": 1e-3},
+        family="dpo",
+        expect="failed",
+        gate="backward",
+        check="trainable as declared",
+        words=("trained anyway", "reference."),
+    ),
+    "bert_mlm_every_label": Case(
+        "hf_bert_mlm_every_label.py:task",
+        training={"lr": 1e-3},
+        family="bert_mlm",
+        expect="failed",
+        gate="data",
+        check="targets aligned as declared",
+        words=("copy",),
+    ),
 }
 
 
@@ -107,3 +249,11 @@ def write(folder: Path, name: str) -> Path:
     }
     (camp / "campaign.toml").write_text(tomli_w.dumps(doc), "utf-8")
     return camp
+
+
+def family(name: str) -> str:
+    """The healthy case a case belongs to: itself, the twin's ``family``, or the name's first word."""
+    case = CASES[name]
+    if not case.gate:
+        return name
+    return case.family or name.split("_")[0]

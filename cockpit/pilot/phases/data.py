@@ -24,6 +24,10 @@ Optional task hooks read here (through ``Task.extras``):
 ``inspect_examples``      ``(train, val)`` how many examples ``inspect.json`` records (default (4, 2))
 ``max_no_target_share``   share of training examples allowed to have no supervised token (default 0)
 ``scan_seconds``          time budget for collating the splits in the data gate (default 30 s)
+``measure_targets``       False to skip the probe (default True): the data gate builds the model once more
+                          (under a kept random state, freed before the forward phase) to measure which output
+                          each target is scored against (``alignment.py``); without it the label convention
+                          is taken as declared
 ``ordered_groups``        (read by the leakage phase) True when the group is a period:
                           validation and test groups must come after every training group
 """
@@ -31,8 +35,10 @@ Optional task hooks read here (through ``Task.extras``):
 from __future__ import annotations
 
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from typing import Any
+
+import torch
 
 from .. import inspection
 from ..context import Context
@@ -40,7 +46,7 @@ from ..datascan import SCAN_SECONDS, SplitScan, collate, ids_text, scan, share_t
 from ..gate import Gate, Phase
 from ..splits import data_revision
 from ..trainer import Trainer, user
-from . import semantics
+from . import alignment, labelmap, semantics
 
 
 def run(ctx: Context, g: Gate) -> None:
@@ -57,29 +63,64 @@ def data_gate(ctx: Context, g: Gate) -> None:
         return
     _identifier_checks(ctx, g)
     ml = ctx.max_length()
+    first = [splits["train"][i] for i in range(min(len(splits["train"]), max(ctx.trainer.microbatch, 2)))]
+    batch = collate(task, ctx.params, first)
+    if "ids" not in batch:
+        batch["ids"] = [e.get("id", f"train[{i}]") if isinstance(e, dict) else i for i, e in enumerate(first)]
+    labelled = torch.is_tensor(batch.get(task.label_key))
+    # the model, built apart, tells an encoder-decoder and where the loss scores each target (alignment.py)
+    probe = alignment.build_probe(ctx) if labelled and task.extras.get("measure_targets", True) else None
+    encdec = semantics.encoder_decoder(probe.model if probe else None, batch)
     budget = time.monotonic() + float(task.extras.get("scan_seconds", SCAN_SECONDS))
     order = ["train", *(n for n in splits if n != "train")]  # the training split first: it matters most
     scans = {
-        name: scan(task, ctx.params, name, list(splits[name]), ml, budget)
+        name: scan(task, ctx.params, name, list(splits[name]), ml, budget, encdec=encdec)
         for name in order
         if len(splits.get(name, []))
     }
     ctx.scans = scans  # the leakage and overfit gates reuse what was learned here
-    _batch_checks(ctx, g, scans, ml)
-    first = [splits["train"][i] for i in range(min(len(splits["train"]), max(ctx.trainer.microbatch, 2)))]
+    _batch_checks(ctx, g, scans, ml, encdec)
     semantics.collate_deterministic(ctx, g, first)
-    semantics.targets_aligned(ctx, g, collate(task, ctx.params, first))
+    semantics.rows_distinct(g, first, batch)
+    if probe is not None:
+        scored = alignment.measure(ctx, probe, batch)
+        alignment.release(probe)
+        alignment.own_example(g, batch, scored)
+        if task.kind == "generation":
+            alignment.targets_aligned(ctx, g, batch, scored, encdec)
+    if not all(s.labelled for s in scans.values()):
+        _unlabelled(ctx, g)
+        return _finish(ctx, g, scans)
     if task.kind == "classification":
-        _label_checks(ctx, g, scans)
+        labelmap.label_checks(ctx, g, scans)
     if task.kind == "generation":
         _truncation_checks(ctx, g, scans["train"], ml)
     _ignored_batches(ctx, g, scans["train"])
+    _finish(ctx, g, scans)
+
+
+def _finish(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
     g.inputs["scanned"] = ", ".join(
         f"{len(s.ids)}/{s.total} {n}" if len(s.ids) < s.total else f"{s.total} {n}" for n, s in scans.items()
     )
     inspection.write(ctx, g, scans)
-    ctx.data_revision = data_revision(splits)  # the examples as the task produced them, hashed
+    ctx.data_revision = data_revision(ctx.trainer.splits)  # the examples as the task produced them, hashed
     g.extra["data_revision"] = ctx.data_revision
+
+
+LABEL_CHECKS = ("targets in range", "padding not in the loss", "no batch entirely ignored")
+
+
+def _unlabelled(ctx: Context, g: Gate) -> None:
+    """A batch without targets: the label checks measured nothing, and say why."""
+    task = ctx.the_task
+    why = (
+        f"the batch has no {task.label_key!r}: the {task.kind!r} task's loss makes its own targets (a diffusion "
+        "model's noise, a contrastive loss's in-batch pairing, a preference loss's chosen and rejected answers), "
+        "so no target can be checked"
+    )
+    for name in LABEL_CHECKS:
+        g.not_applicable(name, why)
 
 
 def _identifier_checks(ctx: Context, g: Gate) -> None:
@@ -144,7 +185,7 @@ def _identifier_checks(ctx: Context, g: Gate) -> None:
     )
 
 
-def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | None) -> None:
+def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | None, encdec: bool) -> None:
     task = ctx.the_task
 
     def merged(key: str) -> list[str]:
@@ -158,11 +199,19 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
         f"{len(s.ids)} {n}" + (f" of {s.total}" if len(s.ids) < s.total else "") for n, s in scans.items()
     )
     fatal = merged("targets") + merged("rows")
-    g.check(
-        "targets present",
-        not fatal,
-        f"batch[{task.label_key!r}] one row per example; scanned {scanned}" if not fatal else ids_text(fatal, 3),
-    )
+    if not all(s.labelled for s in scans.values()):
+        g.not_applicable(
+            "targets present",
+            f"batch[{task.label_key!r}] is absent and the task's kind is {task.kind!r}: an objective that makes its "
+            f"own targets (self-supervised, contrastive, preference) needs none, a classification would; scanned "
+            f"{scanned}",
+        )
+    else:
+        g.check(
+            "targets present",
+            not fatal,
+            f"batch[{task.label_key!r}] one row per example; scanned {scanned}" if not fatal else ids_text(fatal, 3),
+        )
     bad = merged("ids")
     by_cockpit = any(sc.ids_from_cockpit for sc in scans.values())
     g.check(
@@ -179,10 +228,20 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
     if fatal:
         return
     if any(s.problems.get("mask") for s in scans.values()):
-        g.check("attention mask", False, ids_text(merged("mask"), 2) + f"; {task.mask_key} must have the inputs' shape")
+        g.check(
+            "attention mask",
+            False,
+            ids_text(merged("mask"), 2) + f"; {task.mask_key} must have the shape of {task.input_key} (or of its "
+            "batch and time axes, for frames of features): a mask of another length masks the wrong positions",
+        )
     elif task.kind == "generation":
         g.check("attention mask", True, f"{task.mask_key} shaped like {task.input_key}")
-    if task.kind == "generation":
+    if task.kind == "generation" and encdec:
+        g.not_applicable(
+            "targets aligned with inputs",
+            f"an encoder-decoder: the labels are the decoder's targets, {task.input_key} the encoder's input",
+        )
+    elif task.kind == "generation":
         al = merged("aligned")
         g.check("targets aligned with inputs", not al, "labels shaped like the inputs" if not al else ids_text(al, 2))
     if ml is not None:
@@ -195,7 +254,7 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
             else f"{len(long)} examples longer than max_length {ml} after collate: {ids_text(long)}; crop in collate",
         )
     pad = merged("padding")
-    if any(s.masked_rows for s in scans.values()):
+    if any(s.masked_rows for s in scans.values()) and not merged("label_padding"):
         g.check(
             "padding not in the loss",
             not pad,
@@ -203,6 +262,17 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
             if not pad
             else f"{len(pad)} examples have padded positions ({task.mask_key} == 0) whose label is not "
             f"{task.ignore_index}: {ids_text(pad)}; set the labels of padding to {task.ignore_index}",
+        )
+    lpad = merged("label_padding")
+    if lpad:
+        value = next(sc.label_pad_value for sc in scans.values() if sc.label_pad_value is not None)
+        g.check(
+            "padding not in the loss",
+            False,
+            f"{len(lpad)} examples have their {task.label_key!r} padded with token {value}, not the ignore index "
+            f"{task.ignore_index} (positions padded: {ids_text(lpad, 3)}): every padded position is a target, so "
+            f"the model learns to emit padding. Pad the targets with {task.ignore_index} (what transformers' "
+            "seq2seq and CTC collators do)",
         )
     if task.kind == "generation" and task.instruction_is_input:
         ins = merged("instruction")
@@ -235,7 +305,7 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
             )
     rng = merged("range")
     vocab_size = task.vocab_size
-    if task.kind == "classification" or vocab_size is not None:
+    if all(s.labelled for s in scans.values()) and (task.kind == "classification" or vocab_size is not None):
         what = (
             f"0..{len(task.label_names) - 1} ({len(task.label_names)} label names)"
             if task.kind == "classification" and task.label_names
@@ -263,108 +333,6 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
             "targets match the examples' labels",
             False,
             f"{len(fld)} examples whose target differs from their {task.extras.get('label_field', 'label')!r} field: {ids_text(fld)}",
-        )
-
-
-def _label_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
-    task = ctx.the_task
-    names = task.label_names
-    field_name = task.extras.get("label_field", "label")
-    problems: list[str] = []
-    if names:
-        seen: dict[str, list[int]] = defaultdict(list)
-        for i, n in enumerate(names):
-            seen[n].append(i)
-        problems += [
-            f"label_names gives {n!r} to ids {', '.join(map(str, ids))}" for n, ids in seen.items() if len(ids) > 1
-        ]
-    for sname, s in scans.items():
-        for name, by_id in s.mapping.items():
-            if len(by_id) > 1:
-                problems.append(
-                    f"{sname}: {name!r} maps to targets "
-                    + ", ".join(f"{t} ({ids_text(ids, 2)})" for t, ids in sorted(by_id.items()))
-                )
-        by_target: dict[int, list[str]] = defaultdict(list)
-        for name, by_id in s.mapping.items():
-            for t in by_id:
-                by_target[t].append(name)
-        for t, ns in sorted(by_target.items()):
-            if len(ns) > 1:
-                problems.append(
-                    f"{sname}: target {t} stands for "
-                    + ", ".join(f"{n!r} ({ids_text(s.mapping[n][t], 2)})" for n in sorted(ns))
-                )
-    g.check(
-        "label mapping one-to-one",
-        not problems,
-        (f"{len(names)} names, one id each" if names else "no label_names")
-        if not problems
-        else "; ".join(problems[:4]) + ("; …" if len(problems) > 4 else ""),
-    )
-
-    # the mapping each split reveals, and per-split label lists, must agree
-    differ: list[str] = []
-    per_split = task.extras.get("label_names_by_split")
-    if callable(per_split):
-        per_split = user("label_names_by_split", per_split, ctx.params)
-    if isinstance(per_split, dict):
-        for sname, lst in per_split.items():
-            if names is not None and list(lst) != list(names):
-                diff = [f"{i}: {a!r} vs {b!r}" for i, (a, b) in enumerate(zip(lst, names, strict=False)) if a != b]
-                if len(lst) != len(names):
-                    diff.append(f"{len(lst)} names vs {len(names)}")
-                differ.append(f"{sname}'s label names differ from the task's ({', '.join(diff[:3])})")
-    ref = scans.get("train")
-    if ref is not None:
-        ref_map = {n: min(by_id) for n, by_id in ref.mapping.items()}
-        for sname, s in scans.items():
-            if sname == "train":
-                continue
-            for name, by_id in s.mapping.items():
-                t = min(by_id)
-                if name in ref_map and ref_map[name] != t:
-                    differ.append(
-                        f"{sname} maps {name!r} to {t} ({ids_text(by_id[t], 2)}) but train maps it to "
-                        f"{ref_map[name]} ({ids_text(ref.mapping[name][ref_map[name]], 2)})"
-                    )
-    g.check(
-        "label mapping same in every split",
-        not differ,
-        "train, val and test map each label name to the same id"
-        if not differ
-        else "; ".join(differ[:4]) + ("; …" if len(differ) > 4 else ""),
-    )
-
-    if names:
-        wrong: list[tuple[str, int, Any]] = []
-        pairs: Counter[tuple[str, int]] = Counter()
-        for s in scans.values():
-            for name, by_id in s.mapping.items():
-                for t, ids in by_id.items():
-                    if 0 <= t < len(names) and names[t] != name:
-                        pairs[(name, t)] += len(ids)
-                        wrong.extend((name, t, i) for i in ids)
-        if any(s.mapping for s in scans.values()):
-            mapping = ", ".join(f"{n!r} -> {t} ({names[t]!r})" for (n, t), _ in pairs.most_common(4))
-            g.check(
-                "targets match label names",
-                not wrong,
-                f"every example's {field_name!r} equals label_names[target]"
-                if not wrong
-                else f"{len(wrong)} examples whose {field_name!r} is not label_names[target]: "
-                + ids_text([f"{i} is {n!r} but target {t} is {names[t]!r}" for n, t, i in wrong], 3)
-                + f"; the collate maps {mapping}: fix the label -> id mapping or label_names",
-            )
-        counts = Counter(t for t in scans["train"].targets if t is not None) if "train" in scans else Counter()
-        absent = [n for i, n in enumerate(names) if counts.get(i, 0) == 0]
-        g.check(
-            "every class in train",
-            not absent,
-            f"{len(names)} classes, the rarest has {min(counts.values()) if counts else 0} train examples"
-            if not absent
-            else f"no training example of {', '.join(map(repr, absent))}",
-            warn=True,
         )
 
 
@@ -442,6 +410,9 @@ PHASE = Phase(
         "batch carries ids",
         "attention mask",
         "targets aligned with inputs",
+        "targets aligned as declared",
+        "targets scored against their own example",
+        "rows differ where examples differ",
         "lengths within maximum",
         "padding not in the loss",
         "instruction not in the loss",

@@ -212,68 +212,34 @@ def collate_deterministic(ctx: Context, g: Gate, examples: list[dict[str, Any]])
         )
 
 
-def targets_aligned(ctx: Context, g: Gate, batch: dict[str, Any]) -> None:
-    """Generation: supervised labels are the input tokens the label convention says they are."""
-    task = ctx.the_task
-    if task.kind != "generation" or "decoder_input_ids" in batch:
-        return
-    lab, inp = batch.get(task.label_key), batch.get(task.input_key)
-    if not (torch.is_tensor(lab) and torch.is_tensor(inp)) or lab.dim() != 2 or tuple(lab.shape) != tuple(inp.shape):
-        return
-    sup = (lab != task.ignore_index) & (lab >= 0)  # a label out of range is the range check's to name
-    width = lab.shape[1]
-    mask = batch.get(task.mask_key)
-    real = mask != 0 if torch.is_tensor(mask) and tuple(mask.shape) == tuple(inp.shape) else torch.ones_like(sup)
+def rows_distinct(g: Gate, examples: list[dict[str, Any]], batch: dict[str, Any]) -> None:
+    """Examples that differ give rows that differ: a collate that repeats one example (a loop variable reused)
+    trains on one input per batch, and under a contrastive loss makes every in-batch negative a false one.
 
-    # a row's last target is the token after its inputs (the window's end, the end marker): never an input
-    idx = torch.arange(width, device=lab.device).expand_as(sup)
-    last = torch.where(sup, idx, torch.full_like(idx, -1)).amax(1, keepdim=True)
-    inner = sup & (idx != last)
-
-    def agreement(shift: int) -> float | None:
-        """Share of supervised labels equal to the input ``shift`` positions later (where that input is real)."""
-        if shift >= width:
-            return None
-        s = (inner if shift else sup)[:, : width - shift] & real[:, shift:]
-        n = int(s.sum())
-        if n == 0:
-            return None
-        same = (lab[:, : width - shift] == inp[:, shift:]) & s
-        return int(same.sum()) / n
-
-    want = 0 if task.label_convention == "shift_in_loss" else 1
-    shares = {k: agreement(k) for k in (0, 1, 2)}
-    got = shares.get(want)
-    if got is None:
+    Measured on the float inputs (images, audio, features), where equal rows cannot come from padding or
+    cropping; a precondition is that the examples themselves differ (apart from their id and group).
+    """
+    content = [repr(sorted((k, repr(v)) for k, v in e.items() if k not in ("id", "group"))) for e in examples]
+    name = "rows differ where examples differ"
+    if len(examples) < 2 or len(set(content)) < 2:
+        g.not_applicable(name, "fewer than two different examples in the first batch")
         return
-    words = {
-        0: "equal the inputs (labels[t] = input[t])",
-        1: "are the next inputs (labels[t] = input[t + 1])",
-        2: "are two tokens ahead (labels[t] = input[t + 2])",
+    floats = {
+        k: v
+        for k, v in batch.items()
+        if torch.is_tensor(v) and v.is_floating_point() and v.dim() >= 2 and v.shape[0] == len(examples)
     }
-    declared = "'shift_in_loss' (the loss shifts)" if want == 0 else "'aligned' (labels already shifted)"
-    if got >= 0.9:
-        g.check(
-            "targets aligned as declared",
-            True,
-            f"{got:.0%} of supervised labels {words[want]}, as label_convention {declared} says",
-        )
+    if not floats:
+        g.not_applicable(name, "the batch has no float inputs (images, audio, features) to compare")
         return
-    best = max((k for k in shares if shares[k] is not None), key=lambda k: shares[k] or 0.0)
-    if best == want or (shares[best] or 0.0) < 0.5:
-        seen = ", ".join(f"{v:.0%} at shift {k}" for k, v in shares.items() if v is not None)
-        g.check(
-            "targets aligned as declared",
-            True,
-            f"the labels are not the inputs shifted ({seen}): another target stream (an encoder-decoder, "
-            "a tagging task), so there is no shift to check",
-        )
-        return
-    found = f"{shares[best]:.0%} {words[best]}"
+    same = [k for k, v in floats.items() if bool((v == v[:1]).reshape(v.shape[0], -1).all())]
+    ids = [e.get("id") for e in examples]
     g.check(
-        "targets aligned as declared",
-        False,
-        f"only {got:.0%} of supervised labels {words[want]} as label_convention {declared} says; {found}. "
-        "Labels shifted twice (in the collate and again in the loss) or not at all train the model to predict "
-        "the wrong token: shift once, and declare where",
+        name,
+        not same,
+        f"{', '.join(floats)}: the {len(examples)} examples of the first batch give {len(examples)} different rows"
+        if not same
+        else f"{', '.join(same)} is identical in every row of the first batch although its {len(examples)} examples "
+        f"differ ({ids_text(ids, 4)}): the collate repeats one example's input (a variable from the previous loop "
+        "reused?), so the model sees one input per batch, and a contrastive loss treats its copies as negatives",
     )

@@ -1,0 +1,115 @@
+"""Classification targets against the label names: one id per name, the same mapping in every split, each
+example's own label name equal to ``label_names[target]``, every class present in training (the data gate).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+from ..context import Context
+from ..datascan import SplitScan, ids_text
+from ..gate import Gate
+from ..trainer import user
+
+
+def label_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
+    task = ctx.the_task
+    names = task.label_names
+    field_name = task.extras.get("label_field", "label")
+    problems: list[str] = []
+    if names:
+        seen: dict[str, list[int]] = defaultdict(list)
+        for i, n in enumerate(names):
+            seen[n].append(i)
+        problems += [
+            f"label_names gives {n!r} to ids {', '.join(map(str, ids))}" for n, ids in seen.items() if len(ids) > 1
+        ]
+    for sname, s in scans.items():
+        for name, by_id in s.mapping.items():
+            if len(by_id) > 1:
+                problems.append(
+                    f"{sname}: {name!r} maps to targets "
+                    + ", ".join(f"{t} ({ids_text(ids, 2)})" for t, ids in sorted(by_id.items()))
+                )
+        by_target: dict[int, list[str]] = defaultdict(list)
+        for name, by_id in s.mapping.items():
+            for t in by_id:
+                by_target[t].append(name)
+        for t, ns in sorted(by_target.items()):
+            if len(ns) > 1:
+                problems.append(
+                    f"{sname}: target {t} stands for "
+                    + ", ".join(f"{n!r} ({ids_text(s.mapping[n][t], 2)})" for n in sorted(ns))
+                )
+    g.check(
+        "label mapping one-to-one",
+        not problems,
+        (f"{len(names)} names, one id each" if names else "no label_names")
+        if not problems
+        else "; ".join(problems[:4]) + ("; …" if len(problems) > 4 else ""),
+    )
+
+    # the mapping each split reveals, and per-split label lists, must agree
+    differ: list[str] = []
+    per_split = task.extras.get("label_names_by_split")
+    if callable(per_split):
+        per_split = user("label_names_by_split", per_split, ctx.params)
+    if isinstance(per_split, dict):
+        for sname, lst in per_split.items():
+            if names is not None and list(lst) != list(names):
+                diff = [f"{i}: {a!r} vs {b!r}" for i, (a, b) in enumerate(zip(lst, names, strict=False)) if a != b]
+                if len(lst) != len(names):
+                    diff.append(f"{len(lst)} names vs {len(names)}")
+                differ.append(f"{sname}'s label names differ from the task's ({', '.join(diff[:3])})")
+    ref = scans.get("train")
+    if ref is not None:
+        ref_map = {n: min(by_id) for n, by_id in ref.mapping.items()}
+        for sname, s in scans.items():
+            if sname == "train":
+                continue
+            for name, by_id in s.mapping.items():
+                t = min(by_id)
+                if name in ref_map and ref_map[name] != t:
+                    differ.append(
+                        f"{sname} maps {name!r} to {t} ({ids_text(by_id[t], 2)}) but train maps it to "
+                        f"{ref_map[name]} ({ids_text(ref.mapping[name][ref_map[name]], 2)})"
+                    )
+    g.check(
+        "label mapping same in every split",
+        not differ,
+        "train, val and test map each label name to the same id"
+        if not differ
+        else "; ".join(differ[:4]) + ("; …" if len(differ) > 4 else ""),
+    )
+
+    if names:
+        wrong: list[tuple[str, int, Any]] = []
+        pairs: Counter[tuple[str, int]] = Counter()
+        for s in scans.values():
+            for name, by_id in s.mapping.items():
+                for t, ids in by_id.items():
+                    if 0 <= t < len(names) and names[t] != name:
+                        pairs[(name, t)] += len(ids)
+                        wrong.extend((name, t, i) for i in ids)
+        if any(s.mapping for s in scans.values()):
+            mapping = ", ".join(f"{n!r} -> {t} ({names[t]!r})" for (n, t), _ in pairs.most_common(4))
+            g.check(
+                "targets match label names",
+                not wrong,
+                f"every example's {field_name!r} equals label_names[target]"
+                if not wrong
+                else f"{len(wrong)} examples whose {field_name!r} is not label_names[target]: "
+                + ids_text([f"{i} is {n!r} but target {t} is {names[t]!r}" for n, t, i in wrong], 3)
+                + f"; the collate maps {mapping}: fix the label -> id mapping or label_names",
+            )
+        counts = Counter(t for t in scans["train"].targets if t is not None) if "train" in scans else Counter()
+        absent = [n for i, n in enumerate(names) if counts.get(i, 0) == 0]
+        g.check(
+            "every class in train",
+            not absent,
+            f"{len(names)} classes, the rarest has {min(counts.values()) if counts else 0} train examples"
+            if not absent
+            else f"no training example of {', '.join(map(repr, absent))}",
+            warn=True,
+        )
