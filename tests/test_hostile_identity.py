@@ -185,3 +185,28 @@ def test_a_run_process_that_just_started_is_alive(tmp_path: Path, monkeypatch: p
             proc.kill()
             proc.wait()
     assert (trials, clean) == (3, 3)
+
+
+def test_a_live_run_stays_alive_when_the_wall_clock_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """psutil's create_time is the wall clock's boot time plus the start ticks: when a VM's clock steps it moves for
+    every process, and live pilots were read as crashed mid-resume. The start ticks since boot decide instead; a pid
+    recycled by another process (other ticks) is still refused."""
+    camp = make_campaign(tmp_path)
+    rid, rdir = runs.create_run(camp)
+    argv = [sys.executable, "-c", "import time; time.sleep(30)", "-m", "cockpit.pilot", str(rdir.resolve())]
+    proc = subprocess.Popen(argv, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while psutil.Process(proc.pid).cmdline() != argv and time.monotonic() < deadline:
+            time.sleep(0.01)
+        runs.write_process(rdir, proc.pid, argv)
+        info = json.loads((rdir / runs.PROCESS_FILE).read_text())
+        assert isinstance(info["start_ticks"], int)
+        real = psutil.Process.create_time
+        monkeypatch.setattr(psutil.Process, "create_time", lambda self: real(self) + 37.0)  # the clock stepped
+        assert runs.is_alive(rdir)
+        _plant(rdir, {**info, "start_ticks": info["start_ticks"] + 1})  # the same pid, another start
+        assert not runs.is_alive(rdir)
+    finally:
+        proc.kill()
+        proc.wait()

@@ -19,8 +19,27 @@ from .files import PROCESS_FILE, now
 
 def write_process(rdir: Path | str, pid: int, argv: list[str]) -> None:
     """Record the process just started for the run: its pid, start time and the command it runs."""
-    info = {"pid": pid, "create_time": _create_time(pid), "cmdline": [str(a) for a in argv], "started": now()}
+    info: dict[str, Any] = {"pid": pid, "create_time": _create_time(pid), "cmdline": [str(a) for a in argv]}
+    ticks = start_ticks(pid)
+    if ticks is not None:
+        info["start_ticks"] = ticks
+    info["started"] = now()
     fsutil.write_text(Path(rdir) / PROCESS_FILE, json.dumps(info))
+
+
+def start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (Linux ``/proc/PID/stat``, field 22).
+
+    psutil's ``create_time`` is boot time plus these ticks, and the boot time it reads is the wall clock less the
+    uptime: when the wall clock steps (a VM's clock resynchronised), every process's create_time moves with it and
+    a live run compared by create_time alone looks recycled, then crashed. The ticks never move.
+    """
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _create_time(pid: int) -> float | None:
@@ -54,6 +73,11 @@ def _process(info: dict[str, Any] | None) -> Any:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return None
+        ticks = info.get("start_ticks")
+        if isinstance(ticks, int) and not isinstance(ticks, bool):
+            now_ticks = start_ticks(pid)
+            if now_ticks is not None:  # immune to the wall clock stepping
+                return proc if now_ticks == ticks else None  # else the pid was recycled by another process
         if abs(proc.create_time() - float(ct)) >= 1.0:
             return None  # the pid was recycled by another process
         return proc
