@@ -1,0 +1,181 @@
+"""Counts live tensor storages by size below autograd, as the GPU's allocator would see them.
+
+One :class:`Counter` is a ``TorchDispatchMode``: every tensor an operation takes or returns is looked at; a storage
+not seen before is an allocation (fed to the :class:`~.allocator.CachingAllocator` model), and a weak reference
+frees it when the last tensor using it dies, as the caching allocator frees a block when its storage is released.
+It works the same on fake tensors (the estimate) and on real CPU tensors (what the tests compare it with).
+
+Under fake tensors two things cannot be computed and are handled here, never silently:
+
+* a value read from a tensor (``float(loss)``, ``.item()``): the counter answers 1 and records where it was read;
+* an operation fake tensors cannot run (a custom op without a fake kernel, an output whose shape depends on the
+  data): it runs for real on the CPU at full size, on inputs made of ones (booleans), zeros (integers) or normal
+  noise (floating point), and its outputs are counted as measured there; each such op is recorded.
+"""
+
+from __future__ import annotations
+
+import traceback
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map_only
+
+from .allocator import CachingAllocator
+
+SCALAR = torch.ops.aten._local_scalar_dense.default
+
+
+@dataclass
+class Fallback:
+    """An operation that ran for real on the CPU because fake tensors could not run it."""
+
+    op: str
+    why: str
+    calls: int = 0
+    output_bytes: int = 0
+
+
+@dataclass
+class Segment:
+    """The peak and the live bytes at the end of one stretch of the trace (a phase, or a part of one)."""
+
+    name: str
+    start_allocated: int = 0
+    peak_allocated: int = 0
+    end_allocated: int = 0
+    peak_reserved: int = 0
+
+
+@dataclass(eq=False)
+class Counter(TorchDispatchMode):  # type: ignore[misc]
+    invent_scalars: bool = False
+    fake_mode: Any = None  # the FakeTensorMode the trace runs under, for the CPU fallback
+    allocator: CachingAllocator = field(default_factory=CachingAllocator)
+    segments: list[Segment] = field(default_factory=list)
+    invented: dict[str, int] = field(default_factory=dict)  # where a value was read -> how often
+    fallbacks: dict[str, Fallback] = field(default_factory=dict)
+    _refs: dict[int, Any] = field(default_factory=dict)
+    _next: int = 0
+    current: Segment | None = None
+    on_op: Any = None  # called before every operation (the trace uses it to cut phases at backward's edges)
+
+    def __post_init__(self) -> None:
+        TorchDispatchMode.__init__(self)
+
+    # ---- phases
+
+    def begin(self, name: str) -> Segment:
+        """Start a new stretch: its peak starts at what is live now (the pilot resets its peak counters so)."""
+        a = self.allocator
+        seg = Segment(name, a.allocated, a.allocated, a.allocated, a.reserved)
+        self.segments.append(seg)
+        self.current = seg
+        return seg
+
+    def end(self) -> None:
+        if self.current is not None:
+            self.current.end_allocated = self.allocator.allocated
+            self.current.peak_reserved = self.allocator.reserved
+        self.current = None
+
+    @contextmanager
+    def segment(self, name: str) -> Iterator[Segment]:
+        seg = self.begin(name)
+        try:
+            yield seg
+        finally:
+            if self.current is seg:
+                self.end()
+
+    @property
+    def live(self) -> int:
+        return self.allocator.allocated
+
+    # ---- tracking
+
+    def see(self, tree: Any) -> None:
+        flat, _ = tree_flatten(tree)
+        for t in flat:
+            if isinstance(t, torch.Tensor) and t.layout == torch.strided:
+                self._storage(t.untyped_storage())
+
+    def _storage(self, st: Any) -> None:
+        key = id(st)
+        if key in self._refs:
+            return
+        nbytes = st.nbytes()
+        if nbytes == 0:
+            return
+        self._next += 1
+        token = self._next
+        self.allocator.malloc(token, nbytes)
+        if self.current is not None and self.allocator.allocated > self.current.peak_allocated:
+            self.current.peak_allocated = self.allocator.allocated
+        self._refs[key] = weakref.ref(st, lambda _r, k=key, t=token: self._freed(k, t))
+
+    def _freed(self, key: int, token: int) -> None:
+        self._refs.pop(key, None)
+        self.allocator.free(token)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if self.on_op is not None:
+            self.on_op()
+        if func is SCALAR and self.invent_scalars:
+            where = _caller()
+            self.invented[where] = self.invented.get(where, 0) + 1
+            t = args[0]
+            return True if t.dtype == torch.bool else 1.0 if t.dtype.is_floating_point else 1
+        self.see((args, kwargs))
+        if self.fake_mode is None:
+            out = func(*args, **kwargs)
+        else:
+            try:
+                out = func(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - an op fake tensors cannot run: measured on the CPU instead
+                out = self._on_cpu(func, args, kwargs, exc)
+        self.see(out)
+        return out
+
+    def _on_cpu(self, func: Any, args: Any, kwargs: Any, exc: Exception) -> Any:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        name = str(func)
+        fb = self.fallbacks.setdefault(name, Fallback(name, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"))
+        with unset_fake_temporarily():
+            real = tree_map_only(torch.Tensor, _stand_in, (args, kwargs))
+            try:
+                out = func(*real[0], **real[1])
+            except Exception:  # noqa: BLE001 - the real op fails too: the error is the user's, raise the first
+                del self.fallbacks[name]
+                raise exc from None
+        flat, _ = tree_flatten(out)
+        fb.calls += 1
+        fb.output_bytes += sum(t.untyped_storage().nbytes() for t in flat if isinstance(t, torch.Tensor))
+        return tree_map_only(torch.Tensor, self.fake_mode.from_tensor, out)
+
+
+def _stand_in(t: torch.Tensor) -> torch.Tensor:
+    """A real tensor with the fake one's shape, dtype and strides: ones for masks, zeros for indices, noise else."""
+    real = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+    if t.dtype == torch.bool:
+        return real.fill_(True)
+    if t.dtype.is_floating_point or t.dtype.is_complex:
+        return real.normal_()
+    return real.zero_()
+
+
+def _caller() -> str:
+    """The innermost frame outside torch and this package: who read a value from a tensor."""
+    for frame in reversed(traceback.extract_stack(limit=40)):
+        path = frame.filename.replace("\\", "/")
+        if "/torch/" in path or "/cockpit/estimate/" in path:
+            continue
+        return f"{path.rsplit('/', 2)[-2] if path.count('/') > 1 else ''}/{path.rsplit('/', 1)[-1]}:{frame.lineno}"
+    return "?"
