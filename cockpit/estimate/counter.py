@@ -1,6 +1,6 @@
 """Counts live tensor storages by size below autograd, as the GPU's allocator would see them.
 
-One :class:`Counter` is a ``TorchDispatchMode``: every tensor an operation takes or returns is looked at; a storage
+One :class:`Counter` is a ``TorchDispatchMode``: every tensor an operation returns is looked at; a storage
 not seen before is an allocation (fed to the :class:`~.allocator.CachingAllocator` model), and a weak reference
 frees it when the last tensor using it dies, as the caching allocator frees a block when its storage is released.
 It works the same on fake tensors (the estimate) and on real CPU tensors (what the tests compare it with).
@@ -15,6 +15,7 @@ Under fake tensors two things cannot be computed and are handled here, never sil
 
 from __future__ import annotations
 
+import functools
 import traceback
 import weakref
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 
@@ -41,6 +43,17 @@ class Fallback:
     output_bytes: int = 0
 
 
+class Unfakeable(Exception):
+    """An operation fake tensors cannot run and the CPU cannot run either (a CUDA-only kernel, say)."""
+
+    def __init__(self, op: str, fake_error: BaseException, cpu_error: BaseException):
+        self.op = op
+        super().__init__(
+            f"{op} cannot run on fake tensors ({type(fake_error).__name__}: {str(fake_error).splitlines()[0][:200]}) "
+            f"nor on the CPU ({type(cpu_error).__name__}: {str(cpu_error).splitlines()[0][:200]})"
+        )
+
+
 @dataclass
 class Segment:
     """The peak and the live bytes at the end of one stretch of the trace (a phase, or a part of one)."""
@@ -53,7 +66,7 @@ class Segment:
 
 
 @dataclass(eq=False)
-class Counter(TorchDispatchMode):  # type: ignore[misc]
+class Counter(TorchDispatchMode):
     invent_scalars: bool = False
     fake_mode: Any = None  # the FakeTensorMode the trace runs under, for the CPU fallback
     allocator: CachingAllocator = field(default_factory=CachingAllocator)
@@ -100,9 +113,13 @@ class Counter(TorchDispatchMode):  # type: ignore[misc]
     # ---- tracking
 
     def see(self, tree: Any) -> None:
+        """Count the storages an operation returned (tensors made before the trace, the task's data on the host,
+        are not the device's; under fake tensors only fake ones count)."""
         flat, _ = tree_flatten(tree)
         for t in flat:
             if isinstance(t, torch.Tensor) and t.layout == torch.strided:
+                if self.fake_mode is not None and not isinstance(t, FakeTensor):
+                    continue
                 self._storage(t.untyped_storage())
 
     def _storage(self, st: Any) -> None:
@@ -117,9 +134,9 @@ class Counter(TorchDispatchMode):  # type: ignore[misc]
         self.allocator.malloc(token, nbytes)
         if self.current is not None and self.allocator.allocated > self.current.peak_allocated:
             self.current.peak_allocated = self.allocator.allocated
-        self._refs[key] = weakref.ref(st, lambda _r, k=key, t=token: self._freed(k, t))
+        self._refs[key] = weakref.ref(st, functools.partial(self._freed, key, token))
 
-    def _freed(self, key: int, token: int) -> None:
+    def _freed(self, key: int, token: int, _ref: Any = None) -> None:
         self._refs.pop(key, None)
         self.allocator.free(token)
 
@@ -132,7 +149,6 @@ class Counter(TorchDispatchMode):  # type: ignore[misc]
             self.invented[where] = self.invented.get(where, 0) + 1
             t = args[0]
             return True if t.dtype == torch.bool else 1.0 if t.dtype.is_floating_point else 1
-        self.see((args, kwargs))
         if self.fake_mode is None:
             out = func(*args, **kwargs)
         else:
@@ -152,9 +168,9 @@ class Counter(TorchDispatchMode):  # type: ignore[misc]
             real = tree_map_only(torch.Tensor, _stand_in, (args, kwargs))
             try:
                 out = func(*real[0], **real[1])
-            except Exception:  # noqa: BLE001 - the real op fails too: the error is the user's, raise the first
+            except Exception as cpu_exc:  # noqa: BLE001 - the real op fails too: nothing can stand in for it
                 del self.fallbacks[name]
-                raise exc from None
+                raise Unfakeable(name, exc, cpu_exc) from None
         flat, _ = tree_flatten(out)
         fb.calls += 1
         fb.output_bytes += sum(t.untyped_storage().nbytes() for t in flat if isinstance(t, torch.Tensor))

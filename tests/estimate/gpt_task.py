@@ -76,7 +76,7 @@ def datasets(p: dict) -> dict:
             for i, n_ in enumerate(lengths)
         ]
 
-    return {"train": split(int(p.get("examples") or 32), "t"), "val": split(8, "v")}
+    return {"train": split(int(p.get("n_train") or 32), "t"), "val": split(8, "v")}
 
 
 def collate(examples: list[dict], p: dict) -> dict:
