@@ -86,6 +86,26 @@ def test_cuda_autocast_policy_and_cast_cache() -> None:
         assert F.linear(x, w).dtype == torch.float32  # outside autocast nothing is cast
 
 
+def test_cross_entropy_decomposes_as_on_cuda() -> None:
+    """CUDA autocast lists no cross_entropy (CPU's float32 list does): log_softmax stays bfloat16 and nll_loss
+    keeps a float32 copy, 6 bytes per logit held for backward, not the 4 of a float32 log_softmax."""
+    sem = gpu.CudaSemantics()
+    n, v = 64, 1000
+    with FakeTensorMode() as fm:
+        logits = torch.randn(n, v, dtype=torch.bfloat16, requires_grad=True)
+        target = torch.zeros(n, dtype=torch.long)
+        c = Counter(fake_mode=fm)
+        with c, sem, sem.autocast(torch.bfloat16):
+            before = c.live
+            loss = F.cross_entropy(logits, target)
+            held = c.live - before
+    assert loss.dtype == torch.float32
+    copy = loss.grad_fn.next_functions[0][0]
+    assert type(copy).__name__ == "ToCopyBackward0"
+    assert type(copy.next_functions[0][0]).__name__ == "LogSoftmaxBackward0"
+    assert 6 * n * v <= held <= 6 * n * v + 8 * 1024, held
+
+
 def test_attention_kernel_choice_and_its_memory() -> None:
     def peak(dtype: torch.dtype, mask: bool) -> tuple[str, int]:
         sem = gpu.CudaSemantics()

@@ -131,8 +131,10 @@ def modelled(t: Trace) -> list[str]:
     if t.gpu:
         if t.autocast_calls:
             out.append(
-                f"autocast: CUDA's policy ({t.autocast_calls} lower-precision calls traced; float32 for "
-                "layer_norm, softmax, log_softmax and the losses), weight copies cached per forward"
+                f"autocast: CUDA's policy from {gpu.POLICY_SOURCE} ({t.autocast_calls} lower-precision calls "
+                "traced; float32 for layer_norm, softmax and the losses; cross_entropy, in no CUDA list, "
+                "decomposed: log_softmax in the input's type, nll_loss on a float32 copy), weight copies cached "
+                "per forward"
             )
         if t.kernels:
             k = ", ".join(f"{n} x {c}" for n, c in sorted(t.kernels.items()))
