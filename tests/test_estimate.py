@@ -131,6 +131,24 @@ def test_attention_kernel_choice_and_its_memory() -> None:
     assert math_peak >= scores * 2 + flash_peak  # the scores (bf16) are held for backward
 
 
+def test_default_adamw_runs_foreach_as_on_cuda() -> None:
+    """Left at foreach=None, AdamW takes its single-tensor path on the CPU but foreach on CUDA: a temporary as large
+    as every parameter at once (the square root of the second moments) during the step."""
+    import dataclasses
+
+    task = dataclasses.replace(gpt_task.task, optimizer=None)  # Cockpit's AdamW from [training]
+    params = {**TINY, "microbatch": 4, "accumulation": 1, "precision": "fp32"}
+    on_gpu = trace.run(task, params, gpu_semantics=True)
+    on_cpu = trace.run(task, params, gpu_semantics=False)
+    assert any("foreach" in n for n in on_gpu.notes), on_gpu.notes
+    # update_first is the optimizer step alone here (one microbatch): foreach holds sqrt(v) of every parameter at
+    # once, the single-tensor path two temporaries of one parameter (the largest: the 256 x 32 embedding)
+    foreach = 4 * on_gpu.parameters
+    single = 2 * 4 * TINY["vocab"] * TINY["d"]
+    grown = on_gpu.phase("update_first").peak_allocated - on_cpu.phase("update_first").peak_allocated
+    assert foreach - single <= grown <= foreach, (grown, foreach, single)
+
+
 def test_allocator_rounding_segments_and_reuse() -> None:
     a = CachingAllocator()
     assert a.malloc(1, 1) == 512 and a.reserved == 2 * MIB  # small pool: a 2 MiB segment

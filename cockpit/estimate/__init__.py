@@ -33,5 +33,19 @@ Feasibility (spike on torch 2.13.0+cpu, 2 shared CPU cores, December 2026)
 * Time: nanoGPT-shaped GPT-2 124M (12 x 12 x 768, block 1024, vocab 50,304), AdamW fused, bf16 autocast,
   microbatch 8, two full training steps: 9 s traced (19 s with Python and torch start-up), 310 MB of RSS. With CPU
   semantics (CPU autocast, CPU SDPA) the trace peaks at 9,010 MiB allocated, 1.09x the 8,300 MiB measured on an
-  H200; the GPU model below is what closes that gap.
+  H200.
+
+Result (bench/estimate.py, same box)
+------------------------------------
+``cockpit estimate`` on that campaign takes 9-11 s wall here for both traces (the campaign's microbatch and half of
+it, for the table), and predicts 8,271 MiB peak allocated in ``update_second`` (= ``worst_case``, every example is
+1,024 long): 0.997x the H200's 8,300 MiB. What closed the gap is one GPU semantic: CUDA's autocast lists do not
+include ``cross_entropy`` (CPU's float32 list does), so on CUDA ``log_softmax`` runs in bfloat16 and only
+``nll_loss`` works on a float32 copy; CPU's way holds one more float32 (N x V) tensor at the start of backward
+(786 MiB here). The other figures (reserved, NVML-visible, the other phases) are predictions not yet checked on a
+GPU.
+
+Modules: :mod:`.trace` (one trace of the pilot's phases), :mod:`.counter` (live storages by size, the CPU fallback),
+:mod:`.allocator` (the caching allocator model), :mod:`.gpu` (CUDA semantics and the memory outside torch),
+:mod:`.report` (rows, the table, the text), :mod:`.campaign` (a campaign's estimate, errors for users).
 """

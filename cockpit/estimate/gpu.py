@@ -329,7 +329,9 @@ def _math_attention(
 def optimizer_defaults(optimizer: Any) -> list[str]:
     """Set ``foreach`` where a torch optimizer left it to the device (CUDA picks foreach); say what changed."""
     said = []
+    fused = False
     for group in getattr(optimizer, "param_groups", []):
+        fused = fused or bool(group.get("fused"))
         if (
             "foreach" in group
             and group["foreach"] is None
@@ -338,7 +340,8 @@ def optimizer_defaults(optimizer: Any) -> list[str]:
         ):
             group["foreach"] = True
             said.append(type(optimizer).__name__)
-    return [
+    notes = [f"{type(optimizer).__name__} fused: one kernel per step, no temporaries beyond its state"] if fused else []
+    return notes + [
         f"{name} left foreach to the device: CUDA runs its foreach implementation (temporaries as large as the "
         "parameters it updates at once), so the estimate does"
         for name in sorted(set(said))

@@ -199,10 +199,14 @@ def build(
     )
 
 
+def _count(n: int) -> str:
+    return f"{n / 1e9:,.2f} B" if n >= 1e9 else f"{n / 1e6:,.1f} M" if n >= 1e6 else f"{n:,}"
+
+
 def render(e: Estimate) -> list[str]:
     out = [
-        f"Estimate for {e.campaign}, variant {e.variant}: {e.parameters / 1e6:,.1f} M parameters "
-        f"({e.trainable / 1e6:,.1f} M trainable), {e.precision}, microbatch {e.microbatch} x accumulation "
+        f"Estimate for {e.campaign}, variant {e.variant}: {_count(e.parameters)} parameters "
+        f"({_count(e.trainable)} trainable), {e.precision}, microbatch {e.microbatch} x accumulation "
         f"{e.accumulation}; {e.optimizer}.",
         f"Traced on fake tensors in {e.seconds:.1f} s (no GPU memory was used; no GPU was needed).",
         "",
