@@ -77,9 +77,12 @@ def main() -> int:
         e = json.loads(proc.stdout)
     print(f"GPT-2 124M, bf16, fused AdamW, microbatch 8 x 1,024 tokens ({e['parameters']:,} parameters)")
     print(f"  estimate: {wall:.1f} s wall (command start to end), {e['seconds']:.1f} s tracing")
-    print(f"  {'phase':<14} {'allocated':>10} {'reserved':>10} {'NVML':>10}")
+    print(f"  {'phase':<14} {'allocated':>10} {'reserved':>10} {'NVML':>10} {'CPU sem.':>10}  (MiB)")
     for p in e["phases"]:
-        print(f"  {p['name']:<14} {p['allocated_mib']:>10,.0f} {p['reserved_mib']:>10,.0f} {p['nvml_mib']:>10,.0f}")
+        cpu = f"{p['cpu_allocated_mib']:>10,.0f}" if p.get("cpu_allocated_mib") is not None else ""
+        print(
+            f"  {p['name']:<14} {p['allocated_mib']:>10,.0f} {p['reserved_mib']:>10,.0f} {p['nvml_mib']:>10,.0f} {cpu}"
+        )
     peak = e["peak_allocated_mib"]
     print(
         f"  predicted peak allocated {peak:,.0f} MiB in {e['peak_phase']}; measured on an H200 "

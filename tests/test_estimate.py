@@ -209,6 +209,9 @@ def test_cli_estimate_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert e["peak_allocated_mib"] == max(p["allocated_mib"] for p in e["phases"])
     assert all(p["nvml_mib"] > p["reserved_mib"] >= p["allocated_mib"] for p in e["phases"])
     assert any("attention: flash" in m for m in e["modelled"])
+    # the same phases traced with the CPU's semantics, beside: bf16 cross_entropy holds more on the CPU
+    assert all(p["cpu_allocated_mib"] is not None for p in e["phases"])
+    assert e["phases"][0]["cpu_allocated_mib"] > e["phases"][0]["allocated_mib"]
 
 
 # --------------------------------------------------------------------------- refusals and fallbacks

@@ -22,6 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-table", action="store_true", help="trace the campaign's microbatch only (no largest-microbatch search)"
     )
+    p.add_argument(
+        "--no-compare", action="store_true", help="skip the trace with the CPU's semantics (the CPU semantics column)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from ..estimate import campaign, report
 
     nb = nbm.load(args.campaign)
-    e = campaign.estimate(nb, args.variant, args.gpu, second=not args.no_table)
+    e = campaign.estimate(nb, args.variant, args.gpu, second=not args.no_table, compare_cpu=not args.no_compare)
     if args.json:
         print(json.dumps(dataclasses.asdict(e), indent=2))
     else:

@@ -20,7 +20,12 @@ def second_microbatch(m: int) -> int:
 
 
 def estimate(
-    nb: nbm.Notebook, variant: str | None = None, gpus: list[str] | None = None, *, second: bool = True
+    nb: nbm.Notebook,
+    variant: str | None = None,
+    gpus: list[str] | None = None,
+    *,
+    second: bool = True,
+    compare_cpu: bool = True,
 ) -> report.Estimate:
     from ..pilot.task import TaskError, load_task
     from ..pilot.taskcheck import task_problem
@@ -57,9 +62,11 @@ def estimate(
             other = _trace(nb, vid, task, params, m2, trainable_only)
         except UsageError:
             other = None  # e.g. too few examples for the second size: the table then says so
+    cpu = _trace(nb, vid, task, params, main.microbatch, trainable_only, gpu_semantics=False) if compare_cpu else None
     return report.build(
         main,
         other,
+        cpu=cpu,
         campaign=nb.campaign.name,
         variant=vid,
         params=params,
@@ -68,14 +75,22 @@ def estimate(
     )
 
 
-def _trace(nb: nbm.Notebook, vid: str, task: Any, params: dict[str, Any], m: int, trainable_only: bool) -> Any:
+def _trace(
+    nb: nbm.Notebook,
+    vid: str,
+    task: Any,
+    params: dict[str, Any],
+    m: int,
+    trainable_only: bool,
+    gpu_semantics: bool = True,
+) -> Any:
     from ..pilot.task import DataTooSmall
     from ..pilot.usercode import UserCodeError
     from .counter import Unfakeable
     from .trace import run
 
     try:
-        return run(task, params, seed=0, microbatch=m, trainable_only=trainable_only)
+        return run(task, params, seed=0, microbatch=m, trainable_only=trainable_only, gpu_semantics=gpu_semantics)
     except UserCodeError as exc:
         if isinstance(exc.exc, Unfakeable):
             raise UsageError(

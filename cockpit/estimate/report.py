@@ -29,6 +29,7 @@ class PhaseRow:
     allocated_mib: float
     reserved_mib: float
     nvml_mib: float
+    cpu_allocated_mib: float | None = None  # the same phase traced with the CPU's semantics (what the GPU changed)
 
 
 @dataclass
@@ -168,8 +169,14 @@ def build(
     params: dict[str, Any],
     headroom: float,
     sizes: list[tuple[str, int]] | None = None,
+    cpu: Trace | None = None,
 ) -> Estimate:
     rs = rows(main)
+    if cpu is not None:
+        ws = gpu.CUBLAS_WORKSPACE_MIB  # the same on both sides: the column shows what the semantics changed
+        on_cpu = {p.name: p.peak_allocated / MIB + ws for p in cpu.phases}
+        for r in rs:
+            r.cpu_allocated_mib = on_cpu.get(r.name)
     peak = max(rs, key=lambda r: r.allocated_mib)
     fbs = [
         {"op": f.op, "why": f.why, "calls": f.calls, "output_mib": f.output_bytes / MIB}
@@ -210,12 +217,28 @@ def render(e: Estimate) -> list[str]:
         f"{e.accumulation}; {e.optimizer}.",
         f"Traced on fake tensors in {e.seconds:.1f} s (no GPU memory was used; no GPU was needed).",
         "",
-        f"  {'phase':<14} {'input':<34} {'allocated':>11} {'reserved':>11} {'NVML-visible':>13}",
+        f"  {'phase':<14} {'input':<30} {'allocated':>11} {'reserved':>11} {'NVML-visible':>13} {'CPU semantics':>14}",
     ]
     for r in e.phases:
+        cpu = "" if r.cpu_allocated_mib is None else f"{r.cpu_allocated_mib:>10,.0f} MiB"
         out.append(
-            f"  {r.name:<14} {r.inputs[:34]:<34} {r.allocated_mib:>7,.0f} MiB {r.reserved_mib:>7,.0f} MiB "
-            f"{r.nvml_mib:>9,.0f} MiB"
+            f"  {r.name:<14} {r.inputs[:30]:<30} {r.allocated_mib:>7,.0f} MiB {r.reserved_mib:>7,.0f} MiB "
+            f"{r.nvml_mib:>9,.0f} MiB {cpu:>14}"
+        )
+    moved = [
+        f"{r.name} {r.allocated_mib - r.cpu_allocated_mib:+,.0f} MiB"
+        for r in e.phases
+        if r.cpu_allocated_mib is not None
+        and abs(r.allocated_mib - r.cpu_allocated_mib) >= max(1.0, 0.01 * r.allocated_mib)
+    ]
+    if any(r.cpu_allocated_mib is not None for r in e.phases):
+        out.append(
+            "  (CPU semantics: allocated when traced with the CPU's autocast, attention and optimizer paths; "
+            + (
+                "the GPU model moved " + ", ".join(moved) + ")"
+                if moved
+                else "the GPU model moved no phase by 1 % or more)"
+            )
         )
     out += ["", f"Peak allocated: {e.peak_allocated_mib:,.0f} MiB in {e.peak_phase}.", "", "Modelled:"]
     out += [f"  - {m}" for m in e.modelled]
