@@ -66,6 +66,15 @@ def test_phases_cover_build_state_and_eval() -> None:
     assert "flash" not in t.kernels and t.kernels["efficient"] > 0  # float32 attention: the memory-efficient kernel
 
 
+def test_fp16_scaler_takes_its_step() -> None:
+    """Under fp16 the grad scaler reads found_inf from a tensor: answered 0, so the optimizer step (and its state)
+    happens as on a healthy run; every other value read is answered 1 and said."""
+    params = {**TINY, "microbatch": 4, "accumulation": 1, "precision": "fp16"}
+    t = trace.run(gpt_task.task, params)
+    assert t.phase("update_first").resident >= 3 * 4 * t.parameters  # parameters and AdamW's two moments
+    assert t.invented.get("amp/grad_scaler.py", 0) > 0
+
+
 # --------------------------------------------------------------------------- the GPU model
 
 

@@ -29,7 +29,7 @@ Feasibility (spike on torch 2.13.0+cpu, 2 shared CPU cores, December 2026)
   defaults, AdamW takes the single-tensor path on cpu but the foreach path on cuda (one optimizer-state-sized
   temporary list): the estimate sets ``foreach`` as CUDA would and says so.
 * ``float(loss)`` in the training step is a data-dependent read that fake tensors refuse; the counter answers it
-  with 1.0 and counts how many values it invented (the pilot's checks on them are meaningless in an estimate).
+  with 1 (True for a boolean, 0.0 for the fp16 grad scaler's found_inf) and counts how many values it invented (the pilot's checks on them are meaningless in an estimate).
 * Time: nanoGPT-shaped GPT-2 124M (12 x 12 x 768, block 1024, vocab 50,304), AdamW fused, bf16 autocast,
   microbatch 8, two full training steps: 9 s traced (19 s with Python and torch start-up), 310 MB of RSS. With CPU
   semantics (CPU autocast, CPU SDPA) the trace peaks at 9,010 MiB allocated, 1.09x the 8,300 MiB measured on an

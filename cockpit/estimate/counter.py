@@ -7,7 +7,8 @@ It works the same on fake tensors (the estimate) and on real CPU tensors (what t
 
 Under fake tensors two things cannot be computed and are handled here, never silently:
 
-* a value read from a tensor (``float(loss)``, ``.item()``): the counter answers 1 and records where it was read;
+* a value read from a tensor (``float(loss)``, ``.item()``): the counter answers 1 (True for a boolean; 0.0 for the
+  fp16 grad scaler's found_inf, so the step happens) and records where it was read;
 * an operation fake tensors cannot run (a custom op without a fake kernel, an output whose shape depends on the
   data): it runs for real on the CPU at full size, on inputs made of ones (booleans), zeros (integers) or normal
   noise (floating point), and its outputs are counted as measured there; each such op is recorded.
@@ -31,6 +32,7 @@ from torch.utils._pytree import tree_flatten, tree_map_only
 from .allocator import CachingAllocator
 
 SCALAR = torch.ops.aten._local_scalar_dense.default
+GRAD_SCALER = "amp/grad_scaler.py"  # where torch's GradScaler reads found_inf
 
 
 @dataclass
@@ -148,7 +150,13 @@ class Counter(TorchDispatchMode):
             where = _caller()
             self.invented[where] = self.invented.get(where, 0) + 1
             t = args[0]
-            return True if t.dtype == torch.bool else 1.0 if t.dtype.is_floating_point else 1
+            # 1 (a loss, a norm, a count, an optimizer's step: safe to divide by), True (an isfinite(...).all()),
+            # except the fp16 grad scaler's found_inf, read as 0.0 so that the optimizer step happens as it would
+            if t.dtype == torch.bool:
+                return True
+            if t.dtype.is_floating_point:
+                return 0.0 if where == GRAD_SCALER else 1.0
+            return 1
         if self.fake_mode is None:
             out = func(*args, **kwargs)
         else:
@@ -187,8 +195,16 @@ def _stand_in(t: torch.Tensor) -> torch.Tensor:
     return real.zero_()
 
 
+MACHINERY = ("/torch/utils/", "/torch/_", "/torch/overrides.py", "/cockpit/estimate/")
+
+
 def _caller() -> str:
-    """The innermost frame outside torch and this package: who read a value from a tensor."""
+    """Who read a value from a tensor: torch's grad scaler when it is the reader, else the innermost frame outside
+    torch and this package (the user's code, or the pilot's)."""
+    frames = [f.filename.replace("\\", "/") for f in reversed(traceback.extract_stack(limit=40))]
+    reader = next((p for p in frames if not any(m in p for m in MACHINERY)), "")
+    if reader.endswith("/" + GRAD_SCALER):
+        return GRAD_SCALER
     for frame in reversed(traceback.extract_stack(limit=40)):
         path = frame.filename.replace("\\", "/")
         if "/torch/" in path or "/cockpit/estimate/" in path:
