@@ -310,6 +310,17 @@ def test_data_dependent_shape_is_measured_on_the_cpu() -> None:
     assert any("nonzero" in f.why for f in t.fallbacks), t.fallbacks
 
 
+def test_a_shape_error_is_the_tasks_not_a_fallback() -> None:
+    from cockpit.pilot.usercode import UserCodeError
+
+    task = _op_task(scale)
+    task.build_model = lambda p: nn.Linear(15, 16)  # the batch has 16 features: a bug in the task
+    task.loss = lambda m, b: F.mse_loss(m(b["x"]), b["y"])
+    with pytest.raises(UserCodeError, match="loss raised RuntimeError") as got:
+        trace.run(task, {"microbatch": 4, "lr": 1e-3, "precision": "fp32"})
+    assert "cannot run on fake tensors" not in str(got.value)
+
+
 def test_an_op_that_runs_nowhere_is_refused_by_name(tmp_path: Path) -> None:
     from cockpit.estimate.counter import Unfakeable
     from cockpit.pilot.usercode import UserCodeError

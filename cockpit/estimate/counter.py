@@ -162,7 +162,9 @@ class Counter(TorchDispatchMode):
         else:
             try:
                 out = func(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - an op fake tensors cannot run: measured on the CPU instead
+            except Exception as exc:
+                if not cannot_fake(exc):
+                    raise  # the task's own error (a shape that does not match): as it would be on the GPU
                 out = self._on_cpu(func, args, kwargs, exc)
         self.see(out)
         return out
@@ -183,6 +185,23 @@ class Counter(TorchDispatchMode):
         fb.calls += 1
         fb.output_bytes += sum(t.untyped_storage().nbytes() for t in flat if isinstance(t, torch.Tensor))
         return tree_map_only(torch.Tensor, self.fake_mode.from_tensor, out)
+
+
+def cannot_fake(exc: BaseException) -> bool:
+    """Whether an error says that fake tensors cannot run the op (no fake or meta kernel, a data-dependent shape),
+    rather than that the op's inputs are wrong."""
+    from torch._subclasses import fake_tensor as ft
+
+    kinds = (
+        ft.UnsupportedOperatorException,
+        ft.DynamicOutputShapeException,
+        ft.DataDependentOutputException,
+        ft.UnsupportedFakeTensorException,
+    )
+    text = str(exc)
+    return isinstance(exc, kinds) or any(
+        s in text for s in ("fake impl", "fake kernel", "'Meta' backend", "meta kernel")
+    )
 
 
 def _stand_in(t: torch.Tensor) -> torch.Tensor:
