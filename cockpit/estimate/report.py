@@ -217,13 +217,14 @@ def render(e: Estimate) -> list[str]:
         f"{e.accumulation}; {e.optimizer}.",
         f"Traced on fake tensors in {e.seconds:.1f} s (no GPU memory was used; no GPU was needed).",
         "",
-        f"  {'phase':<14} {'input':<30} {'allocated':>11} {'reserved':>11} {'NVML-visible':>13} {'CPU semantics':>14}",
+        f"  {'phase':<14} {'input':<30} {'allocated':>11} {'reserved':>11} {'NVML-visible':>13}"
+        + (f" {'CPU semantics':>14}" if any(r.cpu_allocated_mib is not None for r in e.phases) else ""),
     ]
     for r in e.phases:
         cpu = "" if r.cpu_allocated_mib is None else f"{r.cpu_allocated_mib:>10,.0f} MiB"
         out.append(
             f"  {r.name:<14} {r.inputs[:30]:<30} {r.allocated_mib:>7,.0f} MiB {r.reserved_mib:>7,.0f} MiB "
-            f"{r.nvml_mib:>9,.0f} MiB {cpu:>14}"
+            f"{r.nvml_mib:>9,.0f} MiB" + (f" {cpu:>14}" if cpu else "")
         )
     moved = [
         f"{r.name} {r.allocated_mib - r.cpu_allocated_mib:+,.0f} MiB"
