@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "protocol": "declare a new protocol revision after the fixed rules changed (dated, with why)",
     "compare": "compare variants across seeds and memory variants side by side",
     "stack": "check this machine's software stack (torch, CUDA, driver, GPUs, extensions)",
+    "estimate": "predict GPU memory per pilot phase on any machine, and the largest microbatch per GPU size",
     "sheet": "selection sheet from measured peaks: which GPU memory sizes fit",
     "plan": "rental plan for 3, 7 and 30 days from measured phase times",
     "report": "write the campaign's readable Markdown conclusion",

@@ -1,0 +1,40 @@
+"""``cockpit estimate CAMPAIGN [--variant V] [--gpu NAME ...] [--json]``: GPU memory per pilot phase, predicted on
+any machine by tracing the campaign's model and training step at full size on fake tensors (see
+``cockpit.estimate``), and the largest microbatch that fits each GPU size."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("campaign", help="campaign folder or campaign.toml")
+    p.add_argument("--variant", help="variant id (default: the reference)")
+    p.add_argument(
+        "--gpu",
+        nargs="+",
+        metavar="NAME",
+        help="size the table for these GPUs (H100, A100-40, L4, ... or a size in GB); default: 16 to 141 GB",
+    )
+    p.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    p.add_argument(
+        "--no-table", action="store_true", help="trace the campaign's microbatch only (no largest-microbatch search)"
+    )
+    p.add_argument(
+        "--no-compare", action="store_true", help="skip the trace with the CPU's semantics (the CPU semantics column)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import notebook as nbm
+    from ..estimate import campaign, report
+
+    nb = nbm.load(args.campaign)
+    e = campaign.estimate(nb, args.variant, args.gpu, second=not args.no_table, compare_cpu=not args.no_compare)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(e), indent=2))
+    else:
+        print("\n".join(report.render(e)))
+    return 0

@@ -1,0 +1,108 @@
+"""A campaign's estimate: its task and a variant's parameters, traced at the campaign's microbatch and at a
+second one (for the largest microbatch per GPU), turned into an :class:`~.report.Estimate`.
+
+What goes wrong is the user's to fix and said so (exit 2), never "a bug in Cockpit": a task that does not import,
+task code that raises under fake tensors (it may read values or call NumPy on tensors: the pilot measures it
+instead), data too small for one update.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import notebook as nbm
+from ..errors import UsageError
+from . import report
+
+
+def second_microbatch(m: int) -> int:
+    return m // 2 if m > 1 else 2
+
+
+def estimate(
+    nb: nbm.Notebook,
+    variant: str | None = None,
+    gpus: list[str] | None = None,
+    *,
+    second: bool = True,
+    compare_cpu: bool = True,
+) -> report.Estimate:
+    from ..pilot.task import TaskError, load_task
+    from ..pilot.taskcheck import task_problem
+
+    vid = variant or nb.reference.id
+    try:
+        params = nb.params(vid)
+    except nbm.NotebookError as exc:
+        raise UsageError(str(exc)) from None
+    sizes = None
+    if gpus:
+        try:
+            sizes = [report.gpu_size(g) for g in gpus]
+        except ValueError as exc:
+            raise UsageError(f"--gpu: {exc}") from None
+    try:
+        task = load_task(nb.task.entry, nb.directory)
+    except Exception as exc:  # noqa: BLE001 - the user's task: every import failure is theirs to fix
+        p = (
+            task_problem(exc, nb.task.entry)
+            if not isinstance(exc, TaskError)
+            else {"where": "task.entry", "what": str(exc)}
+        )
+        raise UsageError(
+            f"{nb.path}: {p['where']}: {p['what']}. The estimate runs the task's own model, so it needs the task "
+            "to import; `cockpit check` says the same."
+        ) from None
+    trainable_only = bool(getattr(nb.checkpoints, "trainable_only", False))
+    main = _trace(nb, vid, task, params, int(params["microbatch"]), trainable_only)
+    other = None
+    if second:
+        m2 = second_microbatch(main.microbatch)
+        try:
+            other = _trace(nb, vid, task, params, m2, trainable_only)
+        except UsageError:
+            other = None  # e.g. too few examples for the second size: the table then says so
+    cpu = _trace(nb, vid, task, params, main.microbatch, trainable_only, gpu_semantics=False) if compare_cpu else None
+    return report.build(
+        main,
+        other,
+        cpu=cpu,
+        campaign=nb.campaign.name,
+        variant=vid,
+        params=params,
+        headroom=float(nb.pilot.headroom),
+        sizes=sizes,
+    )
+
+
+def _trace(
+    nb: nbm.Notebook,
+    vid: str,
+    task: Any,
+    params: dict[str, Any],
+    m: int,
+    trainable_only: bool,
+    gpu_semantics: bool = True,
+) -> Any:
+    from ..pilot.task import DataTooSmall
+    from ..pilot.usercode import UserCodeError
+    from .counter import Unfakeable
+    from .trace import run
+
+    try:
+        return run(task, params, seed=0, microbatch=m, trainable_only=trainable_only, gpu_semantics=gpu_semantics)
+    except UserCodeError as exc:
+        if isinstance(exc.exc, Unfakeable):
+            raise UsageError(
+                f"{nb.path}: variant {vid}: the task's {exc.where}: {exc.exc}. Give the op a fake kernel "
+                "(torch.library.register_fake) so its output shapes are known, or measure with `cockpit pilot` on "
+                "the GPU."
+            ) from None
+        raise UsageError(
+            f"{nb.path}: variant {vid}: the task's {exc.where} raised {type(exc.exc).__name__}: {exc.exc} "
+            f"(traced on fake tensors at microbatch {m}). If it works in `cockpit pilot`, it does something fake "
+            "tensors cannot (reads values from tensors, calls NumPy on them, loads files onto a device): "
+            "measure with `cockpit pilot` instead."
+        ) from None
+    except DataTooSmall as exc:
+        raise UsageError(f"{nb.path}: variant {vid}: {exc}. {exc.remedy}") from None

@@ -1,0 +1,232 @@
+"""Counts live tensor storages by size below autograd, as the GPU's allocator would see them.
+
+One :class:`Counter` is a ``TorchDispatchMode``: every tensor an operation returns is looked at; a storage
+not seen before is an allocation (fed to the :class:`~.allocator.CachingAllocator` model), and a weak reference
+frees it when the last tensor using it dies, as the caching allocator frees a block when its storage is released.
+It works the same on fake tensors (the estimate) and on real CPU tensors (what the tests compare it with).
+
+Under fake tensors two things cannot be computed and are handled here, never silently:
+
+* a value read from a tensor (``float(loss)``, ``.item()``): the counter answers 1 (True for a boolean; 0.0 for the
+  fp16 grad scaler's found_inf, so the step happens) and records where it was read;
+* an operation fake tensors cannot run (a custom op without a fake kernel, an output whose shape depends on the
+  data): it runs for real on the CPU at full size, on inputs made of ones (booleans), zeros (integers) or normal
+  noise (floating point), and its outputs are counted as measured there; each such op is recorded.
+"""
+
+from __future__ import annotations
+
+import functools
+import traceback
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map_only
+
+from .allocator import CachingAllocator
+
+SCALAR = torch.ops.aten._local_scalar_dense.default
+GRAD_SCALER = "amp/grad_scaler.py"  # where torch's GradScaler reads found_inf
+
+
+@dataclass
+class Fallback:
+    """An operation that ran for real on the CPU because fake tensors could not run it."""
+
+    op: str
+    why: str
+    calls: int = 0
+    output_bytes: int = 0
+
+
+class Unfakeable(Exception):
+    """An operation fake tensors cannot run and the CPU cannot run either (a CUDA-only kernel, say)."""
+
+    def __init__(self, op: str, fake_error: BaseException, cpu_error: BaseException):
+        self.op = op
+        super().__init__(
+            f"{op} cannot run on fake tensors ({type(fake_error).__name__}: {str(fake_error).splitlines()[0][:200]}) "
+            f"nor on the CPU ({type(cpu_error).__name__}: {str(cpu_error).splitlines()[0][:200]})"
+        )
+
+
+@dataclass
+class Segment:
+    """The peak and the live bytes at the end of one stretch of the trace (a phase, or a part of one)."""
+
+    name: str
+    start_allocated: int = 0
+    peak_allocated: int = 0
+    end_allocated: int = 0
+    peak_reserved: int = 0
+
+
+@dataclass(eq=False)
+class Counter(TorchDispatchMode):
+    invent_scalars: bool = False
+    fake_mode: Any = None  # the FakeTensorMode the trace runs under, for the CPU fallback
+    allocator: CachingAllocator = field(default_factory=CachingAllocator)
+    segments: list[Segment] = field(default_factory=list)
+    invented: dict[str, int] = field(default_factory=dict)  # where a value was read -> how often
+    fallbacks: dict[str, Fallback] = field(default_factory=dict)
+    _refs: dict[int, Any] = field(default_factory=dict)
+    _next: int = 0
+    current: Segment | None = None
+    on_op: Any = None  # called before every operation (the trace uses it to cut phases at backward's edges)
+
+    def __post_init__(self) -> None:
+        TorchDispatchMode.__init__(self)
+
+    # ---- phases
+
+    def begin(self, name: str) -> Segment:
+        """Start a new stretch: its peak starts at what is live now (the pilot resets its peak counters so)."""
+        a = self.allocator
+        seg = Segment(name, a.allocated, a.allocated, a.allocated, a.reserved)
+        self.segments.append(seg)
+        self.current = seg
+        return seg
+
+    def end(self) -> None:
+        if self.current is not None:
+            self.current.end_allocated = self.allocator.allocated
+            self.current.peak_reserved = self.allocator.reserved
+        self.current = None
+
+    @contextmanager
+    def segment(self, name: str) -> Iterator[Segment]:
+        seg = self.begin(name)
+        try:
+            yield seg
+        finally:
+            if self.current is seg:
+                self.end()
+
+    @property
+    def live(self) -> int:
+        return self.allocator.allocated
+
+    # ---- tracking
+
+    def see(self, tree: Any) -> None:
+        """Count the storages an operation returned (tensors made before the trace, the task's data on the host,
+        are not the device's; under fake tensors only fake ones count)."""
+        flat, _ = tree_flatten(tree)
+        for t in flat:
+            if isinstance(t, torch.Tensor) and t.layout == torch.strided:
+                if self.fake_mode is not None and not isinstance(t, FakeTensor):
+                    continue
+                self._storage(t.untyped_storage())
+
+    def _storage(self, st: Any) -> None:
+        key = id(st)
+        if key in self._refs:
+            return
+        nbytes = st.nbytes()
+        if nbytes == 0:
+            return
+        self._next += 1
+        token = self._next
+        self.allocator.malloc(token, nbytes)
+        if self.current is not None and self.allocator.allocated > self.current.peak_allocated:
+            self.current.peak_allocated = self.allocator.allocated
+        self._refs[key] = weakref.ref(st, functools.partial(self._freed, key, token))
+
+    def _freed(self, key: int, token: int, _ref: Any = None) -> None:
+        self._refs.pop(key, None)
+        self.allocator.free(token)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if self.on_op is not None:
+            self.on_op()
+        if func is SCALAR and self.invent_scalars:
+            where = _caller()
+            self.invented[where] = self.invented.get(where, 0) + 1
+            t = args[0]
+            # 1 (a loss, a norm, a count, an optimizer's step: safe to divide by), True (an isfinite(...).all()),
+            # except the fp16 grad scaler's found_inf, read as 0.0 so that the optimizer step happens as it would
+            if t.dtype == torch.bool:
+                return True
+            if t.dtype.is_floating_point:
+                return 0.0 if where == GRAD_SCALER else 1.0
+            return 1
+        if self.fake_mode is None:
+            out = func(*args, **kwargs)
+        else:
+            try:
+                out = func(*args, **kwargs)
+            except Exception as exc:
+                if not cannot_fake(exc):
+                    raise  # the task's own error (a shape that does not match): as it would be on the GPU
+                out = self._on_cpu(func, args, kwargs, exc)
+        self.see(out)
+        return out
+
+    def _on_cpu(self, func: Any, args: Any, kwargs: Any, exc: Exception) -> Any:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        name = str(func)
+        fb = self.fallbacks.setdefault(name, Fallback(name, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"))
+        with unset_fake_temporarily():
+            real = tree_map_only(torch.Tensor, _stand_in, (args, kwargs))
+            try:
+                out = func(*real[0], **real[1])
+            except Exception as cpu_exc:  # noqa: BLE001 - the real op fails too: nothing can stand in for it
+                del self.fallbacks[name]
+                raise Unfakeable(name, exc, cpu_exc) from None
+        flat, _ = tree_flatten(out)
+        fb.calls += 1
+        fb.output_bytes += sum(t.untyped_storage().nbytes() for t in flat if isinstance(t, torch.Tensor))
+        return tree_map_only(torch.Tensor, self.fake_mode.from_tensor, out)
+
+
+def cannot_fake(exc: BaseException) -> bool:
+    """Whether an error says that fake tensors cannot run the op (no fake or meta kernel, a data-dependent shape),
+    rather than that the op's inputs are wrong."""
+    from torch._subclasses import fake_tensor as ft
+
+    kinds = (
+        ft.UnsupportedOperatorException,
+        ft.DynamicOutputShapeException,
+        ft.DataDependentOutputException,
+        ft.UnsupportedFakeTensorException,
+    )
+    text = str(exc)
+    return isinstance(exc, kinds) or any(
+        s in text for s in ("fake impl", "fake kernel", "'Meta' backend", "meta kernel")
+    )
+
+
+def _stand_in(t: torch.Tensor) -> torch.Tensor:
+    """A real tensor with the fake one's shape, dtype and strides: ones for masks, zeros for indices, noise else."""
+    real = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+    if t.dtype == torch.bool:
+        return real.fill_(True)
+    if t.dtype.is_floating_point or t.dtype.is_complex:
+        return real.normal_()
+    return real.zero_()
+
+
+MACHINERY = ("/torch/utils/", "/torch/_", "/torch/overrides.py", "/cockpit/estimate/")
+
+
+def _caller() -> str:
+    """Who read a value from a tensor: torch's grad scaler when it is the reader, else the innermost frame outside
+    torch and this package (the user's code, or the pilot's)."""
+    frames = [f.filename.replace("\\", "/") for f in reversed(traceback.extract_stack(limit=40))]
+    reader = next((p for p in frames if not any(m in p for m in MACHINERY)), "")
+    if reader.endswith("/" + GRAD_SCALER):
+        return GRAD_SCALER
+    for frame in reversed(traceback.extract_stack(limit=40)):
+        path = frame.filename.replace("\\", "/")
+        if "/torch/" in path or "/cockpit/estimate/" in path:
+            continue
+        return f"{path.rsplit('/', 2)[-2] if path.count('/') > 1 else ''}/{path.rsplit('/', 1)[-1]}:{frame.lineno}"
+    return "?"

@@ -1,0 +1,221 @@
+"""One trace: the pilot's training step at full size on fake tensors, phase by phase, with GPU semantics on top.
+
+The step is the pilot's own (:class:`cockpit.pilot.trainer.Trainer`: ``build``, ``update``, ``evaluate``,
+``state_dict``); only its autocast context is replaced, by CUDA's policy (:mod:`.gpu`), because CPU autocast
+applies CPU's. The phases are the pilot's memory phases:
+
+``forward``       building the model and the first microbatch's forward pass
+``backward``      that microbatch's backward pass
+``update_first``  the update's other microbatches and the first optimizer step (optimizer state allocated)
+``update_second`` a full update with the optimizer state resident
+``worst_case``    a full update on the longest training batch
+``validation``    the longest validation batch, in eval mode under no_grad
+``save``          the checkpoint's state dict (torch.save copies to the host one tensor at a time)
+
+An update runs at most :data:`MAX_MICROBATCHES` microbatches: from the second on, gradients are already
+allocated and every further one repeats its memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, cast
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from ..pilot.phases.worst_case import worst_batch
+from ..pilot.task import Task
+from ..pilot.trainer import Trainer, user
+from . import gpu
+from .counter import Counter, Fallback
+
+MAX_MICROBATCHES = 2
+PHASES = ("forward", "backward", "update_first", "update_second", "worst_case", "validation", "save")
+
+
+@dataclass
+class PhaseMemory:
+    name: str
+    inputs: str
+    peak_allocated: int  # bytes, as torch.cuda.max_memory_allocated() would say over the phase
+    reserved: int  # bytes, the caching allocator model's reserved at the phase's end (it only grows)
+    resident: int  # bytes allocated when the phase ends
+
+
+@dataclass
+class Trace:
+    microbatch: int
+    gpu: bool
+    fake: bool
+    phases: list[PhaseMemory]
+    parameters: int
+    trainable: int
+    seconds: float
+    kernels: dict[str, int] = field(default_factory=dict)
+    autocast_calls: int = 0
+    invented: dict[str, int] = field(default_factory=dict)
+    fallbacks: list[Fallback] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    optimizer: str = ""
+
+    def phase(self, name: str) -> PhaseMemory:
+        return next(p for p in self.phases if p.name == name)
+
+    @property
+    def peak(self) -> PhaseMemory:
+        return max(self.phases, key=lambda p: p.peak_allocated)
+
+
+class _Trainer(Trainer):
+    """The pilot's trainer; under GPU semantics its autocast region is CUDA's policy, not the CPU's."""
+
+    semantics: gpu.CudaSemantics | None = None
+
+    def autocast(self) -> Any:
+        if self.semantics is None:
+            return super().autocast()
+        if self.precision in ("bf16", "fp16"):
+            return self.semantics.autocast(torch.bfloat16 if self.precision == "bf16" else torch.float16)
+        return contextlib.nullcontext()
+
+
+def describe(task: Task, params: dict[str, Any], examples: list[dict[str, Any]]) -> str:
+    text = f"{len(examples)} examples"
+    if task.length is not None and examples:
+        longest = max(int(user("length", task.length, e)) for e in examples)
+        limit = int(user("max_length", task.max_length, params)) if task.max_length else None
+        text += f", longest {min(longest, limit) if limit else longest}" + (
+            f" (cropped from {longest})" if limit and longest > limit else ""
+        )
+    return text
+
+
+class _Swappable(TorchFunctionMode):
+    """Lets ``Module.to`` run on fake parameters: it swaps each parameter with its converted copy, which torch
+    refuses while a weak reference points at either, and the fake mode's converter memo keeps one on every fake
+    tensor it made. The memo is a cache; it is emptied after each ``to`` and ``detach``."""
+
+    def __init__(self, fake_mode: Any):
+        super().__init__()
+        self.memo = fake_mode.fake_tensor_converter.tensor_memo
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if func is torch.Tensor.to or func is torch.Tensor.detach:
+            self.memo.clear()
+        return out
+
+
+class _Splitter:
+    """Ends the ``forward`` stretch when the first backward starts and ``backward`` when it is over."""
+
+    def __init__(self, counter: Counter):
+        self.counter = counter
+
+    def __call__(self) -> None:
+        c = self.counter
+        name = c.current.name if c.current is not None else ""
+        in_backward = torch._C._current_graph_task_id() != -1
+        if name == "forward" and in_backward:
+            c.end()
+            c.begin("backward")
+        elif name == "backward" and not in_backward:
+            c.end()
+            c.begin("update_first")
+
+
+def _real(fn: Any) -> Any:
+    """The data order draws its permutation with torch: outside the fake mode, so the indices are real."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        return fn()
+
+
+def run(
+    task: Task,
+    params: dict[str, Any],
+    *,
+    seed: int = 0,
+    microbatch: int | None = None,
+    gpu_semantics: bool = True,
+    fake: bool = True,
+    trainable_only: bool = False,
+) -> Trace:
+    """Trace the pilot's memory phases. ``fake=False`` runs the same on real CPU tensors (what the tests compare)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    params = dict(params)
+    if microbatch is not None:
+        params["microbatch"] = microbatch
+    params["device"] = "cpu"
+    t0 = time.perf_counter()
+    tr = _Trainer(task, params, seed, device=torch.device("cpu"))
+    tr.load_data()  # real data, outside the fake mode: the collate makes each batch from it as in training
+    sem = gpu.CudaSemantics() if gpu_semantics else None
+    tr.semantics = sem
+    fm = FakeTensorMode(allow_non_fake_inputs=True) if fake else None
+    counter = Counter(invent_scalars=fake, fake_mode=fm)
+    counter.on_op = _Splitter(counter)
+    phases: list[PhaseMemory] = []
+    notes: list[str] = []
+    with contextlib.ExitStack() as stack:
+        if fm is not None:
+            stack.enter_context(fm)
+            stack.enter_context(_Swappable(fm))
+        stack.enter_context(counter)
+        if sem is not None:
+            stack.enter_context(sem)
+        first = _real(tr.next_microbatches)[:MAX_MICROBATCHES]
+        counter.begin("forward")
+        tr.build()
+        if sem is not None:
+            notes += gpu.optimizer_defaults(tr.optimizer)
+        tr.update(first)  # the splitter cuts it into forward, backward and update_first
+        counter.end()
+        inputs = {name: describe(task, params, first[0]) for name in ("forward", "backward", "update_first")}
+        with counter.segment("update_second"):
+            second = _real(tr.next_microbatches)[:MAX_MICROBATCHES]
+            inputs["update_second"] = describe(task, params, second[0])
+            tr.update(second)
+        with counter.segment("worst_case"):
+            worst = worst_batch(cast(Any, SimpleNamespace(trainer=tr)))
+            inputs["worst_case"] = describe(task, params, worst)
+            tr.update([worst] * min(tr.accumulation, MAX_MICROBATCHES))
+        if "val" in tr.splits and len(tr.splits["val"]):
+            with counter.segment("validation"):
+                val = list(tr.splits["val"])
+                if task.length is not None:
+                    val.sort(key=lambda e: task.length(e), reverse=True)  # type: ignore[misc]
+                inputs["validation"] = describe(task, params, val[: tr.eval_microbatch])
+                tr.evaluate("val", val[: tr.eval_microbatch])
+        with counter.segment("save"):
+            state = tr.state_dict(trainable_only)
+            inputs["save"] = f"step {tr.step}"
+            del state
+        counter.on_op = None
+    for seg in counter.segments:
+        phases.append(
+            PhaseMemory(seg.name, inputs.get(seg.name, ""), seg.peak_allocated, seg.peak_reserved, seg.end_allocated)
+        )
+    n_params = sum(p.numel() for p in tr.model.parameters())
+    n_train = sum(p.numel() for p in tr.model.parameters() if p.requires_grad)
+    return Trace(
+        microbatch=int(params["microbatch"]),
+        gpu=gpu_semantics,
+        fake=fake,
+        phases=phases,
+        parameters=n_params,
+        trainable=n_train,
+        seconds=time.perf_counter() - t0,
+        kernels=dict(sem.kernels) if sem is not None else {},
+        autocast_calls=sem.autocast_calls if sem is not None else 0,
+        invented=dict(counter.invented),
+        fallbacks=list(counter.fallbacks.values()),
+        notes=notes,
+        optimizer=tr.optimizer_source,
+    )
