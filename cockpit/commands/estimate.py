@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,13 +29,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .. import estimates
     from .. import notebook as nbm
     from ..estimate import campaign, report
+    from ..runs import now
 
     nb = nbm.load(args.campaign)
     e = campaign.estimate(nb, args.variant, args.gpu, second=not args.no_table, compare_cpu=not args.no_compare)
+    data = dataclasses.asdict(e)
+    try:
+        saved = estimates.save(nb.directory, e.variant, data, now())
+    except OSError as exc:
+        saved = None
+        print(f"cockpit estimate: not saved beside the campaign ({exc}); the sheet will not show it", file=sys.stderr)
     if args.json:
-        print(json.dumps(dataclasses.asdict(e), indent=2))
+        print(json.dumps(data, indent=2))
     else:
         print("\n".join(report.render(e)))
+        if saved is not None:
+            print(f"Saved to {saved}: `cockpit sheet` shows it beside what a pilot on a GPU measures.")
     return 0

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import estimates, runs
 from .. import notebook as nbm
-from .. import runs
 from ..errors import CockpitError
 from .phases import (
     _inputs_text,
@@ -133,6 +133,7 @@ class Sheet:
     optimizer_state: str = ""  # what the optimizer held after its first step, and for which parameters
     notes: list[str] = field(default_factory=list)
     noun: str = "pilot"  # "probe" when the figures come from a probed script
+    estimate: str = ""  # the saved `cockpit estimate` beside what this pilot measured, with the ratio
 
     @property
     def smallest_fit(self) -> Fit | None:
@@ -208,6 +209,11 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
     sheet.phases = rows
     sheet.max_dimensions = _probed_dimensions(pilot) if pilot.probed else _max_dimensions(pilot)
     sheet.optimizer_state = _optimizer_state(pilot)
+    saved = estimates.load(cdir, vid)
+    if saved is not None:
+        alloc = [r["peak_allocated"] for r in rows if r.get("peak_allocated") is not None]
+        resv = [r["peak_reserved"] for r in rows if r.get("peak_reserved") is not None]
+        sheet.estimate = estimates.beside(saved, max(alloc) / MIB if alloc else None, max(resv) / MIB if resv else None)
 
     gpu_rows = [r for r in rows if r["peak_reserved"] is not None]
     rss_rows = [r for r in rows if r["rss_peak"] is not None]
@@ -370,6 +376,8 @@ def render(s: Sheet) -> list[str]:
             out.append(f"- measured on {s.gpu_name} with {s.gpu_total_mib:,.0f} MiB")
     else:
         out.append(f"- fits: unknown for {', '.join(f'{f.size_gb} GB' for f in s.fits)}: GPU memory not measured")
+    if s.estimate:
+        out.append(f"- {s.estimate}")
     out.append(f"- recommended: {s.recommendation}")
     out.append(f"- expected result: {s.expected_result}")
     out += [f"- {n}" for n in s.notes]
@@ -395,6 +403,8 @@ def selection_of(s: Sheet) -> nbm.Selection:
     )
     if s.truncation:
         notes = s.truncation + " " + notes
+    if s.estimate:
+        notes += "; " + s.estimate
     return nbm.Selection(
         memory_per_gpu_mib=round(s.need_mib, 1) if s.need_mib is not None else None,
         max_dimensions=s.max_dimensions,

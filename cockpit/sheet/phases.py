@@ -50,6 +50,7 @@ def phase_rows(run: RunFiles) -> list[dict[str, Any]]:
                 "rank": g.get("rank"),
                 "inputs": dict(g.get("inputs") or {}),
                 "peak_reserved": t.get("peak_reserved") if t else None,
+                "peak_allocated": t.get("peak_allocated") if t else None,
                 "reserved": t.get("reserved") if t else None,
                 "nvml_used": _nvml_for(g, device),
                 "rss_peak": mem.get("rss_peak") if mem.get("rss_peak") is not None else mem.get("rss"),
