@@ -247,11 +247,62 @@ def test_hooks_leave_the_submodules_after_the_first_step_and_are_removed(probe):
     assert len(mm._global_forward_pre_hooks) == 1
     model, opt = model_and_opt()
     loop(model, opt, steps=1, eval_after=0)
-    assert len(mm._global_forward_pre_hooks) == 0 and len(model._forward_pre_hooks) == 1  # only the root now
+    assert len(mm._global_forward_pre_hooks) == 0 and not model._forward_pre_hooks  # the root's class watches it
+    assert "__call__" in nn.Sequential.__dict__
     inst.uninstall()
     assert torch.save is orig_save and torch.autograd.backward is orig_backward
-    assert not model._forward_pre_hooks and not mm._global_forward_hooks
+    assert "__call__" not in nn.Sequential.__dict__ and not mm._global_forward_hooks
     assert not sys.modules["torch.optim.optimizer"]._global_optimizer_pre_hooks
+
+
+def test_nothing_of_cockpit_stays_on_the_users_objects(probe, tmp_path):
+    """After the first steps (the roots watched from then on): the model pickles to the same bytes as an
+    untouched twin, deep-copies, scripts, and keeps no hook (issue 26: '_thread.lock' could not be pickled)."""
+    import copy
+    import io
+
+    def trained() -> tuple[nn.Module, torch.optim.Optimizer]:
+        model, opt = model_and_opt()
+        loop(model, opt, steps=3, eval_after=2)
+        return model, opt
+
+    def saved(obj: Any) -> bytes:
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        return buf.getvalue()
+
+    inst, sink = probe(steps=5, to_end=True)
+    model, opt = trained()
+    assert inst.obs.step == 3
+    assert not model._forward_pre_hooks and not model._forward_hooks and not model._forward_hooks_with_kwargs
+    probed = (saved(model), saved(opt.state_dict()), saved(list(model.parameters())))
+    twin = copy.deepcopy(model)
+    assert not twin._forward_hooks and torch.equal(twin(torch.ones(1, 8)), model(torch.ones(1, 8)))
+    torch.jit.script(model)
+    torch.save(model, tmp_path / "whole.pt")
+    assert torch.load(tmp_path / "whole.pt", weights_only=False)(torch.ones(1, 8)).shape == (1, 3)
+    assert "__call__" in nn.Sequential.__dict__  # the roots are watched through their class
+    inst.uninstall()
+    torch.manual_seed(0)  # the same run without the probe: the same bytes
+    model2, opt2 = trained()
+    assert probed == (saved(model2), saved(opt2.state_dict()), saved(list(model2.parameters())))
+
+
+def test_an_exception_raised_in_cockpits_own_frames_ends_the_script_as_cockpits(probe, monkeypatch):
+    """Not caught by a hook's guard (raised in a wrapper, say): the exit says 'internal', so the run ends as
+    a bug in Cockpit (exit 6), never as the script's error."""
+    from cockpit.probe import reading
+
+    inst, sink = probe(steps=3)
+    try:
+        reading._names(None)  # type: ignore[arg-type]  # raises TypeError inside Cockpit's code
+    except TypeError as exc:
+        monkeypatch.setattr(sys, "last_exc", exc, raising=False)
+    inst.at_exit()
+    assert sink.msgs[-1]["msg"] == "internal" and "TypeError" in sink.msgs[-1]["error"]
+    w = watched(internal=sink.msgs[-1]["error"], returncode=1)
+    out, _ = judge.outcome(w, "train.py")
+    assert out.code == ev.ExitCode.INTERNAL and "a bug in Cockpit" in out.reason
 
 
 def test_a_failure_inside_the_instrumentation_is_cockpits_not_the_scripts(probe, monkeypatch):

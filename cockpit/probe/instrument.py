@@ -32,6 +32,7 @@ import torch.optim.optimizer as optimizer_hooks
 
 from . import channel as ch
 from .observer import Config, Observer, ProbeStop, is_oom, user_frame
+from .reading import cockpit_raised
 
 _current: Instrument | None = None
 
@@ -42,7 +43,7 @@ class Instrument:
         self.send = send
         self.broken = broken
         self.handles: list[Any] = []
-        self.local: list[Any] = []
+        self.classes: list[tuple[type, Any]] = []  # root classes whose __call__ watches the roots
         self.patches: list[tuple[Any, str, Any]] = []
         self.depth = 0
         self.dead = False
@@ -65,9 +66,16 @@ class Instrument:
 
     def uninstall(self) -> None:
         self.obs.abandon()  # a phase left open is closed (its bounds), not recorded
-        for h in self.handles + self.local:
+        for h in self.handles:
             h.remove()
-        self.handles, self.local = [], []
+        self.handles = []
+        for cls, own in reversed(self.classes):
+            if own is None:
+                with contextlib.suppress(AttributeError):
+                    del cls.__call__  # type: ignore[misc]
+            else:
+                cls.__call__ = own  # type: ignore[method-assign]
+        self.classes = []
         for owner, name, orig in reversed(self.patches):
             setattr(owner, name, orig)
         self.patches = []
@@ -99,20 +107,46 @@ class Instrument:
         sys.meta_path.insert(0, finder)
 
     def go_local(self) -> None:
-        """Hooks on the roots only: from now on a submodule's call costs nothing."""
-        if self.local or self.dead:
+        """From now on only the roots are watched, so a submodule's call costs nothing.
+
+        Nothing is put on the user's objects: a hook in a module's own hook dicts is pickled with it
+        (``torch.save(model)``, ``copy.deepcopy``: a bound method of this object, holding a lock, cannot
+        be) and refused by ``torch.jit.script``. The roots' classes get a ``__call__`` that watches the
+        registered instances only (by id, checked against a weak reference); a class is pickled by name.
+        """
+        if self.classes or self.dead:
             return
-        for ref in list(self.obs.roots.values()):
-            m = ref()
-            if m is None:
-                continue
-            self.local.append(m.register_forward_pre_hook(self._pre))
-            self.local.append(m.register_forward_hook(self._post, with_kwargs=True, always_call=True))
-        if self.local:
-            for h in self.handles[:2]:
-                h.remove()
-            self.handles = self.handles[2:]
-            self.depth = 0
+        live = [m for m in (ref() for ref in self.obs.roots.values()) if m is not None]
+        if not live:
+            return
+        for cls in {type(m) for m in live}:
+            self._wrap_call(cls)
+        for h in self.handles[:2]:
+            h.remove()
+        self.handles = self.handles[2:]
+        self.depth = 0
+
+    def _wrap_call(self, cls: type) -> None:
+        own = cls.__dict__.get("__call__")
+        orig = cls.__call__
+        roots = self.obs.roots
+        pre, post = self._pre, self._post
+
+        def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            ref = roots.get(id(module))
+            if ref is None or ref() is not module:
+                return orig(module, *args, **kwargs)
+            pre(module, args)
+            out = None
+            try:
+                out = orig(module, *args, **kwargs)
+            finally:
+                post(module, args, kwargs, out)
+            return out
+
+        __call__.__wrapped__ = orig  # type: ignore[attr-defined]
+        cls.__call__ = __call__  # type: ignore[method-assign]
+        self.classes.append((cls, own))
 
     # ------------------------------------------------------------------ the hooks
 
@@ -134,7 +168,7 @@ class Instrument:
     def _step_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self.dead:
             self._call(self.obs.step_post, opt)
-            if self.obs.step >= 1 and not self.local:
+            if self.obs.step >= 1 and not self.classes:
                 self.go_local()
 
     def _backward(self, orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -232,6 +266,12 @@ class Instrument:
                 "oom": is_oom(exc),
                 "injected": bool(getattr(exc, "_cockpit_injected", False)),
             }
+        ours = exc is not None and not isinstance(exc, ProbeStop) and not getattr(exc, "_cockpit_injected", False)
+        if ours and cockpit_raised(exc):  # type: ignore[arg-type]
+            text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            with contextlib.suppress(Exception):
+                self.send("internal", error=f"{type(exc).__name__}: {exc}", traceback=text[-4000:])
+            return
         how = "diverged" if obs.diverged else "stopped" if obs.stop_reason else "exception" if exc else "ended"
         mem = None
         if obs.cfg.mode == "resume":

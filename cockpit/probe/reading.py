@@ -96,6 +96,14 @@ def user_frame(exc: BaseException) -> str:
     return f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" if f else "no frame"
 
 
+def cockpit_raised(exc: BaseException) -> bool:
+    """Whether the exception was raised in Cockpit's own code (its innermost frame is Cockpit's): a bug in
+    Cockpit, never the script's, even when it ends the script."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return bool(tb) and tb[-1].filename.startswith(here + os.sep)
+
+
 def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
