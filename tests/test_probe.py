@@ -172,6 +172,25 @@ def test_defects_judged_from_outside(probe, tmp_path):
     assert sink.gates["save"]["verdict"] == "skipped"
 
 
+def test_a_parameter_change_is_seen_element_by_element(probe):
+    """Two elements of a frozen bias swapped: their sum and their absolute sum stay the same (issue 26: a
+    LayerNorm weight whose 64 elements all moved still summed to 64.0 and read as unchanged)."""
+    _, sink = probe(steps=2, to_end=True)
+    model, opt = model_and_opt()
+
+    with torch.no_grad():
+        model[0].bias.copy_(torch.arange(16.0))
+
+    def swapped() -> None:
+        with torch.no_grad():
+            b = model[0].bias
+            b[0], b[1] = b[1].clone(), b[0].clone()
+
+    loop(model, opt, steps=2, eval_after=0, between=swapped)
+    c = sink.check("update_first", "frozen parameters unchanged")
+    assert not c["ok"] and "0.bias" in c["detail"]
+
+
 def test_evaluation_in_training_mode_fails(probe):
     _, sink = probe(steps=3, to_end=True)
     model, opt = model_and_opt()

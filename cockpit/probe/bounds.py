@@ -111,7 +111,7 @@ class Bounds:
         self.steps: list[Step] = []
         self.timed: list[float] = []  # update_second: each later step's duration
         self.second_pending = False
-        self.before: dict[str, tuple[float, float]] = {}
+        self.before: dict[str, tuple[float, float, float]] = {}
         self.forward_inputs: dict[str, Any] = {}
         self.saves: list[dict[str, Any]] = []
         self.burst: dict[str, Any] | None = None  # the save phase's files so far
@@ -119,7 +119,7 @@ class Bounds:
         self.stop_reason = ""
         self.finished = False
         self.diverged: dict[str, Any] | None = None
-        self.recheck: dict[str, tuple[float, float]] | None = None  # fingerprint before the later steps
+        self.recheck: dict[str, tuple[float, float, float]] | None = None  # fingerprint before the later steps
 
     # ------------------------------------------------------------------ sending
 
