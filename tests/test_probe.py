@@ -191,6 +191,152 @@ def test_a_parameter_change_is_seen_element_by_element(probe):
     assert not c["ok"] and "0.bias" in c["detail"]
 
 
+def test_a_closure_step_owns_the_forward_and_backward_it_runs(probe):
+    """optimizer.step(closure) (LBFGS; Lightning's automatic optimization): the closure's forward and backward
+    are the update's; LBFGS's re-evaluations within one step are not more microbatches."""
+    _, sink = probe(steps=3, to_end=True)
+    model, _ = model_and_opt()
+    opt = torch.optim.LBFGS([p for p in model.parameters() if p.requires_grad], lr=0.5, max_iter=4)
+    crit = nn.CrossEntropyLoss()
+    x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = crit(model(x), y)
+        loss.backward()
+        return loss
+
+    for _ in range(4):
+        opt.step(closure)
+    gates = sink.gates
+    assert list(gates)[:5] == ["stack", "forward", "backward", "update_first", "update_second"], list(gates)
+    assert all(gates[p]["verdict"] == "pass" for p in list(gates)[:5]), {p: g["checks"] for p, g in gates.items()}
+    assert (
+        gates["update_first"]["inputs"]["optimizer"] == "LBFGS" and gates["update_first"]["inputs"]["microbatches"] == 1
+    )
+    assert [s["step"] for s in sink.events(ev.STEP)] == [1, 2, 3, 4]
+
+
+def test_a_hand_written_update_without_an_optimizer_is_an_update(probe, tmp_path):
+    """p.data.add_(p.grad, alpha=-lr): no optimizer object, the version counter does not move; the probe sees
+    the parameters changed where the script goes on (issue 26: it passed 'the script ended after 0 steps')."""
+    _, sink = probe(steps=3)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    crit = nn.CrossEntropyLoss()
+    try:
+        for step in range(1, 20):
+            model.zero_grad()
+            crit(model(torch.randn(4, 8)), torch.randint(0, 3, (4,))).backward()
+            for p in model.parameters():
+                p.data.add_(p.grad, alpha=-0.1)
+            if step == 2:
+                model.eval()
+                with torch.no_grad():
+                    model(torch.randn(4, 8))
+                model.train()
+            if step == 4:
+                torch.save(model, tmp_path / "model.pt")  # the whole model, as a word LM saves it
+        why = ""
+    except ProbeStop as stop:
+        why = stop.reason
+    assert why == "stopped by the probe after 4 steps and one save (at step 4)"
+    gates = sink.gates
+    assert list(gates) == ["stack", "forward", "backward", "update_first", "update_second", "validation", "save"]
+    assert all(g["verdict"] == "pass" for g in gates.values()), {p: g["checks"] for p, g in gates.items()}
+    assert "hand-written update" in sink.check("update_first", "update seen")["detail"]
+    assert sink.check("update_first", "targeted parameters changed")["detail"].startswith("4/4")
+    assert [s["step"] for s in sink.events(ev.STEP)] == [1, 2, 3, 4]
+    assert sink.check("update_second", "gradients zeroed between updates")["ok"]
+
+
+def test_a_script_that_never_updates_never_passes(probe):
+    inst, sink = probe(steps=3)
+    model, _ = model_and_opt()
+    crit = nn.CrossEntropyLoss()
+    for _ in range(3):
+        crit(model(torch.randn(4, 8)), torch.randint(0, 3, (4,))).backward()
+    inst.at_exit()
+    g = sink.gates["update_first"]
+    assert g["verdict"] == "fail", g
+    assert "3 backward() calls and no update" in g["message"] and "no parameter changed" in g["message"]
+    w = watched(exit=sink.msgs[-1], returncode=0, gates=sink.gates)
+    assert judge.judge_gates(w, "train.py").status == ev.Status.FAILED
+
+
+def test_gradients_never_zeroed_between_updates_fail(probe):
+    _, sink = probe(steps=3, to_end=True)
+    model, opt = model_and_opt()
+    crit = nn.CrossEntropyLoss()
+    for _ in range(4):  # nanoGPT with its zero_grad removed
+        for _ in range(2):
+            (crit(model(torch.randn(4, 8)), torch.randint(0, 3, (4,))) / 2).backward()
+        opt.step()
+    c = sink.check("update_second", "gradients zeroed between updates")
+    assert not c["ok"] and "never zeroed between update 1 and update 2" in c["detail"]
+    assert sink.gates["update_second"]["verdict"] == "fail"
+
+
+def test_training_left_in_eval_mode_after_an_evaluation_that_a_save_ended(probe, tmp_path):
+    """Evaluate, save, train on in eval mode: the evaluation's row says so although the save ended it."""
+    _, sink = probe(steps=2)
+    model, opt = model_and_opt()
+    crit = nn.CrossEntropyLoss()
+    try:
+        for step in range(1, 10):
+            crit(model(torch.randn(4, 8)), torch.randint(0, 3, (4,))).backward()
+            opt.step()
+            opt.zero_grad()
+            if step == 3:
+                model.eval()
+                with torch.no_grad():
+                    model(torch.randn(4, 8))
+                torch.save(model.state_dict(), tmp_path / "ck.pt")  # model.train() forgotten
+    except ProbeStop:
+        pass
+    c = sink.check("validation", "training mode restored")
+    assert not c["ok"] and "ran in eval mode" in c["detail"] and sink.gates["validation"]["verdict"] == "fail"
+    assert sink.gates["save"]["verdict"] == "pass"
+
+
+def test_a_training_forward_in_eval_mode_right_after_an_evaluation_is_training_not_evaluation(probe):
+    _, sink = probe(steps=2, to_end=True)
+    model, opt = model_and_opt()
+    crit = nn.CrossEntropyLoss()
+    for step in range(1, 5):
+        crit(model(torch.randn(4, 8)), torch.randint(0, 3, (4,))).backward()
+        opt.step()
+        opt.zero_grad()
+        if step == 2:
+            model.eval()
+            with torch.no_grad():
+                model(torch.randn(4, 8))
+    assert not sink.check("validation", "training mode restored")["ok"]
+    assert sink.check("validation", "no grad")["ok"] and sink.gates["validation"]["inputs"]["forwards"] == 1
+
+
+def test_a_layer_left_out_of_every_optimizer_fails_but_a_gan_s_two_optimizers_pass(probe):
+    _, sink = probe(steps=2, to_end=True)
+    torch.manual_seed(0)
+    gen, disc = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 8)), nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 1))
+    opt_d = torch.optim.Adam(disc.parameters(), lr=1e-3)
+    opt_g = torch.optim.Adam(gen[0].parameters(), lr=1e-3)  # gen[1] left out: it gets gradients, never moves
+    bce = nn.BCEWithLogitsLoss()
+    for _ in range(3):
+        fake = gen(torch.randn(4, 4))
+        opt_d.zero_grad()
+        (bce(disc(torch.randn(4, 8)), torch.ones(4, 1)) + bce(disc(fake.detach()), torch.zeros(4, 1))).backward()
+        opt_d.step()
+        opt_g.zero_grad()
+        bce(disc(fake), torch.ones(4, 1)).backward()
+        opt_g.step()
+    c = sink.check("update_first", "optimizer holds every parameter with a gradient")
+    assert c["ok"], c  # at the first (the discriminator's) step only the discriminator has gradients
+    assert sink.check("update_second", "gradients zeroed between updates")["ok"]
+    later = sink.check("update_second", "optimizer holds every parameter with a gradient")
+    assert not later["ok"] and "1.weight" in later["detail"] and "0.weight" not in later["detail"]
+
+
 def test_evaluation_in_training_mode_fails(probe):
     _, sink = probe(steps=3, to_end=True)
     model, opt = model_and_opt()
@@ -202,11 +348,11 @@ def test_evaluation_in_training_mode_fails(probe):
 
 def test_a_parameter_the_optimizer_does_not_hold(probe):
     _, sink = probe(steps=2, to_end=True)
-    model, _ = model_and_opt()
+    model = model_and_opt()[0]  # its optimizer is dropped: only this one holds parameters
     opt = torch.optim.SGD(model[2].parameters(), lr=0.1)  # the first layer requires grad but is in no group
     loop(model, opt, steps=3, eval_after=0)
-    c = sink.check("update_first", "optimizer holds every trainable parameter")
-    assert not c["ok"] and "0.weight" in c["detail"]
+    c = sink.check("update_first", "optimizer holds every parameter with a gradient")
+    assert not c["ok"] and "0.weight" in c["detail"] and "receive gradients but no optimizer holds them" in c["detail"]
     assert sink.check("update_first", "optimizer state allocated")["detail"].endswith("(plain SGD keeps none)")
 
 

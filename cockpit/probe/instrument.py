@@ -62,6 +62,7 @@ class Instrument:
         self._patch(torch.autograd, "backward", self._backward(torch.autograd.backward))
         self._patch(torch, "save", self._saver(torch.save, target=1))
         self._patch(torch, "load", self._loader(torch.load))
+        self._patch(torch.optim.Optimizer, "__init__", self._optimizer_init(torch.optim.Optimizer.__init__))
         self._after_import("safetensors.torch", self._safetensors)
 
     def uninstall(self) -> None:
@@ -72,9 +73,9 @@ class Instrument:
         for cls, own in reversed(self.classes):
             if own is None:
                 with contextlib.suppress(AttributeError):
-                    del cls.__call__  # type: ignore[misc]
+                    del cls.__call__
             else:
-                cls.__call__ = own  # type: ignore[method-assign]
+                cls.__call__ = own
         self.classes = []
         for owner, name, orig in reversed(self.patches):
             setattr(owner, name, orig)
@@ -134,7 +135,7 @@ class Instrument:
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
             ref = roots.get(id(module))
-            if ref is None or ref() is not module:
+            if ref is None or not _same(ref(), module):
                 return orig(module, *args, **kwargs)
             pre(module, args)
             out = None
@@ -161,9 +162,32 @@ class Instrument:
         if self.depth == 0 and not self.dead:
             self._call(self.obs.forward_post, module, args, kwargs, output)
 
-    def _step_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if not self.dead:
-            self._call(self.obs.step_pre, opt)
+    def _step_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
+        if self.dead:
+            return None
+        closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0] is the optimizer
+        main = self._call(self.obs.step_pre, opt, callable(closure))
+        if not main or not callable(closure):
+            return None
+        # optimizer.step(closure) (LBFGS, Lightning's automatic optimization): the forward and backward the
+        # closure runs belong to this update, so they are watched as a training step's are
+        wrapped = self._closure(closure)
+        if len(args) > 1:
+            return (args[0], wrapped, *args[2:]), kwargs
+        return args, {**kwargs, "closure": wrapped}
+
+    def _closure(self, closure: Callable[..., Any]) -> Callable[..., Any]:
+        obs = self.obs
+
+        def closure_watched(*args: Any, **kwargs: Any) -> Any:
+            obs.closure_calls += 1
+            obs.in_step = False
+            try:
+                return closure(*args, **kwargs)
+            finally:
+                obs.in_step = True
+
+        return closure_watched
 
     def _step_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self.dead:
@@ -183,12 +207,24 @@ class Instrument:
                 out = orig(tensors, *args, **kwargs)
             finally:
                 obs.in_backward = False
-            if measured:
-                self._call(obs.backward_end)
+            self._call(obs.backward_end, bool(measured))
             return out
 
         backward.__wrapped__ = orig  # type: ignore[attr-defined]
         return backward
+
+    def _optimizer_init(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        """Every optimizer the script builds (a weak set): which parameters some optimizer holds."""
+        obs = self.obs
+
+        def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
+            orig(opt, *args, **kwargs)
+            if not self.dead:
+                with contextlib.suppress(TypeError):
+                    obs.optimizers.add(opt)
+
+        __init__.__wrapped__ = orig  # type: ignore[attr-defined]
+        return __init__
 
     def _saver(self, orig: Callable[..., Any], target: int) -> Callable[..., Any]:
         obs = self.obs
@@ -267,7 +303,7 @@ class Instrument:
                 "injected": bool(getattr(exc, "_cockpit_injected", False)),
             }
         ours = exc is not None and not isinstance(exc, ProbeStop) and not getattr(exc, "_cockpit_injected", False)
-        if ours and cockpit_raised(exc):  # type: ignore[arg-type]
+        if exc is not None and ours and cockpit_raised(exc):
             text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
             with contextlib.suppress(Exception):
                 self.send("internal", error=f"{type(exc).__name__}: {exc}", traceback=text[-4000:])
@@ -295,6 +331,10 @@ class Instrument:
                 mem=mem,
                 seconds=__import__("time").perf_counter() - obs.t_start,
             )
+
+
+def _same(a: object, b: object) -> bool:
+    return a is b
 
 
 def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int) -> Any:

@@ -33,7 +33,6 @@ them rather than part of :mod:`.saving` because a save that starts ends an evalu
 
 from __future__ import annotations
 
-import math
 import os
 import time
 import weakref
@@ -41,11 +40,10 @@ from typing import Any
 
 import torch
 
-from .. import events as ev
 from . import phases as ph
 from .bounds import Config, Evaluation, Open, ProbeStop, Step
 from .evaluation import Evaluating
-from .reading import _first_tensor, _fmt, _loss_of, _opt_step, _shapes, _tell, fingerprint, is_oom, user_frame
+from .reading import _first_tensor, _fmt, _loss_of, _shapes, _tell, fingerprint, is_oom, user_frame
 
 __all__ = [
     "Config",
@@ -67,13 +65,16 @@ class Observer(Evaluating):
 
     def forward_pre(self, module: torch.nn.Module, args: Any) -> None:
         if self.in_backward or self.in_step or self.in_save:
-            return  # activation checkpointing recomputes forwards inside backward; LBFGS inside its step
+            return  # activation checkpointing recomputes forwards inside backward; an optimizer's own calls
+        self.manual_check("the next forward pass")
         grad = torch.is_grad_enabled()
         ev_ = self.evaluation
-        if ev_ is not None and (not grad or not module.training):
+        if ev_ is not None and (not grad or not module.training or next(module.parameters(), None) is None):
             self._eval_forward(module, grad)
             return
         self._close_save()
+        if grad:
+            self._release_validation(module)
         self.check_stop()
         if ev_ is not None:
             self._end_evaluation(module)
@@ -116,12 +117,17 @@ class Observer(Evaluating):
         self._close_save()
         self.check_stop()
         if self.evaluation is not None:
-            self._end_evaluation(None)
+            self._end_evaluation(None, by_backward=True)
         loss = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
         loss = loss if isinstance(loss, torch.Tensor) else None
+        self.backwards += 1
+        if self.closure_calls > 1:
+            return False  # a closure re-evaluated within one step (LBFGS's line search): the same update
         if loss is not None and loss.numel() == 1:
             self.losses.append(loss.detach())
         self.microbatches += 1
+        if self.cfg.mode == "probe":
+            self._zeroed_before_backward()
         if self.cfg.mode != "probe" or self.open is None or self.open.name != ph.FORWARD:
             return False
         self._end_forward(loss)
@@ -129,18 +135,22 @@ class Observer(Evaluating):
         self.begin(ph.BACKWARD, dict(self.forward_inputs))
         return True
 
-    def backward_end(self) -> None:
-        if self.open is not None and self.open.name == ph.BACKWARD:
+    def backward_end(self, measured: bool = True) -> None:
+        if measured and self.open is not None and self.open.name == ph.BACKWARD:
             self._end_backward()
+        if self.closure_calls <= 1:
+            self._after_backward()
 
-    def step_pre(self, opt: torch.optim.Optimizer) -> None:
+    def step_pre(self, opt: torch.optim.Optimizer, closure: bool = False) -> bool:
+        """Before an optimizer's step; True when it is the one whose steps are counted."""
         if self.in_step:
-            return
+            return False
+        self.optimizers.add(opt)
         main = self.optimizer() if self.optimizer is not None else None
         if main is None:
             self.optimizer = weakref.ref(opt)
         elif main is not opt:
-            return  # a second optimizer (a GAN's other half): the first one counts the steps
+            return False  # a second optimizer (a GAN's other half): the first one counts the steps
         self._close_save()
         self.check_stop()
         if self.evaluation is not None:
@@ -154,77 +164,25 @@ class Observer(Evaluating):
             o = self.end()  # gradients came without a backward() call Cockpit saw (torch.autograd.grad)
             o.gate.check("backward seen", False, "no backward() call before the optimizer step", warn=True)
             self.record(o)
-        if self.cfg.mode == "probe" and self.step == 0 and ph.UPDATE_FIRST not in self.done and self.open is None:
+        self.closure_calls = 0
+        first = self.cfg.mode == "probe" and self.step == 0 and ph.UPDATE_FIRST not in self.done
+        if first and self.open is None and not closure:  # with a closure, its backward opens update_first
             self.before = fingerprint(self.named_parameters() + self._extra_params(opt))
             self.begin(ph.UPDATE_FIRST, {"microbatches": self.microbatches})
+        return True
 
     def step_post(self, opt: torch.optim.Optimizer) -> None:
         main = self.optimizer() if self.optimizer is not None else None
         if main is not opt:
             return
         self.in_step = False
-        t_end = time.perf_counter()
-        self.step += 1
-        watched = self.watching()
-        loss = self._loss_value() if watched or self.step % 10 == 0 else None
-        self.losses = []
-        st = Step(
-            self.step,
-            self.lr,
-            loss,
-            t_end - self.step_t0,
-            _opt_step(opt) if watched or self.cfg.mode == "resume" else None,
-            self.microbatches,
-        )
-        self.microbatches = 0
-        self.steps.append(st)
-        phase = self.open.name if self.open is not None else ("resume" if self.cfg.mode == "resume" else "train")
-        if self.cfg.mode == "probe" and self.open is not None and self.open.name == ph.UPDATE_FIRST:
-            self._end_update_first(opt, st)
-            phase = ph.UPDATE_FIRST
-        elif self.open is not None and self.open.name == ph.UPDATE_SECOND:
-            self.timed.append(st.duration_s or 0.0)
-        self.emit(
-            ev.STEP,
-            step=st.number,
-            loss=ev.finite_or_none(st.loss),
-            lr=st.lr,
-            grad_norm=None,
-            examples=None,
-            duration_s=st.duration_s,
-            phase=phase,
-            opt_step=st.opt_step,
-            microbatches=st.microbatches,
-        )
-        if loss is not None and not math.isfinite(loss) and not self.diverged:
-            self.diverged = {"phase": phase, "value": str(loss), "step": st.number}
-            self.stop_reason = f"non-finite loss ({loss}) at step {st.number}"
-        if self.cfg.mode == "probe":
-            self._after_step(st)
-        self.check_stop(at_step=True)
-        self.step_t0 = time.perf_counter()
-
-    def _loss_value(self) -> float | None:
-        """The step's loss: the sum of what its backward calls received (with ``loss / accumulation``, the
-        update's mean). One synchronize, on the steps that are watched only."""
-        if not self.losses:
-            return None
-        with torch.no_grad():
-            return float(torch.stack([x.float().reshape(()) for x in self.losses]).sum())
-
-    def watching(self) -> bool:
-        """Whether this step's loss and optimizer step count are read (a synchronize each)."""
-        if self.cfg.mode == "resume":
-            return True
-        last = self.cfg.steps
-        if self.cfg.resume and self.saves:
-            last = max(last, self.saves[0]["step"] + self.cfg.compare_steps)
-        return self.step <= last
+        self._stepped(opt)
 
     # ------------------------------------------------------------------ a save begins (the rest: .saving)
 
     def save_begin(self, target: Any) -> dict[str, Any]:
         """Before ``torch.save`` or a safetensors save; what :meth:`save_end` needs."""
+        self.manual_check("a save")
         if self.evaluation is not None:
             self._end_evaluation(None)
         # a file saved before the first optimizer step (a config, a vocabulary) is no checkpoint
@@ -276,8 +234,13 @@ class Observer(Evaluating):
         if self.finished:
             return
         self.finished = True
+        if exc is None and not self.diverged:
+            self.manual_check("the script's end", final=True)
         if self.evaluation is not None:
             self._end_evaluation(None)
+        self._release_validation(None)
+        if exc is None and not self.diverged and self.cfg.mode == "probe":
+            self.no_update()
         o = self.open
         if o is not None and exc is not None:
             g = self.end().gate

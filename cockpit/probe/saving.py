@@ -14,10 +14,10 @@ from typing import Any
 
 from . import phases as ph
 from .reading import _names, _size, _tell
-from .training import Training
+from .updates import Updates
 
 
-class Saving(Training):
+class Saving(Updates):
     """The files saved and loaded, and the save phase closed."""
 
     def save_end(self, token: dict[str, Any]) -> None:
