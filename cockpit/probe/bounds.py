@@ -241,7 +241,9 @@ class Bounds:
         key = id(module)
         if key not in self.roots:
             self.roots[key] = weakref.ref(module)
-            self.root_names[key] = type(module).__name__
+            name = type(module).__name__
+            k = sum(1 for n in self.root_names.values() if n.split("#")[0] == name)
+            self.root_names[key] = f"{name}#{k + 1}" if k else name  # a GAN's two Sequentials: told apart
 
     def named_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
         out: list[tuple[str, torch.nn.Parameter]] = []

@@ -135,8 +135,9 @@ class Instrument:
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
             ref = roots.get(id(module))
-            if ref is None or not _same(ref(), module):
-                return orig(module, *args, **kwargs)
+            if self.depth and (ref is None or not _same(ref(), module)):
+                return orig(module, *args, **kwargs)  # inside a root's call: a submodule of the same class
+            # a root, or an outermost call of a root's class (a deep copy of the model: an EMA, the best one)
             pre(module, args)
             out = None
             try:

@@ -194,7 +194,14 @@ class Observer(Evaluating):
                 self.begin(ph.SAVE, {"step": self.step})
                 self.burst = {"files": [], "bytes": 0, "seconds": 0.0, "calls": 0}
         path = os.fspath(target) if isinstance(target, (str, os.PathLike)) else None
-        return {"path": path, "target": target, "pos": _tell(target), "t0": time.perf_counter()}
+        name = getattr(target, "name", None) if path is None else None  # open(path, "wb") as f: torch.save(m, f)
+        return {
+            "path": path,
+            "name": name if isinstance(name, str) and os.path.isfile(name) else None,
+            "target": target,
+            "pos": _tell(target),
+            "t0": time.perf_counter(),
+        }
 
     # ------------------------------------------------------------------ the end
 
