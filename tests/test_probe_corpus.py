@@ -123,6 +123,7 @@ def test_word_lm_manual_sgd_whole_model_saves(campaign, tmp_path, monkeypatch, c
     assert (p.code, p.summary["status"]) == (0, "passed"), (p.summary, p.verdicts)
     assert set(p.verdicts.values()) <= {"pass", "warn"}, {k: v["checks"] for k, v in p.gates.items()}
     assert "hand-written update" in p.check("update_first", "update seen")["detail"]
+    assert p.gates["forward"]["inputs"]["microbatch"] == 4 and p.gates["forward"]["inputs"]["batch_dim"] == 1
     assert p.check("update_second", "gradients zeroed between updates")["ok"]
     assert p.gates["validation"]["verdict"] == "pass" and p.gates["save"]["inputs"]["files"] == ["model.pt"]
 

@@ -125,6 +125,7 @@ class Bounds:
         self.recheck: dict[str, tuple[float, float, float]] | None = None  # fingerprint before the later steps
         self.optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # every one the script built
         self.backwards = 0  # backward() calls seen
+        self.loader_sizes: set[int] = set()  # the batch_size of every DataLoader the script built
         self.pending = False  # a backward since the last update: an update is due
         self.versions: list[int] = []  # no optimizer: the trainable parameters' version counters after a backward
         self.sentinel: tuple[torch.Tensor, torch.Tensor] | None = None  # and one small parameter with its copy

@@ -63,6 +63,8 @@ class Instrument:
         self._patch(torch, "save", self._saver(torch.save, target=1))
         self._patch(torch, "load", self._loader(torch.load))
         self._patch(torch.optim.Optimizer, "__init__", self._optimizer_init(torch.optim.Optimizer.__init__))
+        loader = torch.utils.data.DataLoader
+        self._patch(loader, "__init__", self._loader_init(loader.__init__))
         self._after_import("safetensors.torch", self._safetensors)
 
     def uninstall(self) -> None:
@@ -223,6 +225,19 @@ class Instrument:
             if not self.dead:
                 with contextlib.suppress(TypeError):
                     obs.optimizers.add(opt)
+
+        __init__.__wrapped__ = orig  # type: ignore[attr-defined]
+        return __init__
+
+    def _loader_init(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        """Every DataLoader's batch_size: where the batch dimension is not dim 0, it says which one is."""
+        obs = self.obs
+
+        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+            orig(loader, *args, **kwargs)
+            bs = getattr(loader, "batch_size", None)
+            if not self.dead and isinstance(bs, int) and bs > 1:
+                obs.loader_sizes.add(bs)
 
         __init__.__wrapped__ = orig  # type: ignore[attr-defined]
         return __init__

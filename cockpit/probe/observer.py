@@ -43,7 +43,7 @@ import torch
 from . import phases as ph
 from .bounds import Config, Evaluation, Open, ProbeStop, Step
 from .evaluation import Evaluating
-from .reading import _first_tensor, _fmt, _loss_of, _shapes, _tell, fingerprint, is_oom, user_frame
+from .reading import _first_tensor, _fmt, _loss_of, _shapes, _tell, batch_dim, fingerprint, is_oom, user_frame
 
 __all__ = [
     "Config",
@@ -100,7 +100,8 @@ class Observer(Evaluating):
         if ev_ is not None and ev_.measured:
             if ev_.microbatch is None:
                 t = _first_tensor(args, kwargs)
-                ev_.microbatch = int(t.shape[0]) if t is not None and t.dim() > 0 else None
+                found = batch_dim(module, args, kwargs, self.loader_sizes)
+                ev_.microbatch = int(t.shape[found[0]]) if t is not None and found is not None else None
             loss = _loss_of(output)
             if loss is not None:
                 ev_.losses.append(loss.detach())
@@ -109,8 +110,12 @@ class Observer(Evaluating):
         if o is not None and o.name == ph.FORWARD and "shapes" not in o.gate.inputs:
             o.gate.inputs["shapes"] = _shapes(args, kwargs)
             t = _first_tensor(args, kwargs)
-            if t is not None and t.dim() > 0:
-                o.gate.inputs["microbatch"] = int(t.shape[0])
+            found = batch_dim(module, args, kwargs, self.loader_sizes)
+            if t is not None and t.dim() > 0 and found is not None:
+                o.gate.inputs["microbatch"] = int(t.shape[found[0]])
+                if found[0] != 0:
+                    o.gate.inputs["batch_dim"] = found[0]
+                    o.gate.inputs["batch_dim_from"] = found[1]
 
     def backward_begin(self, tensors: Any) -> bool:
         """Before ``torch.autograd.backward`` (the loss is the first tensor it is given); True when measured."""

@@ -42,6 +42,49 @@ def _first_tensor(args: Any, kwargs: dict[str, Any] | None) -> torch.Tensor | No
     return None
 
 
+def _tensors(args: Any, kwargs: dict[str, Any] | None) -> list[torch.Tensor]:
+    """The tensors a call was given: positional and keyword, and one level inside tuples, lists and dicts."""
+    out: list[torch.Tensor] = []
+    for a in list(args or ()) + list((kwargs or {}).values()):
+        inner = a.values() if isinstance(a, dict) else a if isinstance(a, (list, tuple)) else [a]
+        out.extend(x for x in inner if isinstance(x, torch.Tensor))
+    return out
+
+
+def batch_dim(
+    module: torch.nn.Module,
+    args: Any,
+    kwargs: dict[str, Any] | None,
+    loader_sizes: set[int] | frozenset[int] = frozenset(),
+) -> tuple[int, str] | None:
+    """Which dimension of the model's first input is the batch, and how that was read; None without a tensor.
+
+    Dim 0 unless something says otherwise: the environment's COCKPIT_PROBE_BATCH_DIM; the script's data
+    loaders, when they all have one batch_size that dim 0 is not and exactly one other dim is; a recurrent
+    layer inside the model built time-major (``batch_first=False``), its input [time, batch, ...], confirmed
+    by the call's other tensors (a state [layers, batch, hidden]) holding dim 1's size and not dim 0's.
+    """
+    tensors = [t for t in _tensors(args, kwargs) if t.dim() > 0]
+    if not tensors:
+        return None
+    first, rest = tensors[0], tensors[1:]
+    given = os.environ.get("COCKPIT_PROBE_BATCH_DIM", "")
+    if given.isdigit() and int(given) < first.dim():
+        return int(given), "COCKPIT_PROBE_BATCH_DIM"
+    if len(loader_sizes) == 1:
+        (bs,) = loader_sizes
+        dims = [d for d in range(first.dim()) if first.shape[d] == bs]
+        if first.shape[0] != bs and len(dims) == 1:
+            return dims[0], f"the data loader's batch_size ({bs})"
+    rnn = next((m for m in module.modules() if isinstance(m, torch.nn.RNNBase)), None)
+    if rnn is not None and not rnn.batch_first and first.dim() >= 2:
+        others = [t for t in rest if t.dim() >= 2]
+        agree = all(first.shape[1] in t.shape and first.shape[0] not in t.shape for t in others)
+        if agree:
+            return 1, f"{type(rnn).__name__}(batch_first=False): the input is [time, batch]"
+    return 0, ""
+
+
 def _shapes(args: Any, kwargs: dict[str, Any] | None) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for i, a in enumerate(args or ()):
