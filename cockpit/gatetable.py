@@ -139,7 +139,8 @@ def notes(gates: list[dict[str, Any]]) -> list[Text]:
         r = row(g)
         rank = f"[{r['rank']}]" if r["rank"] is not None else ""
         line = Text(f"{r['phase']}{rank}: ", style="bold")
-        line.append(r["inputs"] or "no inputs", style="dim")
+        reason = r["message"] if r["verdict"] in ("skipped", "n/a") else ""
+        line.append(r["inputs"] or reason or "no inputs", style="dim")
         out.append(line)
         d = detail(r)
         if d:

@@ -125,7 +125,9 @@ class Bounds:
         self.recheck: dict[str, tuple[float, float, float]] | None = None  # fingerprint before the later steps
         self.optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # every one the script built
         self.backwards = 0  # backward() calls seen
-        self.loader_sizes: set[int] = set()  # the batch_size of every DataLoader the script built
+        self.loader_sizes: set[int] = set()
+        self.counts: dict[str, int] = {}  # what the script was seen doing, for the phases it never reached
+        self.last_call = ""  # the batch_size of every DataLoader the script built
         self.pending = False  # a backward since the last update: an update is due
         self.versions: list[int] = []  # no optimizer: the trainable parameters' version counters after a backward
         self.sentinel: tuple[torch.Tensor, torch.Tensor] | None = None  # and one small parameter with its copy
@@ -237,6 +239,10 @@ class Bounds:
             o.cm.__exit__(None, None, None)
 
     # ------------------------------------------------------------------ what the script does
+
+    def _count(self, what: str, call: str) -> None:
+        self.counts[what] = self.counts.get(what, 0) + 1
+        self.last_call = call
 
     def root(self, module: torch.nn.Module) -> None:
         key = id(module)

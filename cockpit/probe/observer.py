@@ -70,6 +70,7 @@ class Observer(Evaluating):
         grad = torch.is_grad_enabled()
         ev_ = self.evaluation
         if ev_ is not None and (not grad or not module.training or next(module.parameters(), None) is None):
+            self._count("forwards without grad or in eval mode", type(module).__name__)
             self._eval_forward(module, grad)
             return
         self._close_save()
@@ -79,9 +80,11 @@ class Observer(Evaluating):
         if ev_ is not None:
             self._end_evaluation(module)
         elif not grad:
+            self._count("forwards without grad or in eval mode", type(module).__name__)
             self._start_evaluation()
             self._eval_forward(module, grad)
             return
+        self._count("training forwards", type(module).__name__)
         self.root(module)
         if self.cfg.mode != "probe":
             return
@@ -126,6 +129,7 @@ class Observer(Evaluating):
         loss = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
         loss = loss if isinstance(loss, torch.Tensor) else None
         self.backwards += 1
+        self._count("backward() calls", "backward()")
         if self.closure_calls > 1:
             return False  # a closure re-evaluated within one step (LBFGS's line search): the same update
         if loss is not None and loss.numel() == 1:
@@ -170,6 +174,7 @@ class Observer(Evaluating):
             o.gate.check("backward seen", False, "no backward() call before the optimizer step", warn=True)
             self.record(o)
         self.closure_calls = 0
+        self._count("optimizer steps", f"{type(opt).__name__}.step()")
         first = self.cfg.mode == "probe" and self.step == 0 and ph.UPDATE_FIRST not in self.done
         if first and self.open is None and not closure:  # with a closure, its backward opens update_first
             self.before = fingerprint(self.named_parameters() + self._extra_params(opt))
@@ -188,6 +193,7 @@ class Observer(Evaluating):
     def save_begin(self, target: Any) -> dict[str, Any]:
         """Before ``torch.save`` or a safetensors save; what :meth:`save_end` needs."""
         self.manual_check("a save")
+        self._count("saves", "a save")
         if self.evaluation is not None:
             self._end_evaluation(None)
         # a file saved before the first optimizer step (a config, a vocabulary) is no checkpoint
@@ -235,6 +241,17 @@ class Observer(Evaluating):
         elif self.step >= cfg.steps + cfg.save_within:
             self._stop(f"stopped by the probe after {self.step} steps: the script saved nothing")
 
+    def _never_reached(self, why: str) -> None:
+        for p in ph.TRAINING:
+            if p not in self.done:
+                self.skipped(p, f"never reached: {why}")
+
+    def seen(self) -> str:
+        """What the script was seen doing, for a phase it never reached."""
+        parts = [f"{n} {what}" for what, n in self.counts.items() if n]
+        text = "the probe saw " + (", ".join(parts) if parts else "no model call, backward, optimizer step or save")
+        return text + (f"; the last was {self.last_call}" if self.last_call else "")
+
     def _stop(self, reason: str) -> None:
         self.stop_reason = self.stop_reason or reason
         self.finish()
@@ -274,11 +291,16 @@ class Observer(Evaluating):
             self._end_second()
         elif o is not None:
             self.abandon()
-        if self.cfg.mode != "probe" or exc is not None or self.diverged:
+        if self.cfg.mode != "probe":
             return
         n = self.step
+        if exc is not None or self.diverged:
+            how = f"the script raised {type(exc).__name__}" if exc is not None else "the loss was not finite"
+            self._never_reached(f"{how} before it; {self.seen()}")
+            return
         if ph.FORWARD not in self.done:
-            return  # the script never trained while watched: the run's end says so
+            self._never_reached(f"no training forward (grad enabled, a model in train mode) was seen; {self.seen()}")
+            return
         if ph.UPDATE_SECOND not in self.done and ph.UPDATE_FIRST in self.done:
             self.skipped(ph.UPDATE_SECOND, f"the script ended after {n} optimizer step{'s' if n != 1 else ''}")
         if ph.VALIDATION not in self.done:
