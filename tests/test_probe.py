@@ -248,6 +248,9 @@ def test_a_hand_written_update_without_an_optimizer_is_an_update(probe, tmp_path
     assert sink.check("update_first", "targeted parameters changed")["detail"].startswith("4/4")
     assert [s["step"] for s in sink.events(ev.STEP)] == [1, 2, 3, 4]
     assert sink.check("update_second", "gradients zeroed between updates")["ok"]
+    from torch.nn.modules import module as mm
+
+    assert not mm._global_forward_pre_hooks and "__call__" in nn.Sequential.__dict__  # off the submodules
 
 
 def test_a_script_that_never_updates_never_passes(probe):
@@ -440,7 +443,8 @@ def test_nothing_of_cockpit_stays_on_the_users_objects(probe, tmp_path):
     model, opt = trained()
     assert inst.obs.step == 3
     assert not model._forward_pre_hooks and not model._forward_hooks and not model._forward_hooks_with_kwargs
-    probed = (saved(model), saved(opt.state_dict()), saved(list(model.parameters())))
+    probed = (saved(model), saved(opt.state_dict()), saved(list(model.parameters())), saved(opt))
+    copy.deepcopy(opt)
     twin = copy.deepcopy(model)
     assert not twin._forward_hooks and torch.equal(twin(torch.ones(1, 8)), model(torch.ones(1, 8)))
     torch.jit.script(model)
@@ -450,7 +454,7 @@ def test_nothing_of_cockpit_stays_on_the_users_objects(probe, tmp_path):
     inst.uninstall()
     torch.manual_seed(0)  # the same run without the probe: the same bytes
     model2, opt2 = trained()
-    assert probed == (saved(model2), saved(opt2.state_dict()), saved(list(model2.parameters())))
+    assert probed == (saved(model2), saved(opt2.state_dict()), saved(list(model2.parameters())), saved(opt2))
 
 
 def test_an_exception_raised_in_cockpits_own_frames_ends_the_script_as_cockpits(probe, monkeypatch):

@@ -53,7 +53,15 @@ class Probed:
         return (Path(self.summary["dir"]) / "output.log").read_text("utf-8", "replace")
 
 
-def probe(campaign: Path, capsys: Any, script: str, out: Path, *args: str, steps: int = 3) -> Probed:
+def probe(
+    campaign: Path,
+    capsys: Any,
+    script: str,
+    out: Path,
+    *args: str,
+    steps: int = 3,
+    how: tuple[str, ...] = ("--to-end",),
+) -> Probed:
     os.environ["OMP_NUM_THREADS"] = "1"
     code = cli.main(
         [
@@ -62,7 +70,7 @@ def probe(campaign: Path, capsys: Any, script: str, out: Path, *args: str, steps
             "--json",
             "--steps",
             str(steps),
-            "--to-end",
+            *how,
             "--",
             PY,
             str(SCRIPTS / script),
@@ -115,6 +123,20 @@ def test_nanogpt_style_defects(campaign, tmp_path, monkeypatch, capsys, defect, 
     c = p.check(phase, check)
     assert not c["ok"] and words in c["detail"], c
     assert p.summary["status"] == "failed" and phase in p.summary["stop_reason"]
+
+
+def test_nanogpt_style_resume_reseeds_its_batches_and_the_resume_row_says_so(campaign, tmp_path, monkeypatch, capsys):
+    """The script re-seeds its batch sampler when it starts, as nanoGPT does: the resumed losses differ from the
+    uninterrupted ones by design. The row fails by its rule, labels which loss is which, and says the optimizer's
+    step and the learning rate came back, so the difference is the data order or the random state."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "o"
+    resume_cmd = f"{PY} {SCRIPTS / 'nanogpt_style.py'} --out {out} --init-from resume"
+    p = probe(campaign, capsys, "nanogpt_style.py", out, how=("--resume", resume_cmd))
+    c = p.check("resume", "next losses equal the uninterrupted run")
+    assert not c["ok"] and "resumed" in c["detail"] and "uninterrupted" in c["detail"], c
+    assert "with the step and learning rate restored" in c["detail"] and "data order" in c["detail"]
+    assert p.check("resume", "step restored")["ok"] and p.check("resume", "checkpoint loaded")["ok"]
 
 
 def test_word_lm_manual_sgd_whole_model_saves(campaign, tmp_path, monkeypatch, capsys):

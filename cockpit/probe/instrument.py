@@ -211,6 +211,8 @@ class Instrument:
             finally:
                 obs.in_backward = False
             self._call(obs.backward_end, bool(measured))
+            if obs.step >= 1 and not self.classes and not self.dead:
+                self.go_local()  # updates made without an optimizer: the hooks leave the submodules here
             return out
 
         backward.__wrapped__ = orig  # type: ignore[attr-defined]
