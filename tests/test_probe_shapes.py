@@ -51,6 +51,24 @@ def test_a_time_major_rnn_records_its_batch_not_its_bptt(probe):  # noqa: F811
     assert sink.gates["validation"]["inputs"]["microbatch"] == 4
 
 
+def test_the_batch_dim_flag_is_recorded_for_the_script(campaign, monkeypatch):
+    import sys
+
+    from cockpit import cli
+    from cockpit import notebook as nbm
+    from cockpit.commands import probe as cmd
+
+    def fake_new_run(path, variant, seed, **kw):
+        raise SystemExit(0)  # stop before any process starts
+
+    monkeypatch.setattr(cmd.launch, "new_run", fake_new_run)
+    with pytest.raises(SystemExit):
+        cli.main(["probe", str(campaign), "--batch-dim", "1", "--", sys.executable, "t.py"])
+    spec = nbm.load(campaign).probe
+    assert spec is not None and spec.env == {"COCKPIT_PROBE_BATCH_DIM": "1"}
+    assert cli.main(["probe", str(campaign), "--batch-dim", "12", "--", sys.executable, "t.py"]) == 2
+
+
 def test_a_batch_first_model_keeps_dim_0(probe):  # noqa: F811
     _, sink = probe(steps=2, to_end=True)
     model = nn.Sequential(nn.Embedding(30, 8), nn.Linear(8, 30))
