@@ -420,6 +420,8 @@ def test_hooks_leave_the_submodules_after_the_first_step_and_are_removed(probe):
     inst.uninstall()
     assert torch.save is orig_save and torch.autograd.backward is orig_backward
     assert "__call__" not in nn.Sequential.__dict__ and not mm._global_forward_hooks
+    assert torch.optim.Optimizer.__init__.__module__ == "torch.optim.optimizer"
+    assert torch.utils.data.DataLoader.__init__.__module__ == "torch.utils.data.dataloader"
     assert not sys.modules["torch.optim.optimizer"]._global_optimizer_pre_hooks
 
 

@@ -62,3 +62,17 @@ def test_a_resume_row_labels_the_resumed_and_the_uninterrupted_loss():
     c = next(c for c in g.checks if c["name"] == "next losses equal the uninterrupted run")
     assert "step 5 resumed 1.950000, uninterrupted 1.900000" in c["detail"]
     assert "with the step and learning rate restored" in c["detail"] and "data order" in c["detail"]
+
+
+def test_an_update_under_no_grad_is_seen_by_the_version_counters(probe):  # noqa: F811
+    _, sink = probe(steps=2, to_end=True)
+    torch.manual_seed(0)
+    model = nn.Linear(8, 3)
+    for _ in range(3):
+        model.zero_grad()
+        nn.CrossEntropyLoss()(model(torch.randn(4, 8)), torch.randint(0, 3, (4,))).backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.1 * p.grad
+    assert [s["step"] for s in sink.events(ev.STEP)] == [1, 2]  # the third is seen where the script goes on
+    assert sink.gates["update_first"]["verdict"] == "pass" and sink.gates["update_second"]["verdict"] == "pass"

@@ -142,8 +142,8 @@ class Updates(Training):
         g.check(
             "update seen",
             True,
-            "no optimizer object: the parameters changed in place after backward() (a hand-written update), "
-            f"seen at {where or 'the next call'}",
+            "no torch.optim optimizer stepped: the parameters changed in place after backward() (a hand-written "
+            f"update, or an optimizer outside torch.optim), seen at {where or 'the next call'}",
         )
         g.check(
             "targeted parameters changed",
