@@ -217,3 +217,19 @@ def test_ema_evaluated_in_training_mode(campaign, tmp_path, monkeypatch, capsys)
     p = probe(campaign, capsys, "ema_copy.py", tmp_path / "o", "--defect", "ema-train-mode")
     c = p.check("validation", "eval mode")
     assert not c["ok"] and "model.eval()" in c["detail"] and p.summary["status"] == "failed"
+
+
+def test_accelerate_loop_with_accumulation(campaign, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    p = same_run(campaign, capsys, tmp_path, "accelerate_loop.py")
+    assert (p.code, p.summary["status"]) == (0, "passed"), (p.summary, {k: v["checks"] for k, v in p.gates.items()})
+    assert set(p.verdicts.values()) <= {"pass", "warn"}, {k: v["checks"] for k, v in p.gates.items()}
+    assert p.gates["update_first"]["inputs"]["microbatches"] == 2 and p.gates["forward"]["inputs"]["microbatch"] == 8
+    assert p.check("update_second", "gradients zeroed between updates")["ok"]
+
+
+def test_accelerate_loop_evaluated_in_training_mode(campaign, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    p = probe(campaign, capsys, "accelerate_loop.py", tmp_path / "o", "--defect", "no-eval-mode")
+    c = p.check("validation", "eval mode")
+    assert not c["ok"] and "model.eval()" in c["detail"] and p.summary["status"] == "failed"
