@@ -27,7 +27,7 @@ def main() -> None:
     loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=False)
     model, opt, loader = acc.prepare(model, opt, loader)
     lossf, lines, updates = nn.CrossEntropyLoss(), [], 0
-    for i, (xb, yb) in enumerate(loader):
+    for xb, yb in loader:
         with acc.accumulate(model):
             loss = lossf(model(xb), yb)
             acc.backward(loss)
