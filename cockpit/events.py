@@ -403,11 +403,17 @@ def gates(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e.get("kind") == GATE]
 
 
+NEVER_REACHED = "never reached: "  # how a probe's row for a phase the script never got to begins
+
+
 def last_phase(events: list[dict[str, Any]], rank: int | None = None) -> str | None:
-    """The phase the run (or one rank of it) was in, started and not ended, or last finished."""
+    """The phase the run (or one rank of it) was in, started and not ended, or last finished (a row for a phase
+    the run never reached, which a probe writes after its end, is not where it was)."""
     phase = None
     for e in events:
         if e.get("kind") in (PHASE_START, GATE) and (rank is None or (e.get("rank") or 0) == rank):
+            if e.get("kind") == GATE and str(e.get("message") or "").startswith(NEVER_REACHED):
+                continue
             phase = e.get("phase")
     return phase
 

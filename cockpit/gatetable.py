@@ -192,13 +192,20 @@ def findings(gates: list[dict[str, Any]]) -> list[Text]:
     for g in by_phase(gates):
         r = row(g)
         verdict = r["verdict"]
-        if verdict not in ("fail", "warn", "n/a"):
+        if verdict not in ("fail", "warn", "n/a", "skipped"):
             continue
         where = r["phase"] + (f"[{r['rank']}]" if r["rank"] is not None else "")
-        if verdict == "n/a":
-            style = VERDICT_STYLE["n/a"]
-            why = "; ".join(str(c.get("detail")) for c in r["checks"]) or r["message"] or "measured nothing"
-            out.append(Text.assemble(("n/a  ", style), (where, "bold"), f": {why}"))
+        if verdict in ("n/a", "skipped"):  # the reason it measured nothing (a probe's skipped or never-reached row)
+            style = VERDICT_STYLE[verdict]
+            why = (
+                (r["message"] if verdict == "skipped" else "")
+                or "; ".join(str(c.get("detail")) for c in r["checks"])
+                or r["message"]
+                or "measured nothing"
+            )
+            out.append(
+                Text.assemble((f"{'skip' if verdict == 'skipped' else 'n/a '} ", style), (where, "bold"), f": {why}")
+            )
             continue
         bad = [c for c in r["checks"] if not c.get("ok")]
         if not bad:

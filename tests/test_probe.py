@@ -172,6 +172,174 @@ def test_defects_judged_from_outside(probe, tmp_path):
     assert sink.gates["save"]["verdict"] == "skipped"
 
 
+def test_a_parameter_change_is_seen_element_by_element(probe):
+    """Two elements of a frozen bias swapped: their sum and their absolute sum stay the same (issue 26: a
+    LayerNorm weight whose 64 elements all moved still summed to 64.0 and read as unchanged)."""
+    _, sink = probe(steps=2, to_end=True)
+    model, opt = model_and_opt()
+
+    with torch.no_grad():
+        model[0].bias.copy_(torch.arange(16.0))
+
+    def swapped() -> None:
+        with torch.no_grad():
+            b = model[0].bias
+            b[0], b[1] = b[1].clone(), b[0].clone()
+
+    loop(model, opt, steps=2, eval_after=0, between=swapped)
+    c = sink.check("update_first", "frozen parameters unchanged")
+    assert not c["ok"] and "0.bias" in c["detail"]
+
+
+def test_a_closure_step_owns_the_forward_and_backward_it_runs(probe):
+    """optimizer.step(closure) (LBFGS; Lightning's automatic optimization): the closure's forward and backward
+    are the update's; LBFGS's re-evaluations within one step are not more microbatches."""
+    _, sink = probe(steps=3, to_end=True)
+    model, _ = model_and_opt()
+    opt = torch.optim.LBFGS([p for p in model.parameters() if p.requires_grad], lr=0.5, max_iter=4)
+    crit = nn.CrossEntropyLoss()
+    x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = crit(model(x), y)
+        loss.backward()
+        return loss
+
+    for _ in range(4):
+        opt.step(closure)
+    gates = sink.gates
+    assert list(gates)[:5] == ["stack", "forward", "backward", "update_first", "update_second"], list(gates)
+    assert all(gates[p]["verdict"] == "pass" for p in list(gates)[:5]), {p: g["checks"] for p, g in gates.items()}
+    assert (
+        gates["update_first"]["inputs"]["optimizer"] == "LBFGS" and gates["update_first"]["inputs"]["microbatches"] == 1
+    )
+    assert [s["step"] for s in sink.events(ev.STEP)] == [1, 2, 3, 4]
+
+
+def test_a_hand_written_update_without_an_optimizer_is_an_update(probe, tmp_path):
+    """p.data.add_(p.grad, alpha=-lr): no optimizer object, the version counter does not move; the probe sees
+    the parameters changed where the script goes on (issue 26: it passed 'the script ended after 0 steps')."""
+    _, sink = probe(steps=3)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    crit = nn.CrossEntropyLoss()
+    try:
+        for step in range(1, 20):
+            model.zero_grad()
+            crit(model(torch.randn(4, 8)), torch.randint(0, 3, (4,))).backward()
+            for p in model.parameters():
+                p.data.add_(p.grad, alpha=-0.1)
+            if step == 2:
+                model.eval()
+                with torch.no_grad():
+                    model(torch.randn(4, 8))
+                model.train()
+            if step == 4:
+                torch.save(model, tmp_path / "model.pt")  # the whole model, as a word LM saves it
+        why = ""
+    except ProbeStop as stop:
+        why = stop.reason
+    assert why == "stopped by the probe after 4 steps and one save (at step 4)"
+    gates = sink.gates
+    assert list(gates) == ["stack", "forward", "backward", "update_first", "update_second", "validation", "save"]
+    assert all(g["verdict"] == "pass" for g in gates.values()), {p: g["checks"] for p, g in gates.items()}
+    assert "hand-written update" in sink.check("update_first", "update seen")["detail"]
+    assert sink.check("update_first", "targeted parameters changed")["detail"].startswith("4/4")
+    assert [s["step"] for s in sink.events(ev.STEP)] == [1, 2, 3, 4]
+    assert sink.check("update_second", "gradients zeroed between updates")["ok"]
+    from torch.nn.modules import module as mm
+
+    assert not mm._global_forward_pre_hooks and "__call__" in nn.Sequential.__dict__  # off the submodules
+
+
+def test_a_script_that_never_updates_never_passes(probe):
+    inst, sink = probe(steps=3)
+    model, _ = model_and_opt()
+    crit = nn.CrossEntropyLoss()
+    for _ in range(3):
+        crit(model(torch.randn(4, 8)), torch.randint(0, 3, (4,))).backward()
+    inst.at_exit()
+    g = sink.gates["update_first"]
+    assert g["verdict"] == "fail", g
+    assert "3 backward() calls and no update" in g["message"] and "no parameter changed" in g["message"]
+    w = watched(exit=sink.msgs[-1], returncode=0, gates=sink.gates)
+    assert judge.judge_gates(w, "train.py").status == ev.Status.FAILED
+
+
+def test_gradients_never_zeroed_between_updates_fail(probe):
+    _, sink = probe(steps=3, to_end=True)
+    model, opt = model_and_opt()
+    crit = nn.CrossEntropyLoss()
+    for _ in range(4):  # nanoGPT with its zero_grad removed
+        for _ in range(2):
+            (crit(model(torch.randn(4, 8)), torch.randint(0, 3, (4,))) / 2).backward()
+        opt.step()
+    c = sink.check("update_second", "gradients zeroed between updates")
+    assert not c["ok"] and "never zeroed between update 1 and update 2" in c["detail"]
+    assert sink.gates["update_second"]["verdict"] == "fail"
+
+
+def test_training_left_in_eval_mode_after_an_evaluation_that_a_save_ended(probe, tmp_path):
+    """Evaluate, save, train on in eval mode: the evaluation's row says so although the save ended it."""
+    _, sink = probe(steps=2)
+    model, opt = model_and_opt()
+    crit = nn.CrossEntropyLoss()
+    try:
+        for step in range(1, 10):
+            crit(model(torch.randn(4, 8)), torch.randint(0, 3, (4,))).backward()
+            opt.step()
+            opt.zero_grad()
+            if step == 3:
+                model.eval()
+                with torch.no_grad():
+                    model(torch.randn(4, 8))
+                torch.save(model.state_dict(), tmp_path / "ck.pt")  # model.train() forgotten
+    except ProbeStop:
+        pass
+    c = sink.check("validation", "training mode restored")
+    assert not c["ok"] and "ran in eval mode" in c["detail"] and sink.gates["validation"]["verdict"] == "fail"
+    assert sink.gates["save"]["verdict"] == "pass"
+
+
+def test_a_training_forward_in_eval_mode_right_after_an_evaluation_is_training_not_evaluation(probe):
+    _, sink = probe(steps=2, to_end=True)
+    model, opt = model_and_opt()
+    crit = nn.CrossEntropyLoss()
+    for step in range(1, 5):
+        crit(model(torch.randn(4, 8)), torch.randint(0, 3, (4,))).backward()
+        opt.step()
+        opt.zero_grad()
+        if step == 2:
+            model.eval()
+            with torch.no_grad():
+                model(torch.randn(4, 8))
+    assert not sink.check("validation", "training mode restored")["ok"]
+    assert sink.check("validation", "no grad")["ok"] and sink.gates["validation"]["inputs"]["forwards"] == 1
+
+
+def test_a_layer_left_out_of_every_optimizer_fails_but_a_gan_s_two_optimizers_pass(probe):
+    _, sink = probe(steps=2, to_end=True)
+    torch.manual_seed(0)
+    gen, disc = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 8)), nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 1))
+    opt_d = torch.optim.Adam(disc.parameters(), lr=1e-3)
+    opt_g = torch.optim.Adam(gen[0].parameters(), lr=1e-3)  # gen[1] left out: it gets gradients, never moves
+    bce = nn.BCEWithLogitsLoss()
+    for _ in range(3):
+        fake = gen(torch.randn(4, 4))
+        opt_d.zero_grad()
+        (bce(disc(torch.randn(4, 8)), torch.ones(4, 1)) + bce(disc(fake.detach()), torch.zeros(4, 1))).backward()
+        opt_d.step()
+        opt_g.zero_grad()
+        bce(disc(fake), torch.ones(4, 1)).backward()
+        opt_g.step()
+    c = sink.check("update_first", "optimizer holds every parameter with a gradient")
+    assert c["ok"], c  # at the first (the discriminator's) step only the discriminator has gradients
+    assert sink.check("update_second", "gradients zeroed between updates")["ok"]
+    later = sink.check("update_second", "optimizer holds every parameter with a gradient")
+    assert not later["ok"] and "1.weight" in later["detail"] and "0.weight" not in later["detail"]
+
+
 def test_evaluation_in_training_mode_fails(probe):
     _, sink = probe(steps=3, to_end=True)
     model, opt = model_and_opt()
@@ -183,11 +351,11 @@ def test_evaluation_in_training_mode_fails(probe):
 
 def test_a_parameter_the_optimizer_does_not_hold(probe):
     _, sink = probe(steps=2, to_end=True)
-    model, _ = model_and_opt()
+    model = model_and_opt()[0]  # its optimizer is dropped: only this one holds parameters
     opt = torch.optim.SGD(model[2].parameters(), lr=0.1)  # the first layer requires grad but is in no group
     loop(model, opt, steps=3, eval_after=0)
-    c = sink.check("update_first", "optimizer holds every trainable parameter")
-    assert not c["ok"] and "0.weight" in c["detail"]
+    c = sink.check("update_first", "optimizer holds every parameter with a gradient")
+    assert not c["ok"] and "0.weight" in c["detail"] and "receive gradients but no optimizer holds them" in c["detail"]
     assert sink.check("update_first", "optimizer state allocated")["detail"].endswith("(plain SGD keeps none)")
 
 
@@ -247,11 +415,65 @@ def test_hooks_leave_the_submodules_after_the_first_step_and_are_removed(probe):
     assert len(mm._global_forward_pre_hooks) == 1
     model, opt = model_and_opt()
     loop(model, opt, steps=1, eval_after=0)
-    assert len(mm._global_forward_pre_hooks) == 0 and len(model._forward_pre_hooks) == 1  # only the root now
+    assert len(mm._global_forward_pre_hooks) == 0 and not model._forward_pre_hooks  # the root's class watches it
+    assert "__call__" in nn.Sequential.__dict__
     inst.uninstall()
     assert torch.save is orig_save and torch.autograd.backward is orig_backward
-    assert not model._forward_pre_hooks and not mm._global_forward_hooks
+    assert "__call__" not in nn.Sequential.__dict__ and not mm._global_forward_hooks
+    assert torch.optim.Optimizer.__init__.__module__ == "torch.optim.optimizer"
+    assert torch.utils.data.DataLoader.__init__.__module__ == "torch.utils.data.dataloader"
     assert not sys.modules["torch.optim.optimizer"]._global_optimizer_pre_hooks
+
+
+def test_nothing_of_cockpit_stays_on_the_users_objects(probe, tmp_path):
+    """After the first steps (the roots watched from then on): the model pickles to the same bytes as an
+    untouched twin, deep-copies, scripts, and keeps no hook (issue 26: '_thread.lock' could not be pickled)."""
+    import copy
+    import io
+
+    def trained() -> tuple[nn.Module, torch.optim.Optimizer]:
+        model, opt = model_and_opt()
+        loop(model, opt, steps=3, eval_after=2)
+        return model, opt
+
+    def saved(obj: Any) -> bytes:
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        return buf.getvalue()
+
+    inst, sink = probe(steps=5, to_end=True)
+    model, opt = trained()
+    assert inst.obs.step == 3
+    assert not model._forward_pre_hooks and not model._forward_hooks and not model._forward_hooks_with_kwargs
+    probed = (saved(model), saved(opt.state_dict()), saved(list(model.parameters())), saved(opt))
+    copy.deepcopy(opt)
+    twin = copy.deepcopy(model)
+    assert not twin._forward_hooks and torch.equal(twin(torch.ones(1, 8)), model(torch.ones(1, 8)))
+    torch.jit.script(model)
+    torch.save(model, tmp_path / "whole.pt")
+    assert torch.load(tmp_path / "whole.pt", weights_only=False)(torch.ones(1, 8)).shape == (1, 3)
+    assert "__call__" in nn.Sequential.__dict__  # the roots are watched through their class
+    inst.uninstall()
+    torch.manual_seed(0)  # the same run without the probe: the same bytes
+    model2, opt2 = trained()
+    assert probed == (saved(model2), saved(opt2.state_dict()), saved(list(model2.parameters())), saved(opt2))
+
+
+def test_an_exception_raised_in_cockpits_own_frames_ends_the_script_as_cockpits(probe, monkeypatch):
+    """Not caught by a hook's guard (raised in a wrapper, say): the exit says 'internal', so the run ends as
+    a bug in Cockpit (exit 6), never as the script's error."""
+    from cockpit.probe import reading
+
+    inst, sink = probe(steps=3)
+    try:
+        reading._names(None)  # type: ignore[arg-type]  # raises TypeError inside Cockpit's code
+    except TypeError as exc:
+        monkeypatch.setattr(sys, "last_exc", exc, raising=False)
+    inst.at_exit()
+    assert sink.msgs[-1]["msg"] == "internal" and "TypeError" in sink.msgs[-1]["error"]
+    w = watched(internal=sink.msgs[-1]["error"], returncode=1)
+    out, _ = judge.outcome(w, "train.py")
+    assert out.code == ev.ExitCode.INTERNAL and "a bug in Cockpit" in out.reason
 
 
 def test_a_failure_inside_the_instrumentation_is_cockpits_not_the_scripts(probe, monkeypatch):

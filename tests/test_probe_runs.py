@@ -156,6 +156,9 @@ def test_crashed_out_of_memory_killed_and_stopped_scripts_end_like_a_pilot_that_
         assert nb.run(rdir.name).status == status  # the row says the same
         assert gone(run), rdir.name
         if phase is not None:
+            never = {g["phase"]: g["message"] for g in run.gates if g["verdict"] == "skipped"}
+            assert {g["phase"] for g in run.gates} >= {"stack", "forward", "backward", "update_first", "save"}, never
+            assert never and all(m.startswith("never reached: ") for m in never.values()), never
             assert run.phase == phase
             failed = run.gate(phase)
             assert failed is not None and failed["verdict"] == "fail"

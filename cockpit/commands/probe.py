@@ -35,6 +35,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--env", action="append", default=[], metavar="NAME=VALUE", help="an environment variable for the script"
     )
+    p.add_argument(
+        "--batch-dim",
+        type=int,
+        metavar="N",
+        help="the dimension of the model's input that is the batch, where the probe cannot read it (recorded in "
+        "[probe] env as COCKPIT_PROBE_BATCH_DIM)",
+    )
     p.add_argument("--detach", action="store_true", help="start and return at once (follow later with `cockpit runs`)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument(
@@ -77,6 +84,10 @@ def spec_from(args: argparse.Namespace, nb: nbm.Notebook) -> tuple[nbm.ProbeSpec
                 raise UsageError(f"--env {item!r}: expected NAME=VALUE, e.g. --env CUDA_VISIBLE_DEVICES=0")
             env[name] = value
         spec.env = env
+    if getattr(args, "batch_dim", None) is not None:
+        if not 0 <= args.batch_dim <= 8:
+            raise UsageError(f"--batch-dim {args.batch_dim}: give the input's batch dimension, 0 to 8")
+        spec.env = {**spec.env, "COCKPIT_PROBE_BATCH_DIM": str(args.batch_dim)}
     if not spec.command:
         where = nbm.find(args.campaign)
         raise UsageError(

@@ -61,6 +61,7 @@ class Open:
     cpu: CpuWatch
     t0: float
     hwm: bool  # the kernel's peak-RSS counter was reset at the start: VmHWM is this phase's peak
+    load: dict[str, Any] | None = None  # the machine's load over the phase, read at its end when recorded later
 
 
 @dataclass
@@ -78,6 +79,8 @@ class Evaluation:
     forwards: int = 0
     train_mode: int = 0  # forwards with the module in training mode
     with_grad: int = 0  # forwards with grad enabled
+    trailing: int = 0  # the last forwards in a row with grad enabled (a training forward, if a backward follows)
+    trailing_eval: int = 0  # of those, in eval mode
     losses: list[Any] = field(default_factory=list)  # loss tensors the model returned
     microbatch: int | None = None
     measured: bool = False
@@ -111,7 +114,7 @@ class Bounds:
         self.steps: list[Step] = []
         self.timed: list[float] = []  # update_second: each later step's duration
         self.second_pending = False
-        self.before: dict[str, tuple[float, float]] = {}
+        self.before: dict[str, tuple[float, float, float]] = {}
         self.forward_inputs: dict[str, Any] = {}
         self.saves: list[dict[str, Any]] = []
         self.burst: dict[str, Any] | None = None  # the save phase's files so far
@@ -119,7 +122,23 @@ class Bounds:
         self.stop_reason = ""
         self.finished = False
         self.diverged: dict[str, Any] | None = None
-        self.recheck: dict[str, tuple[float, float]] | None = None  # fingerprint before the later steps
+        self.recheck: dict[str, tuple[float, float, float]] | None = None  # fingerprint before the later steps
+        self.optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # every one the script built
+        self.backwards = 0  # backward() calls seen
+        self.loader_sizes: set[int] = set()
+        self.counts: dict[str, int] = {}  # what the script was seen doing, for the phases it never reached
+        self.last_call = ""  # the batch_size of every DataLoader the script built
+        self.pending = False  # a backward since the last update: an update is due
+        self.versions: list[int] = []  # no optimizer: the trainable parameters' version counters after a backward
+        self.sentinel: tuple[torch.Tensor, torch.Tensor] | None = None  # and one small parameter with its copy
+        self.closure_calls = 0  # optimizer.step(closure): the closure's calls in this step (LBFGS re-evaluates)
+        self.zero_param: torch.Tensor | None = None  # a held parameter whose gradient must be zeroed between updates
+        self.zero_pending = False  # no backward has found it zeroed since the last update
+        self.zero_backwards = 0
+        self.not_zeroed: list[int] = []  # updates whose backward calls never found the gradients zeroed
+        self.held_validation: Open | None = (
+            None  # the first evaluation, measured, waiting for the next training forward
+        )
 
     # ------------------------------------------------------------------ sending
 
@@ -174,7 +193,7 @@ class Bounds:
     def record(self, o: Open, duration: float | None = None, **extra: Any) -> Gate:
         g = o.gate
         self.done.add(o.name)
-        load = o.cpu.stop()
+        load = o.load if o.load is not None else o.cpu.stop()
         extra["machine"] = load
         if load.get("busy"):
             extra["busy"] = busy_words(load)
@@ -221,11 +240,17 @@ class Bounds:
 
     # ------------------------------------------------------------------ what the script does
 
+    def _count(self, what: str, call: str) -> None:
+        self.counts[what] = self.counts.get(what, 0) + 1
+        self.last_call = call
+
     def root(self, module: torch.nn.Module) -> None:
         key = id(module)
         if key not in self.roots:
             self.roots[key] = weakref.ref(module)
-            self.root_names[key] = type(module).__name__
+            name = type(module).__name__
+            k = sum(1 for n in self.root_names.values() if n.split("#")[0] == name)
+            self.root_names[key] = f"{name}#{k + 1}" if k else name  # a GAN's two Sequentials: told apart
 
     def named_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
         out: list[tuple[str, torch.nn.Parameter]] = []

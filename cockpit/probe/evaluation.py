@@ -12,6 +12,7 @@ import math
 import torch
 
 from .. import events as ev
+from ..pilot.gate import Gate
 from . import phases as ph
 from .bounds import Evaluation
 from .saving import Saving
@@ -39,12 +40,21 @@ class Evaluating(Saving):
         e.forwards += 1
         e.train_mode += int(module.training)
         e.with_grad += int(grad)
+        e.trailing = e.trailing + 1 if grad else 0
+        e.trailing_eval = e.trailing_eval + int(not module.training) if grad else 0
 
-    def _end_evaluation(self, module: torch.nn.Module | None) -> None:
-        """The evaluation ends where training goes on (``module``: the next training forward's root)."""
+    def _end_evaluation(self, module: torch.nn.Module | None, by_backward: bool = False) -> None:
+        """The evaluation ends where training goes on: ``module`` is the next training forward's root; a
+        backward ends it after forwards with grad enabled that were training's (in eval mode, if left so)."""
         e, self.evaluation = self.evaluation, None
         if e is None or not e.measured or self.open is None or self.open.name != ph.VALIDATION:
             return
+        left_in_eval = 0
+        if by_backward and e.trailing:  # the forwards the backward differentiates were training, not evaluation
+            e.forwards -= e.trailing
+            e.with_grad -= e.trailing
+            e.train_mode -= e.trailing - e.trailing_eval
+            left_in_eval = e.trailing_eval
         if e.forwards == 0:
             self.abandon()  # only parameter-free modules (a loss computed under no_grad): no evaluation
             return
@@ -72,10 +82,35 @@ class Evaluating(Saving):
             g.check("finite loss", math.isfinite(v), f"val loss {v:.4f}")
             g.extra["val_loss"] = ev.finite_or_none(v)
             self.emit(ev.EVAL, step=self.step, loss=ev.finite_or_none(v), metrics={})
-        if module is not None:
-            g.check(
-                "training mode restored",
-                module.training,
-                "back in train mode" if module.training else "training went on in eval mode",
-            )
+        if left_in_eval:
+            self._mode_check(g, False)
+        elif module is not None:
+            self._mode_check(g, module.training)
+        else:
+            # a save (or a step) ended it: the next training forward says whether train mode came back
+            o.load = o.cpu.stop()
+            self.held_validation = o
+            return
+        self.record(o)
+
+    def _mode_check(self, g: Gate, training: bool) -> None:
+        g.check(
+            "training mode restored",
+            training,
+            "the next training forward ran in train mode"
+            if training
+            else "the next training forward after the evaluation ran in eval mode (dropout off, batch norm frozen): "
+            "call model.train() after evaluating",
+        )
+
+    def _release_validation(self, module: torch.nn.Module | None) -> None:
+        """The first training forward after an evaluation that a save ended (``None``: the script's end)."""
+        o = self.held_validation
+        if o is None or (module is not None and next(module.parameters(), None) is None):
+            return
+        self.held_validation = None
+        if module is None:
+            o.gate.not_applicable("training mode restored", "no training forward after the evaluation was watched")
+        else:
+            self._mode_check(o.gate, module.training)
         self.record(o)

@@ -32,6 +32,7 @@ import torch.optim.optimizer as optimizer_hooks
 
 from . import channel as ch
 from .observer import Config, Observer, ProbeStop, is_oom, user_frame
+from .reading import cockpit_raised
 
 _current: Instrument | None = None
 
@@ -42,7 +43,7 @@ class Instrument:
         self.send = send
         self.broken = broken
         self.handles: list[Any] = []
-        self.local: list[Any] = []
+        self.classes: list[tuple[type, Any]] = []  # root classes whose __call__ watches the roots
         self.patches: list[tuple[Any, str, Any]] = []
         self.depth = 0
         self.dead = False
@@ -61,13 +62,23 @@ class Instrument:
         self._patch(torch.autograd, "backward", self._backward(torch.autograd.backward))
         self._patch(torch, "save", self._saver(torch.save, target=1))
         self._patch(torch, "load", self._loader(torch.load))
+        self._patch(torch.optim.Optimizer, "__init__", self._optimizer_init(torch.optim.Optimizer.__init__))
+        loader = torch.utils.data.DataLoader
+        self._patch(loader, "__init__", self._loader_init(loader.__init__))
         self._after_import("safetensors.torch", self._safetensors)
 
     def uninstall(self) -> None:
         self.obs.abandon()  # a phase left open is closed (its bounds), not recorded
-        for h in self.handles + self.local:
+        for h in self.handles:
             h.remove()
-        self.handles, self.local = [], []
+        self.handles = []
+        for cls, own in reversed(self.classes):
+            if own is None:
+                with contextlib.suppress(AttributeError):
+                    del cls.__call__
+            else:
+                cls.__call__ = own
+        self.classes = []
         for owner, name, orig in reversed(self.patches):
             setattr(owner, name, orig)
         self.patches = []
@@ -99,20 +110,47 @@ class Instrument:
         sys.meta_path.insert(0, finder)
 
     def go_local(self) -> None:
-        """Hooks on the roots only: from now on a submodule's call costs nothing."""
-        if self.local or self.dead:
+        """From now on only the roots are watched, so a submodule's call costs nothing.
+
+        Nothing is put on the user's objects: a hook in a module's own hook dicts is pickled with it
+        (``torch.save(model)``, ``copy.deepcopy``: a bound method of this object, holding a lock, cannot
+        be) and refused by ``torch.jit.script``. The roots' classes get a ``__call__`` that watches the
+        registered instances only (by id, checked against a weak reference); a class is pickled by name.
+        """
+        if self.classes or self.dead:
             return
-        for ref in list(self.obs.roots.values()):
-            m = ref()
-            if m is None:
-                continue
-            self.local.append(m.register_forward_pre_hook(self._pre))
-            self.local.append(m.register_forward_hook(self._post, with_kwargs=True, always_call=True))
-        if self.local:
-            for h in self.handles[:2]:
-                h.remove()
-            self.handles = self.handles[2:]
-            self.depth = 0
+        live = [m for m in (ref() for ref in self.obs.roots.values()) if m is not None]
+        if not live:
+            return
+        for cls in {type(m) for m in live}:
+            self._wrap_call(cls)
+        for h in self.handles[:2]:
+            h.remove()
+        self.handles = self.handles[2:]
+        self.depth = 0
+
+    def _wrap_call(self, cls: type) -> None:
+        own = cls.__dict__.get("__call__")
+        orig = cls.__call__
+        roots = self.obs.roots
+        pre, post = self._pre, self._post
+
+        def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            ref = roots.get(id(module))
+            if self.depth and (ref is None or not _same(ref(), module)):
+                return orig(module, *args, **kwargs)  # inside a root's call: a submodule of the same class
+            # a root, or an outermost call of a root's class (a deep copy of the model: an EMA, the best one)
+            pre(module, args)
+            out = None
+            try:
+                out = orig(module, *args, **kwargs)
+            finally:
+                post(module, args, kwargs, out)
+            return out
+
+        __call__.__wrapped__ = orig  # type: ignore[attr-defined]
+        cls.__call__ = __call__  # type: ignore[method-assign]
+        self.classes.append((cls, own))
 
     # ------------------------------------------------------------------ the hooks
 
@@ -127,14 +165,37 @@ class Instrument:
         if self.depth == 0 and not self.dead:
             self._call(self.obs.forward_post, module, args, kwargs, output)
 
-    def _step_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if not self.dead:
-            self._call(self.obs.step_pre, opt)
+    def _step_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
+        if self.dead:
+            return None
+        closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0] is the optimizer
+        main = self._call(self.obs.step_pre, opt, callable(closure))
+        if not main or not callable(closure):
+            return None
+        # optimizer.step(closure) (LBFGS, Lightning's automatic optimization): the forward and backward the
+        # closure runs belong to this update, so they are watched as a training step's are
+        wrapped = self._closure(closure)
+        if len(args) > 1:
+            return (args[0], wrapped, *args[2:]), kwargs
+        return args, {**kwargs, "closure": wrapped}
+
+    def _closure(self, closure: Callable[..., Any]) -> Callable[..., Any]:
+        obs = self.obs
+
+        def closure_watched(*args: Any, **kwargs: Any) -> Any:
+            obs.closure_calls += 1
+            obs.in_step = False
+            try:
+                return closure(*args, **kwargs)
+            finally:
+                obs.in_step = True
+
+        return closure_watched
 
     def _step_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self.dead:
             self._call(self.obs.step_post, opt)
-            if self.obs.step >= 1 and not self.local:
+            if self.obs.step >= 1 and not self.classes:
                 self.go_local()
 
     def _backward(self, orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -149,12 +210,39 @@ class Instrument:
                 out = orig(tensors, *args, **kwargs)
             finally:
                 obs.in_backward = False
-            if measured:
-                self._call(obs.backward_end)
+            self._call(obs.backward_end, bool(measured))
+            if obs.step >= 1 and not self.classes and not self.dead:
+                self.go_local()  # updates made without an optimizer: the hooks leave the submodules here
             return out
 
         backward.__wrapped__ = orig  # type: ignore[attr-defined]
         return backward
+
+    def _optimizer_init(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        """Every optimizer the script builds (a weak set): which parameters some optimizer holds."""
+        obs = self.obs
+
+        def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
+            orig(opt, *args, **kwargs)
+            if not self.dead:
+                with contextlib.suppress(TypeError):
+                    obs.optimizers.add(opt)
+
+        __init__.__wrapped__ = orig  # type: ignore[attr-defined]
+        return __init__
+
+    def _loader_init(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        """Every DataLoader's batch_size: where the batch dimension is not dim 0, it says which one is."""
+        obs = self.obs
+
+        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+            orig(loader, *args, **kwargs)
+            bs = getattr(loader, "batch_size", None)
+            if not self.dead and isinstance(bs, int) and bs > 1:
+                obs.loader_sizes.add(bs)
+
+        __init__.__wrapped__ = orig  # type: ignore[attr-defined]
+        return __init__
 
     def _saver(self, orig: Callable[..., Any], target: int) -> Callable[..., Any]:
         obs = self.obs
@@ -232,6 +320,12 @@ class Instrument:
                 "oom": is_oom(exc),
                 "injected": bool(getattr(exc, "_cockpit_injected", False)),
             }
+        ours = exc is not None and not isinstance(exc, ProbeStop) and not getattr(exc, "_cockpit_injected", False)
+        if exc is not None and ours and cockpit_raised(exc):
+            text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            with contextlib.suppress(Exception):
+                self.send("internal", error=f"{type(exc).__name__}: {exc}", traceback=text[-4000:])
+            return
         how = "diverged" if obs.diverged else "stopped" if obs.stop_reason else "exception" if exc else "ended"
         mem = None
         if obs.cfg.mode == "resume":
@@ -255,6 +349,10 @@ class Instrument:
                 mem=mem,
                 seconds=__import__("time").perf_counter() - obs.t_start,
             )
+
+
+def _same(a: object, b: object) -> bool:
+    return a is b
 
 
 def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int) -> Any:

@@ -153,12 +153,19 @@ def _open_gate(w: Watched, check: str, why: str) -> dict[str, Any] | None:
 
 def judge_gates(w: Watched, script: str) -> ev.Outcome:
     """A script that ran and ended, or was ended by the probe: its gates decide."""
-    if ph.FORWARD not in w.gates:
+    skipped = ev.Verdict.SKIPPED.value
+    forward = w.gates.get(ph.FORWARD)
+    if forward is None or forward.get("verdict") == skipped:
+        why = str((forward or {}).get("message") or "").removeprefix("never reached: ")
         return ev.Outcome.of(
             ev.Status.FAILED,
             f"{script} ended (exit status {w.returncode}) without a training step the probe could see: no forward "
-            "pass with grad enabled reached a model; nothing was measured",
+            "pass with grad enabled reached a model; nothing was measured" + (f" ({why})" if why else ""),
         )
+    update = w.gates.get(ph.UPDATE_FIRST)
+    if update is None or update.get("verdict") == skipped:
+        why = str((update or {}).get("message") or "no update_first row")
+        return ev.Outcome.of(ev.Status.FAILED, f"no update seen: {why}")
     failed = [p for p in ph.TRAINING if (w.gates.get(p) or {}).get("verdict") == ev.Verdict.FAIL.value]
     warned = sum(1 for g in w.gates.values() if g.get("verdict") == ev.Verdict.WARN.value)
     how = (

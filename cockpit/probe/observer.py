@@ -33,7 +33,6 @@ them rather than part of :mod:`.saving` because a save that starts ends an evalu
 
 from __future__ import annotations
 
-import math
 import os
 import time
 import weakref
@@ -41,11 +40,10 @@ from typing import Any
 
 import torch
 
-from .. import events as ev
 from . import phases as ph
 from .bounds import Config, Evaluation, Open, ProbeStop, Step
 from .evaluation import Evaluating
-from .reading import _first_tensor, _fmt, _loss_of, _opt_step, _shapes, _tell, fingerprint, is_oom, user_frame
+from .reading import _first_tensor, _fmt, _loss_of, _shapes, _tell, batch_dim, fingerprint, is_oom, user_frame
 
 __all__ = [
     "Config",
@@ -67,20 +65,26 @@ class Observer(Evaluating):
 
     def forward_pre(self, module: torch.nn.Module, args: Any) -> None:
         if self.in_backward or self.in_step or self.in_save:
-            return  # activation checkpointing recomputes forwards inside backward; LBFGS inside its step
+            return  # activation checkpointing recomputes forwards inside backward; an optimizer's own calls
+        self.manual_check("the next forward pass")
         grad = torch.is_grad_enabled()
         ev_ = self.evaluation
-        if ev_ is not None and (not grad or not module.training):
+        if ev_ is not None and (not grad or not module.training or next(module.parameters(), None) is None):
+            self._count("forwards without grad or in eval mode", type(module).__name__)
             self._eval_forward(module, grad)
             return
         self._close_save()
+        if grad:
+            self._release_validation(module)
         self.check_stop()
         if ev_ is not None:
             self._end_evaluation(module)
         elif not grad:
+            self._count("forwards without grad or in eval mode", type(module).__name__)
             self._start_evaluation()
             self._eval_forward(module, grad)
             return
+        self._count("training forwards", type(module).__name__)
         self.root(module)
         if self.cfg.mode != "probe":
             return
@@ -99,7 +103,8 @@ class Observer(Evaluating):
         if ev_ is not None and ev_.measured:
             if ev_.microbatch is None:
                 t = _first_tensor(args, kwargs)
-                ev_.microbatch = int(t.shape[0]) if t is not None and t.dim() > 0 else None
+                found = batch_dim(module, args, kwargs, self.loader_sizes)
+                ev_.microbatch = int(t.shape[found[0]]) if t is not None and found is not None else None
             loss = _loss_of(output)
             if loss is not None:
                 ev_.losses.append(loss.detach())
@@ -108,20 +113,30 @@ class Observer(Evaluating):
         if o is not None and o.name == ph.FORWARD and "shapes" not in o.gate.inputs:
             o.gate.inputs["shapes"] = _shapes(args, kwargs)
             t = _first_tensor(args, kwargs)
-            if t is not None and t.dim() > 0:
-                o.gate.inputs["microbatch"] = int(t.shape[0])
+            found = batch_dim(module, args, kwargs, self.loader_sizes)
+            if t is not None and t.dim() > 0 and found is not None:
+                o.gate.inputs["microbatch"] = int(t.shape[found[0]])
+                if found[0] != 0:
+                    o.gate.inputs["batch_dim"] = found[0]
+                    o.gate.inputs["batch_dim_from"] = found[1]
 
     def backward_begin(self, tensors: Any) -> bool:
         """Before ``torch.autograd.backward`` (the loss is the first tensor it is given); True when measured."""
         self._close_save()
         self.check_stop()
         if self.evaluation is not None:
-            self._end_evaluation(None)
+            self._end_evaluation(None, by_backward=True)
         loss = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
         loss = loss if isinstance(loss, torch.Tensor) else None
+        self.backwards += 1
+        self._count("backward() calls", "backward()")
+        if self.closure_calls > 1:
+            return False  # a closure re-evaluated within one step (LBFGS's line search): the same update
         if loss is not None and loss.numel() == 1:
             self.losses.append(loss.detach())
         self.microbatches += 1
+        if self.cfg.mode == "probe":
+            self._zeroed_before_backward()
         if self.cfg.mode != "probe" or self.open is None or self.open.name != ph.FORWARD:
             return False
         self._end_forward(loss)
@@ -129,18 +144,22 @@ class Observer(Evaluating):
         self.begin(ph.BACKWARD, dict(self.forward_inputs))
         return True
 
-    def backward_end(self) -> None:
-        if self.open is not None and self.open.name == ph.BACKWARD:
+    def backward_end(self, measured: bool = True) -> None:
+        if measured and self.open is not None and self.open.name == ph.BACKWARD:
             self._end_backward()
+        if self.closure_calls <= 1:
+            self._after_backward()
 
-    def step_pre(self, opt: torch.optim.Optimizer) -> None:
+    def step_pre(self, opt: torch.optim.Optimizer, closure: bool = False) -> bool:
+        """Before an optimizer's step; True when it is the one whose steps are counted."""
         if self.in_step:
-            return
+            return False
+        self.optimizers.add(opt)
         main = self.optimizer() if self.optimizer is not None else None
         if main is None:
             self.optimizer = weakref.ref(opt)
         elif main is not opt:
-            return  # a second optimizer (a GAN's other half): the first one counts the steps
+            return False  # a second optimizer (a GAN's other half): the first one counts the steps
         self._close_save()
         self.check_stop()
         if self.evaluation is not None:
@@ -154,77 +173,27 @@ class Observer(Evaluating):
             o = self.end()  # gradients came without a backward() call Cockpit saw (torch.autograd.grad)
             o.gate.check("backward seen", False, "no backward() call before the optimizer step", warn=True)
             self.record(o)
-        if self.cfg.mode == "probe" and self.step == 0 and ph.UPDATE_FIRST not in self.done and self.open is None:
+        self.closure_calls = 0
+        self._count("optimizer steps", f"{type(opt).__name__}.step()")
+        first = self.cfg.mode == "probe" and self.step == 0 and ph.UPDATE_FIRST not in self.done
+        if first and self.open is None and not closure:  # with a closure, its backward opens update_first
             self.before = fingerprint(self.named_parameters() + self._extra_params(opt))
             self.begin(ph.UPDATE_FIRST, {"microbatches": self.microbatches})
+        return True
 
     def step_post(self, opt: torch.optim.Optimizer) -> None:
         main = self.optimizer() if self.optimizer is not None else None
         if main is not opt:
             return
         self.in_step = False
-        t_end = time.perf_counter()
-        self.step += 1
-        watched = self.watching()
-        loss = self._loss_value() if watched or self.step % 10 == 0 else None
-        self.losses = []
-        st = Step(
-            self.step,
-            self.lr,
-            loss,
-            t_end - self.step_t0,
-            _opt_step(opt) if watched or self.cfg.mode == "resume" else None,
-            self.microbatches,
-        )
-        self.microbatches = 0
-        self.steps.append(st)
-        phase = self.open.name if self.open is not None else ("resume" if self.cfg.mode == "resume" else "train")
-        if self.cfg.mode == "probe" and self.open is not None and self.open.name == ph.UPDATE_FIRST:
-            self._end_update_first(opt, st)
-            phase = ph.UPDATE_FIRST
-        elif self.open is not None and self.open.name == ph.UPDATE_SECOND:
-            self.timed.append(st.duration_s or 0.0)
-        self.emit(
-            ev.STEP,
-            step=st.number,
-            loss=ev.finite_or_none(st.loss),
-            lr=st.lr,
-            grad_norm=None,
-            examples=None,
-            duration_s=st.duration_s,
-            phase=phase,
-            opt_step=st.opt_step,
-            microbatches=st.microbatches,
-        )
-        if loss is not None and not math.isfinite(loss) and not self.diverged:
-            self.diverged = {"phase": phase, "value": str(loss), "step": st.number}
-            self.stop_reason = f"non-finite loss ({loss}) at step {st.number}"
-        if self.cfg.mode == "probe":
-            self._after_step(st)
-        self.check_stop(at_step=True)
-        self.step_t0 = time.perf_counter()
-
-    def _loss_value(self) -> float | None:
-        """The step's loss: the sum of what its backward calls received (with ``loss / accumulation``, the
-        update's mean). One synchronize, on the steps that are watched only."""
-        if not self.losses:
-            return None
-        with torch.no_grad():
-            return float(torch.stack([x.float().reshape(()) for x in self.losses]).sum())
-
-    def watching(self) -> bool:
-        """Whether this step's loss and optimizer step count are read (a synchronize each)."""
-        if self.cfg.mode == "resume":
-            return True
-        last = self.cfg.steps
-        if self.cfg.resume and self.saves:
-            last = max(last, self.saves[0]["step"] + self.cfg.compare_steps)
-        return self.step <= last
+        self._stepped(opt)
 
     # ------------------------------------------------------------------ a save begins (the rest: .saving)
 
     def save_begin(self, target: Any) -> dict[str, Any]:
         """Before ``torch.save`` or a safetensors save; what :meth:`save_end` needs."""
+        self.manual_check("a save")
+        self._count("saves", "a save")
         if self.evaluation is not None:
             self._end_evaluation(None)
         # a file saved before the first optimizer step (a config, a vocabulary) is no checkpoint
@@ -236,7 +205,14 @@ class Observer(Evaluating):
                 self.begin(ph.SAVE, {"step": self.step})
                 self.burst = {"files": [], "bytes": 0, "seconds": 0.0, "calls": 0}
         path = os.fspath(target) if isinstance(target, (str, os.PathLike)) else None
-        return {"path": path, "target": target, "pos": _tell(target), "t0": time.perf_counter()}
+        name = getattr(target, "name", None) if path is None else None  # open(path, "wb") as f: torch.save(m, f)
+        return {
+            "path": path,
+            "name": name if isinstance(name, str) and os.path.isfile(name) else None,
+            "target": target,
+            "pos": _tell(target),
+            "t0": time.perf_counter(),
+        }
 
     # ------------------------------------------------------------------ the end
 
@@ -265,6 +241,17 @@ class Observer(Evaluating):
         elif self.step >= cfg.steps + cfg.save_within:
             self._stop(f"stopped by the probe after {self.step} steps: the script saved nothing")
 
+    def _never_reached(self, why: str) -> None:
+        for p in ph.TRAINING:
+            if p not in self.done:
+                self.skipped(p, f"never reached: {why}")
+
+    def seen(self) -> str:
+        """What the script was seen doing, for a phase it never reached."""
+        parts = [f"{n} {what}" for what, n in self.counts.items() if n]
+        text = "the probe saw " + (", ".join(parts) if parts else "no model call, backward, optimizer step or save")
+        return text + (f"; the last was {self.last_call}" if self.last_call else "")
+
     def _stop(self, reason: str) -> None:
         self.stop_reason = self.stop_reason or reason
         self.finish()
@@ -276,8 +263,13 @@ class Observer(Evaluating):
         if self.finished:
             return
         self.finished = True
+        if exc is None and not self.diverged:
+            self.manual_check("the script's end", final=True)
         if self.evaluation is not None:
             self._end_evaluation(None)
+        self._release_validation(None)
+        if exc is None and not self.diverged and self.cfg.mode == "probe":
+            self.no_update()
         o = self.open
         if o is not None and exc is not None:
             g = self.end().gate
@@ -299,11 +291,16 @@ class Observer(Evaluating):
             self._end_second()
         elif o is not None:
             self.abandon()
-        if self.cfg.mode != "probe" or exc is not None or self.diverged:
+        if self.cfg.mode != "probe":
             return
         n = self.step
+        if exc is not None or self.diverged:
+            how = f"the script raised {type(exc).__name__}" if exc is not None else "the loss was not finite"
+            self._never_reached(f"{how} before it; {self.seen()}")
+            return
         if ph.FORWARD not in self.done:
-            return  # the script never trained while watched: the run's end says so
+            self._never_reached(f"no training forward (grad enabled, a model in train mode) was seen; {self.seen()}")
+            return
         if ph.UPDATE_SECOND not in self.done and ph.UPDATE_FIRST in self.done:
             self.skipped(ph.UPDATE_SECOND, f"the script ended after {n} optimizer step{'s' if n != 1 else ''}")
         if ph.VALIDATION not in self.done:

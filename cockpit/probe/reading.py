@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 HWM = re.compile(rb"VmHWM:\s+(\d+)\s+kB")
-CHUNK = 1 << 24  # elements summed at once when fingerprinting a parameter (bounds the float64 copy)
+CHUNK = 1 << 22  # elements summed at once when fingerprinting a parameter (bounds the float64 copies)
 
 
 def _opt_step(opt: torch.optim.Optimizer) -> float | None:
@@ -42,6 +42,49 @@ def _first_tensor(args: Any, kwargs: dict[str, Any] | None) -> torch.Tensor | No
     return None
 
 
+def _tensors(args: Any, kwargs: dict[str, Any] | None) -> list[torch.Tensor]:
+    """The tensors a call was given: positional and keyword, and one level inside tuples, lists and dicts."""
+    out: list[torch.Tensor] = []
+    for a in list(args or ()) + list((kwargs or {}).values()):
+        inner = a.values() if isinstance(a, dict) else a if isinstance(a, (list, tuple)) else [a]
+        out.extend(x for x in inner if isinstance(x, torch.Tensor))
+    return out
+
+
+def batch_dim(
+    module: torch.nn.Module,
+    args: Any,
+    kwargs: dict[str, Any] | None,
+    loader_sizes: set[int] | frozenset[int] = frozenset(),
+) -> tuple[int, str] | None:
+    """Which dimension of the model's first input is the batch, and how that was read; None without a tensor.
+
+    Dim 0 unless something says otherwise: the environment's COCKPIT_PROBE_BATCH_DIM; the script's data
+    loaders, when they all have one batch_size that dim 0 is not and exactly one other dim is; a recurrent
+    layer inside the model built time-major (``batch_first=False``), its input [time, batch, ...], confirmed
+    by the call's other tensors (a state [layers, batch, hidden]) holding dim 1's size and not dim 0's.
+    """
+    tensors = [t for t in _tensors(args, kwargs) if t.dim() > 0]
+    if not tensors:
+        return None
+    first, rest = tensors[0], tensors[1:]
+    given = os.environ.get("COCKPIT_PROBE_BATCH_DIM", "")
+    if given.isdigit() and int(given) < first.dim():
+        return int(given), "COCKPIT_PROBE_BATCH_DIM"
+    if len(loader_sizes) == 1:
+        (bs,) = loader_sizes
+        dims = [d for d in range(first.dim()) if first.shape[d] == bs]
+        if first.shape[0] != bs and len(dims) == 1:
+            return dims[0], f"the data loader's batch_size ({bs})"
+    rnn = next((m for m in module.modules() if isinstance(m, torch.nn.RNNBase)), None)
+    if rnn is not None and not rnn.batch_first and first.dim() >= 2:
+        others = [t for t in rest if t.dim() >= 2]
+        agree = all(first.shape[1] in t.shape and first.shape[0] not in t.shape for t in others)
+        if agree:
+            return 1, f"{type(rnn).__name__}(batch_first=False): the input is [time, batch]"
+    return 0, ""
+
+
 def _shapes(args: Any, kwargs: dict[str, Any] | None) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for i, a in enumerate(args or ()):
@@ -61,18 +104,23 @@ def _loss_of(output: Any) -> torch.Tensor | None:
     return loss if isinstance(loss, torch.Tensor) and loss.numel() == 1 else None
 
 
-def fingerprint(params: Sequence[tuple[str, torch.Tensor]]) -> dict[str, tuple[float, float]]:
-    """Sum and sum of absolute values of each parameter in float64: any update of any element moves them."""
+def fingerprint(params: Sequence[tuple[str, torch.Tensor]]) -> dict[str, tuple[float, float, float]]:
+    """Three float64 sums of each parameter: plain, absolute, and weighted by position (weights in [0.5, 1.5)
+    that differ for every index). Any one element that moves moves the weighted sum (a change below about
+    1e-16 of the tensor's total is below float64's resolution); the plain sum alone missed elements that moved
+    in opposite directions (a LayerNorm weight whose 64 elements all moved and still summed to 64.0)."""
     out = {}
     with torch.no_grad():
         for name, p in params:
             flat = p.detach().reshape(-1)
-            s = a = 0.0
+            sums = torch.zeros(3, dtype=torch.float64, device=flat.device)
             for i in range(0, flat.numel(), CHUNK):
                 part = flat[i : i + CHUNK].double()
-                s += float(part.sum())
-                a += float(part.abs().sum())
-            out[name] = (s, a)
+                weight = torch.arange(i, i + part.numel(), device=part.device, dtype=torch.float64)
+                weight.mul_(0.6180339887498949).frac_().add_(0.5)
+                sums += torch.stack([part.sum(), part.abs().sum(), weight.mul_(part).sum()])
+            s, a, w = sums.tolist()  # one synchronize per parameter
+            out[name] = (s, a, w)
     return out
 
 
@@ -94,6 +142,14 @@ def user_frame(exc: BaseException) -> str:
     ]
     f = (mine or list(tb))[-1] if (mine or tb) else None
     return f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" if f else "no frame"
+
+
+def cockpit_raised(exc: BaseException) -> bool:
+    """Whether the exception was raised in Cockpit's own code (its innermost frame is Cockpit's): a bug in
+    Cockpit, never the script's, even when it ends the script."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return bool(tb) and tb[-1].filename.startswith(here + os.sep)
 
 
 def is_oom(exc: BaseException) -> bool:

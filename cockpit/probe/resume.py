@@ -107,10 +107,24 @@ def gate(first: Watched, second: Watched, compare_steps: int, exact: bool) -> Ga
     g.check(
         "next losses equal the uninterrupted run",
         ok,
-        (f"{how}: " if ok else "differ (data order, RNG or a state not restored): ")
-        + ", ".join(f"step {k} {x:.6f}/{y:.6f}" for k, x, y in read),
+        (f"{how}: " if ok else _differ(g))
+        + ", ".join(f"step {k} resumed {x:.6f}, uninterrupted {y:.6f}" for k, x, y in read),
     )
     return g
+
+
+def _differ(g: Gate) -> str:
+    """Which state a loss difference points at, from what the other checks found restored."""
+    restored = [c["name"].removesuffix(" restored") for c in g.checks if c["name"].endswith(" restored") and c["ok"]]
+    lost = [c["name"].removesuffix(" restored") for c in g.checks if c["name"].endswith(" restored") and not c["ok"]]
+    if lost:
+        return f"differ ({' and '.join(lost)} not restored): "
+    if restored:
+        return (
+            f"differ with the {' and '.join(restored)} restored: the weights, the data order or the random state "
+            "(a sampler re-seeded at start) differs after the restart: "
+        )
+    return "differ (data order, RNG or a state not restored): "
 
 
 def _files(paths: list[str], k: int = 3) -> str:

@@ -67,6 +67,9 @@ class ProbeRun(RunProcess):
         outcome, gate = judge.outcome(first, self.script)
         if gate is not None:
             self.emit_gate(gate)
+        for phase in ph.TRAINING:  # every phase has a row: what the script's end left unreached says why
+            if phase not in first.gates and phase not in self.gated:
+                self.emit(ev.GATE, **_row(phase, "skipped", f"never reached: {outcome.reason}"))
         if self.cfg.resume:
             outcome = self.resume(first, outcome)
         return outcome
@@ -163,10 +166,10 @@ class ProbeRun(RunProcess):
         elif kind == ev.GATE:
             phase = str(e.get("phase"))
             w.gates[phase] = e
-            w.last_phase = phase
+            if not str(e.get("message") or "").startswith(ev.NEVER_REACHED):
+                w.last_phase = self.phase = phase  # a phase never reached is not where the script was
             if w.open == phase:
                 w.open = self.open = None
-            self.phase = phase
             self.gated.add(phase)
             self.remedy(e)
         elif kind == ev.STEP:

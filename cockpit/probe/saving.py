@@ -14,10 +14,10 @@ from typing import Any
 
 from . import phases as ph
 from .reading import _names, _size, _tell
-from .training import Training
+from .updates import Updates
 
 
-class Saving(Training):
+class Saving(Updates):
     """The files saved and loaded, and the save phase closed."""
 
     def save_end(self, token: dict[str, Any]) -> None:
@@ -28,6 +28,7 @@ class Saving(Training):
         else:
             now = _tell(token["target"])
             size = now - pos if pos is not None and now is not None else None
+        path = path or token.get("name")  # a file object's own file: named, its size read from its position
         entry = {"path": os.path.abspath(path) if path else None, "bytes": size, "seconds": took, "step": self.step}
         if self.burst is not None and self.open is not None and self.open.name == ph.SAVE:
             self.burst["files"].append(entry)

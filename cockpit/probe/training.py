@@ -14,6 +14,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -136,12 +137,32 @@ class Training(Bounds):
             self.begin(ph.UPDATE_FIRST, {"microbatches": self.microbatches})
 
     def _trained(self) -> list[tuple[str, torch.Tensor]]:
-        """The parameters the optimizer holds, named."""
+        """The parameters the optimizer holds, named (no optimizer: those that train)."""
         opt = self.optimizer() if self.optimizer is not None else None
         if opt is None:
-            return []
+            return [(n, p) for n, p in self.named_parameters() if p.requires_grad]
         held = {id(p) for group in opt.param_groups for p in group["params"]}
         return [(n, p) for n, p in self.named_parameters() + self._extra_params(opt) if id(p) in held]
+
+    def zeroing_check(self, g: Gate) -> None:
+        if self.zero_param is None:
+            g.not_applicable("gradients zeroed between updates", "no parameter held a gradient after an update")
+            return
+        bad = self.not_zeroed
+        g.check(
+            "gradients zeroed between updates",
+            not bad,
+            "every update's backward started from zeroed gradients"
+            if not bad
+            else f"the gradients were never zeroed between update {bad[0] - 1} and update {bad[0]}: each backward "
+            "added to the last update's gradients, so every update applies the sum of all gradients so far "
+            "(call optimizer.zero_grad() after each step; accumulation belongs inside one update)",
+        )
+
+    def held_by_an_optimizer(self, named: Sequence[tuple[str, torch.Tensor]]) -> list[str]:
+        """The parameters that hold a gradient and that no optimizer the script built holds."""
+        held = {id(p) for o in list(self.optimizers) for group in o.param_groups for p in group["params"]}
+        return [n for n, p in named if p.grad is not None and id(p) not in held]
 
     def _extra_params(self, opt: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:
         known = {id(p) for _, p in self.named_parameters()}
@@ -163,7 +184,8 @@ class Training(Bounds):
         unchanged = [n for n in optimized if n not in changed]
         frozen = [n for n, p in named if not p.requires_grad]
         frozen_changed = [n for n in frozen if n in self.before and after[n] != self.before[n]]
-        not_held = [n for n, p in self.named_parameters() if p.requires_grad and id(p) not in held]
+        orphans = self.held_by_an_optimizer(named)
+        idle = [n for n, p in self.named_parameters() if p.requires_grad and id(p) not in held and n not in orphans]
         g.inputs.update(
             {
                 "optimizer": type(opt).__name__,
@@ -197,12 +219,13 @@ class Training(Bounds):
             f"{len(frozen)} frozen, unchanged" if not frozen_changed else f"changed: {_names(frozen_changed)}",
         )
         g.check(
-            "optimizer holds every trainable parameter",
-            not not_held,
+            "optimizer holds every parameter with a gradient",
+            not orphans,
             f"{len(held)} tensors in {len(opt.param_groups)} groups ({type(opt).__name__})"
-            if not not_held
-            else f"{len(not_held)} parameters require grad but are in no parameter group: {_names(not_held)}; "
-            "they get gradients and never change",
+            + (f"; {_names(idle)} require grad, got no gradient and are in no optimizer" if idle else "")
+            if not orphans
+            else f"{len(orphans)} parameters receive gradients but no optimizer holds them: {_names(orphans)}; "
+            "they never change (add them to the optimizer, or freeze them with requires_grad_(False))",
         )
         stateless = isinstance(opt, torch.optim.SGD) and not any(gr.get("momentum") for gr in opt.param_groups)
         g.check(
@@ -267,6 +290,14 @@ class Training(Bounds):
                 f"{later[0].number}-{later[-1].number} (lr up to {max(lrs, default=0.0):.3g})",
             )
             self.recheck = None
+        self.zeroing_check(g)
+        orphans = self.held_by_an_optimizer(self.named_parameters()) if self.optimizer is not None else []
+        if orphans:  # a second optimizer's model (a GAN's generator) has its gradients by now
+            g.fail(
+                "optimizer holds every parameter with a gradient",
+                f"{len(orphans)} parameters receive gradients but no optimizer holds them: {_names(orphans)}; "
+                "they never change (add them to an optimizer, or freeze them with requires_grad_(False))",
+            )
         if cut:
             g.check(
                 "steps timed",
