@@ -47,3 +47,14 @@ def test_without_a_saved_estimate_the_sheet_says_nothing_of_one(tmp_path: Path) 
     (camp / "estimates" / "lr1e-4.json").write_text("not json")  # a file Cockpit did not write: ignored
     s = sh.build(nbm.load(camp))
     assert s.estimate == "" and not any("`cockpit estimate`" in x for x in sh.render(s))
+
+
+def test_the_plan_shows_the_estimate_beside_the_gpu_pilot(tmp_path: Path) -> None:
+    from cockpit import plan as pl
+
+    camp = make_campaign(tmp_path)
+    estimates.save(camp, "lr1e-4", SAVED, "2026-12-02")
+    write_run(camp, stack=gpu_stack(), gates=standard_gates(9000, 10000, 600), steps={"update_second": 0.5})
+    lines = pl.render(pl.build(nbm.load(camp)))
+    memory = [x for x in lines if x.startswith("- memory, lr1e-4: estimate")]
+    assert len(memory) == 1 and "allocated 9,000 MiB (1.09x)" in memory[0]

@@ -107,6 +107,7 @@ class Plan:
     gpus: int = 1
     lanes: int = 1  # runs side by side (GPUs // processes per run)
     disk: Disk | None = None  # for every planned run of the largest package
+    memory: list[str] = field(default_factory=list)  # saved estimates beside measured pilots (the GPU to rent)
 
 
 def _dataset_size(all_runs: list[sh.RunFiles]) -> int | None:
@@ -256,7 +257,32 @@ def build(
     overrides = {v: tuple(nb.variant(v).set) for v in order_v}
     most = max((len(k.fits) for k in packages), default=0)
     disk = disk_for(nb, list(timings.values()), most, lanes)
-    return Plan(nb.campaign.name, seeds, costs, order, packages, unplanned, overrides, checks, gpus, lanes, disk)
+    plan = Plan(nb.campaign.name, seeds, costs, order, packages, unplanned, overrides, checks, gpus, lanes, disk)
+    plan.memory = _estimates_beside_pilots(nb, all_runs)
+    return plan
+
+
+def _estimates_beside_pilots(nb: nbm.Notebook, all_runs: list[sh.RunFiles]) -> list[str]:
+    """For each variant with a saved `cockpit estimate`: the prediction beside what its latest GPU pilot measured."""
+    from .. import estimates
+
+    out = []
+    for v in nb.variants:
+        saved = estimates.load(nb.directory, v.id)
+        if saved is None:
+            continue
+        pilot = sh.latest_measured(all_runs, v.id)
+        alloc = resv = None
+        if pilot is not None and str(pilot.stack.get("device", "")).startswith("cuda"):
+            rows = sh.phase_rows(pilot)
+            a = [r["peak_allocated"] for r in rows if r.get("peak_allocated") is not None]
+            r_ = [r["peak_reserved"] for r in rows if r.get("peak_reserved") is not None]
+            alloc = max(a) / 2**20 if a else None
+            resv = max(r_) / 2**20 if r_ else None
+        line = estimates.beside(saved, alloc, resv)
+        if line:
+            out.append(f"{v.id}: {line}")
+    return out
 
 
 def _h(x: float) -> str:
@@ -313,6 +339,7 @@ def render(p: Plan) -> list[str]:
             f"- measured on: {', '.join(sorted(devices))}. These times hold for that machine; on another "
             "machine run the pilot there first, the plan does not scale times between devices."
         )
+    out += [f"- memory, {line}" for line in p.memory]
     out.append(
         "- runs run one after another on one machine"
         if p.lanes == 1
