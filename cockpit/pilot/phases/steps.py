@@ -43,7 +43,7 @@ def base_inputs(ctx: Context) -> dict[str, Any]:
 def forward(ctx: Context, g: Gate) -> None:
     ctx.meter.take_baseline()  # before the model loads: what the process and the GPUs hold already
     tr, st = ctx.trainer, ctx.steps
-    tr.build()
+    tr.build(allow_frozen=True)  # nothing requiring grad is the backward gate's finding, not a crash here
     n_params = sum(p.numel() for p in tr.model.parameters())
     n_train = sum(p.numel() for n, p in tr.model.named_parameters() if n in tr.trainable_names)
     g.inputs.update({"parameters": n_params, "trainable": n_train})
@@ -53,7 +53,8 @@ def forward(ctx: Context, g: Gate) -> None:
     g.inputs.update(ctx.batch_inputs(mbs[0]))
     g.inputs.update({"optimizer": tr.optimizer_source, "scheduler": tr.scheduler_source})
     tr.model.train()
-    tr.optimizer.zero_grad(set_to_none=True)
+    if tr.optimizer is not None:
+        tr.optimizer.zero_grad(set_to_none=True)
     batch = tr.collate(mbs[0])
     if tr.ddp is not None and len(mbs) > 1:
         st["no_sync"] = tr.ddp.no_sync()  # not the last microbatch: no all-reduce yet
@@ -126,6 +127,12 @@ def initial_loss(ctx: Context, g: Gate, loss: float) -> None:
 
 def backward(ctx: Context, g: Gate) -> None:
     tr, st = ctx.trainer, ctx.steps
+    if tr.nothing_trains:
+        if "no_sync" in st:
+            st.pop("no_sync").__exit__(None, None, None)
+        g.fail("parameters that train", tr.nothing_trains)
+        g.message = f"nothing to train: {tr.nothing_trains}"
+        return
     value, count = st["value"], st["count"]
     n = len(st["mbs"])
     scaled = value if count is not None else value / n
@@ -235,7 +242,12 @@ BACKWARD = Phase(
     "backward",
     backward,
     remedy="check the graph (detached tensors, frozen parameters), precision and normalisation",
-    checks=("every trainable parameter has a gradient", "finite gradients", "frozen parameters get no gradient"),
+    checks=(
+        "parameters that train",
+        "every trainable parameter has a gradient",
+        "finite gradients",
+        "frozen parameters get no gradient",
+    ),
     inputs=base_inputs,
     doc="finite gradient on every trainable parameter, none on frozen",
 )
