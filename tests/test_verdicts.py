@@ -98,3 +98,60 @@ def test_nothing_to_train_ends_as_a_failed_gate_not_a_bug_in_cockpit(tmp_path: P
     assert out["status"] == "failed" and out["phase"] == "backward", out
     last = out["gates"][-1]
     assert last["phase"] == "backward" and last["verdict"] == "fail", last
+
+
+# --------------------------------------------------------------------------- 2. accumulation: the measured cause
+
+ACC = "accumulated == single batch"
+
+
+def test_mixtral_router_loss_is_an_expected_batch_level_term_not_a_failure() -> None:
+    from tests.verdict_tasks.mixtral_task import task
+
+    g = phases(task, "accumulation", {"lr": 1e-3})["accumulation"]
+    c = check(g, ACC)
+    assert g.verdict.value == "pass" and c["ok"], g.checks
+    for words in ("expected for this objective", "batch-level term", "2 microbatches of 4", "one batch of 8"):
+        assert words in c["detail"], (words, c["detail"])
+    assert "load-balancing loss" in c["detail"] and g.extra["decomposition"]["gap"] > 0
+
+
+def test_clip_in_batch_negatives_are_an_expected_batch_level_term_with_its_size() -> None:
+    from tests.verdict_tasks.clip_task import task
+
+    g = phases(task, "accumulation", {"lr": 3e-4})["accumulation"]
+    c = check(g, ACC)
+    assert g.verdict.value == "pass" and c["ok"], g.checks
+    assert "in-batch negatives" in c["detail"] and "difference" in c["detail"], c["detail"]
+    assert g.extra["decomposition"]["gap"] > 0.01
+
+
+def test_an_undeclared_batch_level_term_is_a_warning_and_a_declared_one_a_note() -> None:
+    from tests.verdict_tasks import contrastive
+
+    g = phases(contrastive.task, "accumulation")["accumulation"]
+    c = check(g, ACC)
+    assert g.verdict.value == "warn" and c.get("warn"), g.checks
+    said = "the loss has a batch-level term: accumulating 2 microbatches of 4 optimises a different objective than one"
+    assert said in c["detail"] and "one batch of 8" in c["detail"], c["detail"]
+    assert "Task.batch_level_loss" in c["detail"]
+    g = phases(contrastive.declared, "accumulation")["accumulation"]
+    c = check(g, ACC)
+    assert g.verdict.value == "pass" and "declared by Task.batch_level_loss" in c["detail"], g.checks
+
+
+def test_a_difference_no_cause_explains_still_fails() -> None:
+    from tests.verdict_tasks.grad_hook import task
+
+    g = phases(task, "accumulation")["accumulation"]
+    c = check(g, ACC)
+    assert g.verdict.value == "fail" and not c.get("warn"), g.checks
+    assert "not a batch-level term" in c["detail"] and "not uneven counts" in c["detail"], c["detail"]
+
+
+def test_uneven_counts_still_fail_with_the_weighted_fix() -> None:
+    from tests.test_phases import _mean, lm
+
+    g = phases(lm(loss=_mean), "accumulation")["accumulation"]
+    c = check(g, ACC)
+    assert g.verdict.value == "fail" and "weighted by its count" in c["detail"] and "(sum, count)" in c["detail"]
