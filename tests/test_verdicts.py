@@ -155,3 +155,73 @@ def test_uneven_counts_still_fail_with_the_weighted_fix() -> None:
     g = phases(lm(loss=_mean), "accumulation")["accumulation"]
     c = check(g, ACC)
     assert g.verdict.value == "fail" and "weighted by its count" in c["detail"] and "(sum, count)" in c["detail"]
+
+
+# --------------------------------------------------------------------------- 3. overfit: the user's rate, measured
+
+
+def test_overfit_runs_at_the_users_rate_and_a_notebook_rate_wins() -> None:
+    from tests.verdict_tasks.smoothed import task
+
+    g = phases(task, "overfit", {"accumulation": 1, "lr": 1e-3})["overfit"]
+    assert g.inputs["lr"] == 1e-3 and g.inputs["lr_source"] == "the campaign's learning rate", g.inputs
+    g = phases(task, "overfit", {"accumulation": 1, "lr": 1e-3}, {"overfit_lr": 5e-3})["overfit"]
+    assert g.inputs["lr"] == 5e-3 and g.inputs["lr_source"] == "[pilot] overfit_lr", g.inputs
+
+
+def test_a_label_smoothed_loss_with_a_floor_is_not_read_as_cannot_fit() -> None:
+    from tests.verdict_tasks.smoothed import task
+
+    g = phases(task, "overfit", {"accumulation": 1, "lr": 1e-3})["overfit"]
+    assert g.verdict.value == "pass", g.checks
+    c = check(g, "loss falls below threshold")
+    assert "cannot fit" not in c["detail"] and g.extra["overfit"]["accuracy"] >= 0.9, c
+    losses = g.extra["overfit"]["losses"]
+    assert losses[-1] > 0.1 * losses[0]  # the old 0.1x ratio would have failed it
+
+
+def test_a_real_nanogpt_that_clearly_learned_passes_at_its_own_rate() -> None:
+    from tests.shelf.nanogpt_task import task
+
+    params = {"block_size": 64, "n_layer": 2, "n_head": 2, "n_embd": 64, "lr": 1e-3, "weight_decay": 0.1}
+    g = phases(task, "overfit", params)["overfit"]
+    assert g.verdict.value == "pass", g.checks
+    assert g.inputs["lr"] == 1e-3 and check(g, "targets recovered")["ok"]
+
+
+def test_mixtral_with_its_balancing_term_fits_at_its_rate() -> None:
+    from tests.verdict_tasks.mixtral_task import task
+
+    g = phases(task, "overfit", {"lr": 1e-3})["overfit"]
+    assert g.verdict.value == "pass" and g.inputs["lr"] == 1e-3, g.checks
+
+
+def test_clip_with_a_learned_temperature_fits_at_3e_4_and_a_blind_twin_is_caught() -> None:
+    from tests.verdict_tasks import clip_task
+
+    g = phases(clip_task.task, "overfit", {"lr": 3e-4})["overfit"]
+    assert g.verdict.value == "pass" and g.inputs["lr"] == 3e-4, g.checks
+    assert check(g, "output depends on the input")["ok"]
+    g = phases(clip_task.no_eos, "overfit", {"lr": 3e-4}, {"overfit_steps": 60})["overfit"]
+    c = check(g, "output depends on the input")
+    assert g.verdict.value == "fail" and not c["ok"] and "does not depend on its input" in c["detail"], g.checks
+
+
+def test_a_negative_value_of_a_likelihood_loss_is_a_finding_not_a_pass() -> None:
+    from tests.verdict_tasks.nll_on_scores import task
+
+    g = phases(task, "overfit", {"accumulation": 1, "lr": 1e-3})["overfit"]
+    c = check(g, "loss in range")
+    assert g.verdict.value == "fail" and not c["ok"] and not c.get("warn"), g.checks
+    assert "went negative" in c["detail"] and "cannot be below 0" in c["detail"], c["detail"]
+
+
+def test_a_healthy_ctc_model_passes_and_its_range_is_checked() -> None:
+    from tests.verdict_tasks import ctc
+
+    g = phases(ctc.task, "overfit", {"accumulation": 1})["overfit"]
+    assert g.verdict.value == "pass", g.checks
+    assert check(g, "loss in range")["ok"] and not check(g, "loss in range").get("na")
+    g = phases(ctc.raw_scores, "overfit", {"accumulation": 1}, {"overfit_steps": 40})["overfit"]
+    c = check(g, "loss in range")
+    assert not c["ok"] and "negative from the start" in c["detail"], g.checks

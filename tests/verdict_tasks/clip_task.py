@@ -28,7 +28,7 @@ def datasets(params: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                 {
                     "id": f"{split}{i}",
                     "image": torch.randn(3, SIDE, SIDE, generator=g).tolist(),
-                    "text": [2] + [rng.randrange(4, VOCAB) for _ in range(WIDTH - 1)],
+                    "text": [2] + [rng.randrange(4, VOCAB) for _ in range(WIDTH - 2)] + [3],
                 }
             )
     return out
@@ -85,3 +85,14 @@ task = Task(
     kind="other",
     label_key="none",
 )
+
+
+def _no_eos(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+    batch = collate(examples, params)
+    batch["input_ids"] = torch.where(batch["input_ids"] == 3, 4, batch["input_ids"])
+    return batch
+
+
+# broken twin: the captions lose their end token, so CLIP pools the first position (the same start token in every
+# row): every text embeds alike, the loss falls to ln(batch) (uniform scores) and stays there
+no_eos = Task(build_model=build_model, datasets=datasets, collate=_no_eos, loss=loss, kind="other", label_key="none")
