@@ -225,3 +225,36 @@ def test_a_healthy_ctc_model_passes_and_its_range_is_checked() -> None:
     g = phases(ctc.raw_scores, "overfit", {"accumulation": 1}, {"overfit_steps": 40})["overfit"]
     c = check(g, "loss in range")
     assert not c["ok"] and "negative from the start" in c["detail"], g.checks
+
+
+# --------------------------------------------------------------------------- 4. stochastic objectives
+
+
+def test_a_diffusion_loss_is_deterministic_given_the_rng_and_the_pilot_goes_on() -> None:
+    from tests.verdict_tasks.ddpm import task
+
+    gates = phases(task, "export")
+    v = gates["validation"]
+    c = check(v, "deterministic")
+    assert v.verdict.value == "pass" and c.get("na"), v.checks
+    assert "replaying the RNG state reproduces the loss exactly" in c["detail"], c["detail"]
+    assert gates["resume"].verdict.value == "pass", gates["resume"].checks
+    assert gates["export"].verdict.value == "pass", gates["export"].checks
+
+
+def test_randomness_the_seed_does_not_control_is_a_finding() -> None:
+    from tests.verdict_tasks.ddpm import own_generator
+
+    v = phases(own_generator, "validation")["validation"]
+    c = check(v, "deterministic")
+    assert v.verdict.value == "fail" and not c["ok"], v.checks
+    assert "replaying the RNG state" in c["detail"] and "does not reproduce" in c["detail"], c["detail"]
+
+
+def test_a_diffusion_pilot_saves_resumes_and_replays_its_export_in_new_processes(tmp_path: Path) -> None:
+    code, out = pilot_cli(campaign(tmp_path, f"{TASKS / 'ddpm.py'}:task", pilot={"overfit_steps": 20}))
+    gates = {g["phase"]: g for g in out["gates"]}
+    assert list(gates) == list(ev.PHASES), (code, out)
+    assert gates["validation"]["verdict"] == "pass", gates["validation"]
+    for phase in ("save", "resume", "export"):
+        assert gates[phase]["verdict"] == "pass", gates[phase]

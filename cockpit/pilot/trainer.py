@@ -408,6 +408,8 @@ class Trainer:
         """Loss, predictions (and generated text) of the control inputs in eval mode: what an export must reproduce."""
         was = self.model.training
         self.model.eval()
+        saved = rng_state()  # under one RNG state, so an objective that draws noise replays it in a new process
+        seed_everything(self.seed)
         try:
             batch = self.collate(controls)
             value, count = self.loss_of(batch, net=self.model)
@@ -416,6 +418,7 @@ class Trainer:
             texts = self.generated(batch)
         finally:
             self.model.train(was)
+            set_rng_state(saved)
         out: dict[str, Any] = {
             "loss": torch.tensor(loss, dtype=torch.float64),
             "predictions": pred.detach().cpu() if pred is not None else torch.tensor([]),

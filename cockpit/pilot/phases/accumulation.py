@@ -268,7 +268,8 @@ def _verdict(
         g.not_applicable(
             name,
             f"the same batch twice differs by {noise:.1%} with dropout off, through random numbers "
-            "the seed reproduces (random masking or augmentation in the collate or the forward), and an "
+            "the seed reproduces (noise or timesteps drawn in the loss, random masking or augmentation in the "
+            "collate or the forward), and an "
             "accumulated update draws them in another order than one big batch, so the two cannot be compared "
             "exactly; pilot a variant without that randomness (e.g. masking probability 0) to compare",
         )
