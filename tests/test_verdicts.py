@@ -287,3 +287,40 @@ def test_a_healthy_clip_passes_every_gate_it_owns_without_a_warning() -> None:
     assert (
         check(gates["accumulation"], ACC)["ok"] and "in-batch negatives" in check(gates["accumulation"], ACC)["detail"]
     )
+
+
+def test_a_peft_adapter_loaded_for_inference_is_named_at_backward() -> None:
+    from tests.verdict_tasks.peft_inference import task
+
+    g = phases(task, "backward")["backward"]
+    c = check(g, "parameters that train")
+    assert g.verdict.value == "fail" and "no parameter requires grad" in c["detail"], g.checks
+    assert "is_trainable=False" in c["detail"], c["detail"]
+
+
+def test_a_training_run_with_nothing_to_train_is_the_tasks_error_in_words() -> None:
+    import pytest
+    import torch
+
+    from cockpit.pilot.trainer import Trainer, UserCodeError
+    from tests.verdict_tasks.frozen_policy import task
+
+    tr = Trainer(task, PARAMS, 0, torch.device("cpu"))
+    with pytest.raises(UserCodeError) as info:
+        tr.build()
+    assert info.value.where == "build_model" and "shares its parameter tensors with policy" in str(info.value)
+
+
+def test_batchnorm_declared_by_batch_statistics_is_an_expected_note() -> None:
+    from torch import nn
+
+    from tests.test_phases import classifier
+
+    def bn(p: dict[str, Any]) -> nn.Module:
+        return nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
+
+    g = phases(classifier(build_model=bn, batch_statistics=True), "accumulation")["accumulation"]
+    c = check(g, ACC)
+    assert (
+        g.verdict.value == "pass" and "BatchNorm" in c["detail"] and "as Task.batch_statistics declares" in c["detail"]
+    ), g.checks

@@ -44,6 +44,7 @@ def describe(model: torch.nn.Module) -> str:
     total = sum(p.numel() for p in model.parameters())
     if not total:
         return f"the model ({type(model).__name__}) has no parameters at all"
+    shares = any("shares its parameter tensors" in p for p in parts)
     where = "; ".join(parts[:8]) + (f"; and {len(parts) - 8} more" if len(parts) > 8 else "")
     peft = _peft_words(model)
     return (
@@ -51,8 +52,9 @@ def describe(model: torch.nn.Module) -> str:
         + (f"; top-level modules: {where}" if where else "")
         + ")"
         + (f"; {peft}" if peft else "")
-        + ". Unfreeze what should train in build_model (requires_grad_(True)); a frozen reference or teacher "
-        "must be a separate copy (copy.deepcopy) of the policy"
+        + ". Unfreeze what should train in build_model (requires_grad_(True))"
+        + ("; load the adapter with is_trainable=True to train it" if peft else "")
+        + ("; a frozen reference or teacher must be a separate copy (copy.deepcopy)" if shares else "")
     )
 
 
