@@ -324,3 +324,11 @@ def test_batchnorm_declared_by_batch_statistics_is_an_expected_note() -> None:
     assert (
         g.verdict.value == "pass" and "BatchNorm" in c["detail"] and "as Task.batch_statistics declares" in c["detail"]
     ), g.checks
+
+
+def test_a_slow_rate_still_learning_when_the_steps_run_out_is_a_warning_not_a_failure() -> None:
+    from tests.test_phases import lm
+
+    g = phases(lm(), "overfit", {"lr": 3e-4}, {"overfit_steps": 5})["overfit"]
+    c = check(g, "targets recovered")
+    assert g.verdict.value == "warn" and c.get("warn") and "still learning" in c["detail"], g.checks

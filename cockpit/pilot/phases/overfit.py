@@ -127,6 +127,12 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -
     )
     memorised = acc is not None and acc[0] >= need
     fell = finite and j["end"] < j["threshold"]
+    first = attempt.get("first_accuracy")
+    rising = acc is None or (first is not None and acc[0] > first)
+    # the budget ran out while the model was still clearly learning: a slow rate, not a defect it can see
+    slow = finite and not memorised and (acc is not None or not fell) and rising and still_learning(losses)
+    if slow:
+        g.remedy = "a slow rate, not a defect: raise [pilot] overfit_steps (or overfit_lr) to see it memorise"
     blind = (
         f"the loss of a model that ignores its input (the targets' entropy) is {floor:.3f}; "
         if floor is not None
@@ -147,8 +153,11 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -
             if fell
             else f"; memorised all the same ({acc[0]:.0%} of the targets right): the loss has a floor of its own"
             if memorised and acc is not None
+            else f"; still falling when the {len(losses)} steps ran out: a slow rate, not yet a fit"
+            if slow
             else f"; {blind}the model cannot fit {n} examples it sees at every step"
         ),
+        warn=slow,
     )
     if acc is None:
         g.check(
@@ -158,11 +167,20 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -
         )
     else:
         share, total, wrong = acc
+        first = attempt.get("first_accuracy")
         g.check(
             "targets recovered",
             share >= need,
             f"{share:.1%} of {total} supervised targets predicted right (threshold {need:.0%})"
-            + (f"; examples with a wrong target: {ids_text(wrong)}" if wrong and share < need else ""),
+            + (f"; examples with a wrong target: {ids_text(wrong)}" if wrong and share < need else "")
+            + (
+                f"; still learning when the {len(losses)} steps ran out ({first or 0:.0%} right at the start, the "
+                f"loss still falling): a slow rate ({at}), not a defect it can see; raise [pilot] overfit_steps or "
+                "overfit_lr to see it memorise"
+                if slow
+                else ""
+            ),
+            warn=slow,
         )
     if acc is None:
         input_matters(g, attempt, j["noise"])
@@ -263,6 +281,7 @@ def _attempt(
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
     floor, discrete = blind_floor(tr, examples)
+    first = accuracy(tr, examples)
     losses: list[float] = []
     bad_step = None
     acc: tuple[float, int, list[Any]] | None = None
@@ -294,6 +313,7 @@ def _attempt(
         acc = accuracy(tr, examples)  # after the last update
     paired = paired_losses(tr, mbs) if acc is None and bad_step is None else None
     out = {"losses": losses, "bad_step": bad_step, "accuracy": acc, "floor": floor, "discrete": discrete}
+    out["first_accuracy"] = first[0] if first is not None else None
     return {**out, "paired": paired}
 
 
