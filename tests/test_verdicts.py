@@ -151,9 +151,15 @@ def test_a_difference_no_cause_explains_still_fails() -> None:
 
 
 def test_uneven_counts_still_fail_with_the_weighted_fix() -> None:
-    from tests.test_phases import _mean, lm
+    import torch.nn.functional as F
 
-    g = phases(lm(loss=_mean), "accumulation")["accumulation"]
+    from tests.test_phases import lm
+
+    def mean(m: Any, b: dict[str, Any]) -> Any:  # a mean per microbatch over uneven token counts
+        logits = m(b["input_ids"])
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), b["labels"].reshape(-1), ignore_index=-100)
+
+    g = phases(lm(loss=mean), "accumulation")["accumulation"]
     c = check(g, ACC)
     assert g.verdict.value == "fail" and "weighted by its count" in c["detail"] and "(sum, count)" in c["detail"]
 
