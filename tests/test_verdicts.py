@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import tomli_w
 import tomllib
 
@@ -93,6 +94,7 @@ def test_a_reference_made_by_copy_copy_froze_the_policy_and_backward_says_so() -
         assert words in c["detail"], (words, c["detail"])
 
 
+@pytest.mark.slow  # a real pilot process, as `cockpit pilot` starts it
 def test_nothing_to_train_ends_as_a_failed_gate_not_a_bug_in_cockpit(tmp_path: Path) -> None:
     code, out = pilot_cli(campaign(tmp_path, f"{TASKS / 'frozen_policy.py'}:task"))
     assert code == int(ev.ExitCode.GATE_FAILED), out
@@ -258,6 +260,7 @@ def test_randomness_the_seed_does_not_control_is_a_finding() -> None:
     assert "replaying the RNG state" in c["detail"] and "does not reproduce" in c["detail"], c["detail"]
 
 
+@pytest.mark.slow  # a real pilot process, as `cockpit pilot` starts it
 def test_a_diffusion_pilot_saves_resumes_and_replays_its_export_in_new_processes(tmp_path: Path) -> None:
     code, out = pilot_cli(campaign(tmp_path, f"{TASKS / 'ddpm.py'}:task", pilot={"overfit_steps": 20}))
     gates = {g["phase"]: g for g in out["gates"]}
@@ -305,7 +308,6 @@ def test_a_peft_adapter_loaded_for_inference_is_named_at_backward() -> None:
 
 
 def test_a_training_run_with_nothing_to_train_is_the_tasks_error_in_words() -> None:
-    import pytest
     import torch
 
     from cockpit.pilot.trainer import Trainer, UserCodeError
