@@ -340,3 +340,11 @@ def test_a_slow_rate_still_learning_when_the_steps_run_out_is_a_warning_not_a_fa
     g = phases(lm(), "overfit", {"lr": 3e-4}, {"overfit_steps": 5})["overfit"]
     c = check(g, "targets recovered")
     assert g.verdict.value == "warn" and c.get("warn") and "still learning" in c["detail"], g.checks
+
+
+def test_a_regression_with_real_valued_targets_fits_without_class_predictions() -> None:
+    from tests.verdict_tasks.regression import task
+
+    g = phases(task, "overfit")["overfit"]
+    assert g.verdict.value == "pass", g.checks
+    assert check(g, "output depends on the input")["ok"] and g.extra["overfit"]["accuracy"] is None

@@ -399,6 +399,8 @@ def accuracy(tr: Trainer, examples: list[dict[str, Any]]) -> tuple[float, int, l
             part = examples[i : i + tr.microbatch]
             batch = tr.collate(part)
             lab = batch.get(task.label_key)
+            if torch.is_tensor(lab) and lab.dtype.is_floating_point:
+                return None  # real-valued targets: no prediction is "right"; the loss and the pairing decide
             pred = tr.predictions(batch)
             if pred is None or not torch.is_tensor(lab) or pred.numel() != lab.numel():
                 return None
