@@ -348,3 +348,19 @@ def test_a_regression_with_real_valued_targets_fits_without_class_predictions() 
     g = phases(task, "overfit")["overfit"]
     assert g.verdict.value == "pass", g.checks
     assert check(g, "output depends on the input")["ok"] and g.extra["overfit"]["accuracy"] is None
+
+
+def test_state_carried_between_calls_is_named_as_state_not_randomness() -> None:
+    from tests.verdict_tasks.carried_state import task
+
+    ctx = Context.in_memory(task, PARAMS)
+    gates = {}
+    for phase in PHASES:  # on past the forward gate (its causal-mask probe also sees the carried state)
+        gates[phase.name], _ = run_phase(ctx, phase)
+        if phase.name == "validation":
+            break
+    for phase, name in (("accumulation", ACC), ("validation", "deterministic")):
+        c = check(gates[phase], name)
+        assert gates[phase].verdict.value == "warn" and c.get("warn"), (phase, gates[phase].checks)
+        assert "carries state from one call to the next" in c["detail"] and "CarriedLSTM.hidden" in c["detail"]
+        assert "randomness the" not in c["detail"], c["detail"]

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .. import outputs
+from .. import carried, outputs
 from ..context import Context
 from ..gate import Gate, Phase
 from ..rng import rng_state, set_rng_state
@@ -208,6 +208,8 @@ def run(ctx: Context, g: Gate) -> None:
             one = _grads(tr, lambda: _single(tr, mbs))
             set_rng_state(start)
             found["seeded"] = _relative(_grads(tr, lambda: _single(tr, mbs)), one) <= tol
+            if not found["seeded"]:  # not the seed's: state the model carries from call to call?
+                found["carried"] = carried.changed_by(tr.model, lambda: _grads(tr, lambda: _single(tr, mbs)))
         if rel > tol and norms:
             for m in norms:
                 m.training = False
@@ -272,6 +274,18 @@ def _verdict(
             "collate or the forward), and an "
             "accumulated update draws them in another order than one big batch, so the two cannot be compared "
             "exactly; pilot a variant without that randomness (e.g. masking probability 0) to compare",
+        )
+        return
+    state = found.get("carried") or []
+    if noise > tol and state:
+        g.check(
+            name,
+            False,
+            f"differ by {pct}, but the same batch twice differs by {noise:.2e} ({noise:.1%}) with dropout off: "
+            f"the model carries state from one call to the next ({', '.join(state[:4])} change at every forward: "
+            "a hidden state, a cache, a counter), so an accumulated update cannot be compared with one batch; "
+            "expected for a recurrent model trained with carried state; reset it at each update to compare",
+            warn=True,
         )
         return
     if noise > tol:

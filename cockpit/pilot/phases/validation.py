@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ... import events as ev
-from .. import inspection
+from .. import carried, inspection
 from ..context import Context
 from ..gate import Gate, Phase
 from ..predictions import predict_pass
@@ -124,7 +124,19 @@ def deterministic(
         h2.remove()
     g.extra["determinism"] = {"twice": [first, again], "replayed": [a, b], "model_draws": any(inside)}
     differ = f"two evaluations of the same batch differ ({first:.6g} vs {again:.6g})"
-    if a != b:
+    state = carried.changed_by(tr.model, lambda: tr.evaluate("val", batch)) if a != b else []
+    if state:
+        g.extra["determinism"]["carried"] = state[:8]
+        g.check(
+            name,
+            False,
+            f"{differ}, and replaying the RNG state does not reproduce it: the model carries state from one call "
+            f"to the next ({', '.join(state[:4])} change at every forward: a hidden state, a cache, a counter), "
+            "so a validation loss depends on what was evaluated before it; reset that state at the start of "
+            "each evaluation (expected for a model that carries state, but its figures are then not comparable)",
+            warn=True,
+        )
+    elif a != b:
         g.check(
             name,
             False,
