@@ -151,7 +151,9 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -
         + (
             "; this proves the mechanics, not generalisation"
             if fell
-            else f"; memorised all the same ({acc[0]:.0%} of the targets right): the loss has a floor of its own"
+            else f"; above it, but the subset is memorised ({acc[0]:.0%} of the targets right), which decides (a loss "
+            "with a floor of its own, or one still catching up with its predictions); this proves the mechanics, "
+            "not generalisation"
             if memorised and acc is not None
             else f"; still falling when the {len(losses)} steps ran out: a slow rate, not yet a fit"
             if slow
