@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import tomli_w
-import tomllib
 
 from cockpit import events as ev
 from cockpit.pilot.context import Context
@@ -49,14 +48,15 @@ def check(g: Gate, name: str) -> dict[str, Any]:
 
 
 def campaign(root: Path, entry: str, params: dict[str, Any] | None = None, **tables: dict[str, Any]) -> Path:
-    """A campaign folder around ``entry``, from the demo's notebook with its runs left out."""
-    data = tomllib.loads((ROOT / "campaigns" / "demo" / "campaign.toml").read_text())
-    data.pop("runs", None)
-    data.pop("decisions", None)
-    data["variants"] = [v for v in data["variants"] if v.get("reference")]
-    data["task"] = {"entry": entry, "extensions": [], "params": dict(params or {})}
-    data["batch"].update({"microbatch": 4, "accumulation": 2, "eval_microbatch": 8})
-    data["training"].update({"lr": 1e-2, "device": "cpu"})
+    """A campaign folder around ``entry``: one reference variant, CPU, the batch of ``PARAMS``."""
+    data: dict[str, Any] = {
+        "campaign": {"name": "verdict", "question": "what does the pilot find?", "held_constant": "updates"},
+        "task": {"entry": entry, "params": dict(params or {})},
+        "batch": {"microbatch": 4, "accumulation": 2, "eval_microbatch": 8, "updates": 20, "data_replicas": 1},
+        "training": {"lr": 1e-2, "optimizer": "adamw", "weight_decay": 0.0, "grad_clip": 1.0, "device": "cpu"},
+        "variants": [{"id": "ref", "reference": True, "differs": "reference", "why": "the only one"}],
+        "pilot": {"updates_after_resume": 1},
+    }
     for name, values in tables.items():
         data.setdefault(name, {}).update(values)
     d = root / "camp"
