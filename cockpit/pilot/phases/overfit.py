@@ -130,7 +130,16 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -
     first = attempt.get("first_accuracy")
     rising = acc is None or (first is not None and acc[0] > first)
     # the budget ran out while the model was still clearly learning: a slow rate, not a defect it can see
-    slow = finite and not memorised and (acc is not None or not fell) and rising and still_learning(losses)
+    paired = attempt.get("paired")
+    blind_output = isinstance(paired, tuple) and paired[1] - paired[0] <= max(3 * j["noise"], 0.05 * abs(paired[0]))
+    slow = (
+        finite
+        and not memorised
+        and (acc is not None or not fell)
+        and rising
+        and not blind_output  # converging to what a model that ignores its input reaches is not slow learning
+        and trend_falls(losses)
+    )
     if slow:
         g.remedy = "a slow rate, not a defect: raise [pilot] overfit_steps (or overfit_lr) to see it memorise"
     blind = (
@@ -313,7 +322,7 @@ def _attempt(
             break
     if bad_step is None and at != len(losses):
         acc = accuracy(tr, examples)  # after the last update
-    paired = paired_losses(tr, mbs) if acc is None and bad_step is None else None
+    paired = paired_losses(tr, mbs) if bad_step is None else None
     out = {"losses": losses, "bad_step": bad_step, "accuracy": acc, "floor": floor, "discrete": discrete}
     out["first_accuracy"] = first[0] if first is not None else None
     return {**out, "paired": paired}
@@ -361,6 +370,23 @@ def still_learning(losses: list[float]) -> bool:
     last, before = losses[-20:], losses[-40:-20]
     noise = statistics.pstdev(last)
     return statistics.fmean(last) < statistics.fmean(before) - max(noise / 2, 0.01 * abs(statistics.fmean(before)))
+
+
+def trend_falls(losses: list[float]) -> bool:
+    """Over the last half of the run (40 steps at least), the loss still falls: a least-squares slope more than
+    three standard errors below zero, worth at least 0.5 % of the loss over that stretch (a converged loss creeping
+    towards its floor is not learning; a slow, steady or noisy descent is)."""
+    tail = losses[-max(40, len(losses) // 2) :]
+    n = len(tail)
+    if n < 40:
+        return False
+    xs = range(n)
+    mx, my = (n - 1) / 2, statistics.fmean(tail)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, tail, strict=True)) / sxx
+    resid = [y - (my + slope * (x - mx)) for x, y in zip(xs, tail, strict=True)]
+    se = math.sqrt(sum(r * r for r in resid) / max(n - 2, 1) / sxx)
+    return slope < -3 * se and -slope * n >= 0.005 * abs(my)
 
 
 @torch.no_grad()

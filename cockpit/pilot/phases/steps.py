@@ -130,7 +130,7 @@ def backward(ctx: Context, g: Gate) -> None:
     if tr.nothing_trains:
         if "no_sync" in st:
             st.pop("no_sync").__exit__(None, None, None)
-        g.fail("parameters that train", tr.nothing_trains)
+        g.fail("something trains", tr.nothing_trains)
         g.message = f"nothing to train: {tr.nothing_trains}"
         return
     value, count = st["value"], st["count"]
@@ -243,7 +243,7 @@ BACKWARD = Phase(
     backward,
     remedy="check the graph (detached tensors, frozen parameters), precision and normalisation",
     checks=(
-        "parameters that train",
+        "something trains",
         "every trainable parameter has a gradient",
         "finite gradients",
         "frozen parameters get no gradient",
