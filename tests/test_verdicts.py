@@ -364,3 +364,17 @@ def test_state_carried_between_calls_is_named_as_state_not_randomness() -> None:
         assert gates[phase].verdict.value == "warn" and c.get("warn"), (phase, gates[phase].checks)
         assert "carries state from one call to the next" in c["detail"] and "CarriedLSTM.hidden" in c["detail"]
         assert "randomness the" not in c["detail"], c["detail"]
+
+
+def test_a_first_adam_step_that_moves_as_many_elements_up_as_down_is_seen() -> None:
+    import torch
+
+    from cockpit.pilot.phases.steps import param_fingerprint
+
+    model = torch.nn.Linear(4, 1, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[0.5, 0.6, 0.7, 0.8]]))
+    before = param_fingerprint(model)
+    with torch.no_grad():
+        model.weight += torch.tensor([[1e-3, -1e-3, 1e-3, -1e-3]])  # what Adam's first step does: +-lr each
+    assert param_fingerprint(model)["weight"] != before["weight"]
