@@ -131,7 +131,7 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -
     rising = acc is None or (first is not None and acc[0] > first)
     # the budget ran out while the model was still clearly learning: a slow rate, not a defect it can see
     paired = attempt.get("paired")
-    blind_output = isinstance(paired, tuple) and paired[1] - paired[0] <= max(3 * j["noise"], 0.05 * abs(paired[0]))
+    blind_output = isinstance(paired, tuple) and not _reads_input(paired, j["noise"])
     slow = (
         finite
         and not memorised
@@ -140,6 +140,17 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -
         and not blind_output  # converging to what a model that ignores its input reaches is not slow learning
         and trend_falls(losses)
     )
+    # without predictions, a loss still clearly falling above the input-blind floor while the output does not
+    # read its input yet (a CTC model emits blanks before it reads its input) is slow too; on a plateau it fails
+    slow_blind = (
+        acc is None
+        and finite
+        and not fell
+        and blind_output
+        and trend_falls(losses)
+        and (floor is None or j["end"] > floor)
+    )
+    slow = slow or slow_blind
     if slow:
         g.remedy = "a slow rate, not a defect: raise [pilot] overfit_steps (or overfit_lr) to see it memorise"
     blind = (
@@ -194,7 +205,7 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -
             warn=slow,
         )
     if acc is None:
-        input_matters(g, attempt, j["noise"])
+        input_matters(g, attempt, j["noise"], slow)
     in_range(g, attempt)
     failed = g.failures()
     if failed:
@@ -206,7 +217,7 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -
         )
 
 
-def input_matters(g: Gate, attempt: dict[str, Any], noise: float) -> None:
+def input_matters(g: Gate, attempt: dict[str, Any], noise: float, slow: bool = False) -> None:
     """Without predictions, a falling loss could be a model learning a constant (uniform contrastive scores):
     the fitted loss must be clearly lower than with each row's input paired with another row."""
     name = "output depends on the input"
@@ -217,8 +228,7 @@ def input_matters(g: Gate, attempt: dict[str, Any], noise: float) -> None:
         g.not_applicable(name, paired)
         return
     fitted, shuffled, moved = paired
-    gap = shuffled - fitted
-    ok = gap > max(3 * noise, 0.05 * abs(fitted), 1e-6)
+    ok = _reads_input(paired, noise)
     g.check(
         name,
         ok,
@@ -226,10 +236,15 @@ def input_matters(g: Gate, attempt: dict[str, Any], noise: float) -> None:
         + (
             ""
             if ok
+            else ": about the same, so its output does not depend on its input yet; the loss was still falling when "
+            "the steps ran out (a CTC model emits blanks before it reads its input): raise [pilot] overfit_steps "
+            "or overfit_lr to see it fit"
+            if slow
             else ": the same, so the model's output does not depend on its input (it learned a constant: a "
             "pooled position that is the same in every row, an input that never reaches the output); the model "
             "cannot fit the examples it sees at every step"
         ),
+        warn=slow,
     )
 
 
@@ -316,8 +331,10 @@ def _attempt(
             continue
         j = judge(losses, floor)
         acc, at = accuracy(tr, examples), step
-        if acc is not None and acc[0] >= need or acc is None and j["end"] < 0.1 * abs(j["start"]):
-            break  # memorised; without predictions, a tenth of its start is enough to stop early
+        if acc is not None and acc[0] >= need:
+            break  # memorised
+        if acc is None and j["end"] < j["threshold"] and _reads_input(paired_losses(tr, mbs), j["noise"]):
+            break  # without predictions: below its threshold, and the output depends on the input
         if step >= steps and not still_learning(losses):
             break
     if bad_step is None and at != len(losses):
@@ -361,6 +378,14 @@ def paired_losses(tr: Trainer, mbs: list[list[dict[str, Any]]]) -> tuple[float, 
             else:
                 shuffled += v / len(mbs)
     return fitted, shuffled, ", ".join(moved)
+
+
+def _reads_input(paired: tuple[float, float, str] | str, noise: float) -> bool:
+    """The fitted loss is clearly lower than with inputs paired to other rows (or that cannot be measured)."""
+    if isinstance(paired, str):
+        return True
+    fitted, shuffled, _ = paired
+    return shuffled - fitted > max(3 * noise, 0.05 * abs(fitted), 1e-6)
 
 
 def still_learning(losses: list[float]) -> bool:
