@@ -378,3 +378,11 @@ def test_a_first_adam_step_that_moves_as_many_elements_up_as_down_is_seen() -> N
     with torch.no_grad():
         model.weight += torch.tensor([[1e-3, -1e-3, 1e-3, -1e-3]])  # what Adam's first step does: +-lr each
     assert param_fingerprint(model)["weight"] != before["weight"]
+
+
+def test_a_ctc_model_still_on_its_blank_plateau_when_the_steps_run_out_is_slow_not_blind() -> None:
+    from tests.verdict_tasks import ctc
+
+    g = phases(ctc.task, "overfit", {"accumulation": 1, "lr": 3e-4}, {"overfit_steps": 8})["overfit"]
+    c = check(g, "output depends on the input")
+    assert g.verdict.value == "warn" and c.get("warn") and "does not depend on its input yet" in c["detail"], g.checks
