@@ -292,7 +292,7 @@ def test_accumulation_batchnorm_is_a_warning_measured_in_train_mode() -> None:
     assert c.get("warn") and "BatchNorm" in c["detail"] and g.extra["relative_difference"] > 1e-3
 
 
-def test_accumulation_with_seeded_random_masking_is_not_comparable_not_a_warning() -> None:
+def test_accumulation_with_seeded_random_masking_is_not_applicable_not_a_warning() -> None:
     def masked(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
         b = _cls_collate(examples, params)
         b["x"] = b["x"] * (torch.rand_like(b["x"]) > 0.3)
@@ -302,7 +302,7 @@ def test_accumulation_with_seeded_random_masking_is_not_comparable_not_a_warning
         return F.cross_entropy(m(b["x"]), b["labels"], reduction="sum"), len(b["labels"])
 
     g = through(classifier(collate=masked, loss=sum_count), "accumulation")["accumulation"]
-    assert g.verdict.value == "skipped" and "not comparable" in g.checks[0]["detail"], g.checks
+    assert g.verdict.value == "n/a" and "cannot be compared" in g.checks[0]["detail"], g.checks
 
 
 def test_accumulation_with_dropout_is_compared_without_it() -> None:

@@ -73,6 +73,11 @@ Optional:
 ``control_inputs(params)`` examples to replay after export (default: the first validation examples)
 ``group_unit``      the leakage unit, in words (default "group")
 ``batch_statistics`` True when the model uses batch statistics that BatchNorm layers do not show
+``batch_level_loss`` True when the loss has a term over the whole batch (in-batch negatives of a contrastive
+                    loss, a router's load-balancing loss): it does not decompose over examples, so an
+                    accumulated update optimises another objective than one big batch. A hint: the accumulation
+                    gate measures it and reports the size; declared, the difference is expected (a pass with
+                    that note), undeclared and unnamed by the model's output, a warning
 """
 
 from __future__ import annotations
@@ -133,6 +138,7 @@ class Task:
     control_inputs: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
     group_unit: str = "group"
     batch_statistics: bool = False
+    batch_level_loss: bool = False
     name: str = ""
     extras: dict[str, Any] = field(default_factory=dict)
 

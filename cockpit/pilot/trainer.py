@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from . import adapter as adapter_
+from . import frozen as frozen_
 from . import outputs, splits
 from .order import DataOrder
 from .rng import rng_state, seed_everything, set_rng_state
@@ -87,6 +88,9 @@ class Trainer:
         self.scheduler_source = ""
         self.checkpointing = ""  # how activation checkpointing was applied ("" = not asked, or no hook)
         self.adapter: adapter_.Adapter | None = None  # an adapter over a frozen base (PEFT, or a small trainable set)
+        self.optimizer: Any = None  # built by build(); None while nothing requires grad
+        self.scheduler: Any = None
+        self.nothing_trains = ""  # what froze the model, when no parameter requires grad
 
     @property
     def splits(self) -> dict[str, Sequence[dict[str, Any]]]:
@@ -113,7 +117,10 @@ class Trainer:
         )
         return self.splits
 
-    def build(self) -> None:
+    def build(self, allow_frozen: bool = False) -> None:
+        """The model, optimizer and scheduler. ``allow_frozen``: a model in which nothing requires grad is built
+        without an optimizer (``nothing_trains`` says what froze it) so the backward gate can name it; else it is
+        the task's error (exit 5), never an empty optimizer (a crash that would read as a bug in Cockpit)."""
         seed_everything(self.seed)
         if self._splits is None:
             self.load_data()
@@ -129,9 +136,16 @@ class Trainer:
             if unknown:
                 raise UserCodeError("trainable", ValueError(f"names no parameter of the model: {sorted(unknown)[:5]}"))
             self.declared = declared
+        self.nothing_trains = "" if self.trainable_names else frozen_.describe(self.model)
+        if self.nothing_trains and not allow_frozen:
+            raise UserCodeError("build_model", frozen_.NothingTrains(self.nothing_trains))
         self.adapter = adapter_.detect(self.model, self.trainable_names)
         self._apply_checkpointing()
-        self._build_optimizer()
+        if self.nothing_trains:
+            self.optimizer, self.scheduler = None, None
+            self.optimizer_source = self.scheduler_source = "none: no parameter requires grad"
+        else:
+            self._build_optimizer()
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
 
@@ -145,7 +159,6 @@ class Trainer:
 
     def _build_optimizer(self) -> None:
         task = self.task
-        self.optimizer: torch.optim.Optimizer
         if task.optimizer is not None:
             opt = user("optimizer", task.optimizer, self.model, self.params)
             if not (hasattr(opt, "param_groups") and callable(getattr(opt, "step", None))):
@@ -395,6 +408,8 @@ class Trainer:
         """Loss, predictions (and generated text) of the control inputs in eval mode: what an export must reproduce."""
         was = self.model.training
         self.model.eval()
+        saved = rng_state()  # under one RNG state, so an objective that draws noise replays it in a new process
+        seed_everything(self.seed)
         try:
             batch = self.collate(controls)
             value, count = self.loss_of(batch, net=self.model)
@@ -403,6 +418,7 @@ class Trainer:
             texts = self.generated(batch)
         finally:
             self.model.train(was)
+            set_rng_state(saved)
         out: dict[str, Any] = {
             "loss": torch.tensor(loss, dtype=torch.float64),
             "predictions": pred.detach().cpu() if pred is not None else torch.tensor([]),

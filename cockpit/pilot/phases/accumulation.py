@@ -16,6 +16,15 @@ differ, the gate measures the cause instead of guessing it:
 - *a mean per microbatch over uneven counts*: weighting each microbatch by its
   number of supervised items makes them agree; a failure (return ``(sum,
   count)``, or weigh the loss yourself);
+- *a batch-level term*: the same input gives the same loss, yet the loss of
+  the whole batch is not the (count-weighted) mean of its microbatches' losses,
+  measured under one replayed RNG state: the objective does not decompose over
+  examples (in-batch negatives of a contrastive loss, a mixture-of-experts
+  router's load-balancing loss, statistics of the batch). Expected for such an
+  objective, and how it is trained under accumulation everywhere: a pass with
+  the effect's size when the task declares it (``Task.batch_level_loss`` or
+  ``Task.batch_statistics``) or the model's output names it (a router's
+  ``aux_loss``, CLIP's ``logits_per_image``), else a warning naming it;
 - otherwise a failure that says no cause was found.
 """
 
@@ -28,6 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import carried, outputs
 from ..context import Context
 from ..gate import Gate, Phase
 from ..rng import rng_state, set_rng_state
@@ -81,6 +91,60 @@ def _counts(ctx: Context, mbs: list[list[dict[str, Any]]]) -> list[int]:
             lab = lab[:, 1:]
         out.append(int((lab != task.ignore_index).sum()))
     return out
+
+
+def _loss_value(tr: Trainer, examples: list[dict[str, Any]], start: dict[str, Any]) -> tuple[float, float | None]:
+    """(value, count) of the loss on these examples under the RNG state ``start`` (no gradient)."""
+    set_rng_state(start)
+    with torch.no_grad():
+        value, count = tr.loss_of(tr.collate(examples))
+    return float(value.detach().double()), (float(count) if count is not None else None)
+
+
+def _combined(parts: list[tuple[float, float | None]], weights: list[float]) -> float:
+    """What one batch would give if the loss decomposed over items: the parts' (weighted) mean."""
+    if all(c is not None for _, c in parts):
+        return sum(v for v, _ in parts) / max(sum(float(c or 0.0) for _, c in parts), 1e-30)
+    return sum(v * w for (v, _), w in zip(parts, weights, strict=True)) / max(sum(weights), 1e-30)
+
+
+def decomposition(tr: Trainer, mbs: list[list[dict[str, Any]]], counts: list[int]) -> dict[str, Any]:
+    """Does the loss decompose over examples? The whole batch's loss against its microbatches' combined, each
+    under the same replayed RNG state (with dropout off, nothing random is left to differ), and the noise floor
+    of the arithmetic (the whole batch in reverse order: a decomposing loss gives the same up to rounding)."""
+    start = rng_state()
+    whole = [e for mb in mbs for e in mb]
+    with outputs.capture(tr.model) as cap:
+        value, count = _loss_value(tr, whole, start)
+    one = value / count if count is not None else value
+    parts = [_loss_value(tr, mb, start) for mb in mbs]
+    weights = [float(c) for c in counts] if counts and sum(counts) > 0 else [float(len(mb)) for mb in mbs]
+    value_r, count_r = _loss_value(tr, whole[::-1], start)
+    reverse = value_r / count_r if count_r is not None else value_r
+    scale = max(abs(one), 1e-12)
+    return {
+        "whole": one,
+        "combined": _combined(parts, weights),
+        "gap": abs(one - _combined(parts, weights)) / scale,
+        "floor": abs(one - reverse) / scale,
+        "source": _source(cap.outputs),
+    }
+
+
+def _source(outs: list[Any]) -> str:
+    """A batch-level term the model's own output names (Hugging Face's field names), or ""."""
+    for out in outs:
+        if getattr(out, "aux_loss", None) is not None or getattr(out, "router_logits", None) is not None:
+            return (
+                "the router's load-balancing loss of a mixture of experts (the output's aux_loss, computed over "
+                "every token of the batch)"
+            )
+        if getattr(out, "logits_per_image", None) is not None or getattr(out, "logits_per_text", None) is not None:
+            return (
+                "in-batch negatives of a contrastive loss (logits_per_image scores each row against every other "
+                "row of the batch, so a microbatch has fewer negatives)"
+            )
+    return ""
 
 
 def _pick(ctx: Context, n: int) -> list[list[dict[str, Any]]]:
@@ -144,6 +208,8 @@ def run(ctx: Context, g: Gate) -> None:
             one = _grads(tr, lambda: _single(tr, mbs))
             set_rng_state(start)
             found["seeded"] = _relative(_grads(tr, lambda: _single(tr, mbs)), one) <= tol
+            if not found["seeded"]:  # not the seed's: state the model carries from call to call?
+                found["carried"] = carried.changed_by(tr.model, lambda: _grads(tr, lambda: _single(tr, mbs)))
         if rel > tol and norms:
             for m in norms:
                 m.training = False
@@ -157,6 +223,8 @@ def run(ctx: Context, g: Gate) -> None:
             weights = [c / sum(counts) for c in counts]
             weighted = _grads(tr, lambda: tr.accumulate(mbs, check_finite=False, weights=weights))
             found["weighted"] = _relative(weighted, single)
+        if rel > tol and found["noise"] <= tol:
+            found["decomposition"] = decomposition(tr, mbs, counts)
     finally:
         tr.scaler = saved_scaler
         tr.optimizer.zero_grad(set_to_none=True)
@@ -168,6 +236,12 @@ def run(ctx: Context, g: Gate) -> None:
         set_rng_state(saved_rng)  # the piloted run's random stream and statistics are left as they were
     g.extra["relative_difference"] = rel
     _verdict(ctx, g, rel, tol, found, drops, norms)
+
+
+def _declared(ctx: Context) -> str:
+    task = ctx.the_task
+    said = [f"Task.{k}" for k in ("batch_level_loss", "batch_statistics") if getattr(task, k, False)]
+    return " and ".join(said)
 
 
 def _verdict(
@@ -182,19 +256,36 @@ def _verdict(
     off = f"; dropout off for the comparison ({len(drops)} dropout modules)" if drops else ""
     pct = f"{rel:.2e} ({rel:.1%})" if rel >= 1e-3 else f"{rel:.2e}"
     name = "accumulated == single batch"
+    declared = _declared(ctx)
     if rel <= tol:
-        g.check(name, True, f"relative difference {pct} (tolerance {tol:.0e}); loss {how}{off}")
+        note = (
+            f"; {declared} declares a batch-level term, but none shows at microbatch {tr.microbatch} (the two agree)"
+            if declared
+            else ""
+        )
+        g.check(name, True, f"relative difference {pct} (tolerance {tol:.0e}); loss {how}{off}{note}")
         return
     noise = found.get("noise", 0.0)
     if noise > tol and found.get("seeded"):
-        g.skipped = True
+        g.not_applicable(
+            name,
+            f"the same batch twice differs by {noise:.1%} with dropout off, through random numbers "
+            "the seed reproduces (noise or timesteps drawn in the loss, random masking or augmentation in the "
+            "collate or the forward), and an "
+            "accumulated update draws them in another order than one big batch, so the two cannot be compared "
+            "exactly; pilot a variant without that randomness (e.g. masking probability 0) to compare",
+        )
+        return
+    state = found.get("carried") or []
+    if noise > tol and state:
         g.check(
             name,
-            True,
-            f"not comparable: the same batch twice differs by {noise:.1%} with dropout off, through random numbers "
-            "the seed reproduces (random masking or augmentation in the collate or the forward), and an "
-            "accumulated update draws them in another order than one big batch; pilot a variant without that "
-            "randomness (e.g. masking probability 0) to compare exactly",
+            False,
+            f"differ by {pct}, but the same batch twice differs by {noise:.2e} ({noise:.1%}) with dropout off: "
+            f"the model carries state from one call to the next ({', '.join(state[:4])} change at every forward: "
+            "a hidden state, a cache, a counter), so an accumulated update cannot be compared with one batch; "
+            "expected for a recurrent model trained with carried state; reset it at each update to compare",
+            warn=True,
         )
         return
     if noise > tol:
@@ -202,8 +293,9 @@ def _verdict(
             name,
             False,
             f"differ by {pct}, but the same batch twice differs by {noise:.2e} ({noise:.1%}) with dropout "
-            "off: randomness remains (a random collate, functional dropout, sampling in forward), so "
-            "the two cannot be compared exactly; make it deterministic given the seed to get this check",
+            "off, and replaying the RNG state does not reproduce it: randomness the seed does not control (a "
+            "generator of its own, a counter or cache that changes between calls), so the two cannot be compared; "
+            "draw random numbers from torch's (seeded) generator to get this check",
             warn=True,
         )
         return
@@ -211,10 +303,11 @@ def _verdict(
     if norms and frozen is not None and frozen <= tol:
         g.check(
             name,
-            False,
+            bool(declared),
             f"differ by {pct}: {len(norms)} BatchNorm layers normalise each microbatch by its own statistics "
-            f"(with them frozen the two agree to {frozen:.1e}); legitimate, but an accumulated update is not the "
-            f"big batch's: a microbatch of {tr.microbatch} sets the statistics",
+            f"(with them frozen the two agree to {frozen:.1e}); "
+            + (f"expected, as {declared} declares: " if declared else "legitimate, but ")
+            + f"an accumulated update is not the big batch's: a microbatch of {tr.microbatch} sets the statistics",
             warn=True,
         )
         return
@@ -230,12 +323,54 @@ def _verdict(
             "Return (sum, count) from the loss, or weigh each microbatch's mean by its count",
         )
         return
+    dec = found.get("decomposition")
+    if dec is not None:
+        g.extra["decomposition"] = {k: (round(v, 8) if isinstance(v, float) else v) for k, v in dec.items()}
+    floor = max(8 * dec["floor"], 1e-6 if tol <= 1e-4 else tol / 10) if dec else 0.0
+    if dec is not None and (dec["gap"] > floor or dec["source"]):
+        batch_level(ctx, g, name, pct, dec, declared)
+        return
+    measured = (
+        f"; the whole batch's loss equals its microbatches' combined to {dec['gap']:.1e}, so not a batch-level term"
+        if dec
+        else ""
+    )
     g.check(
         name,
         False,
         f"differ by {pct} (tolerance {tol:.0e}); loss {how}; not randomness (two identical passes agree to "
-        f"{noise:.1e}), not batch statistics{'' if norms else ' (no BatchNorm)'}, not uneven counts: look for "
-        "state carried between microbatches (a cache, a counter) or a loss that depends on the batch size",
+        f"{noise:.1e}), not batch statistics{'' if norms else ' (no BatchNorm)'}, not uneven counts{measured}: "
+        "look for state carried between microbatches (a cache, a counter) or a backward that depends on the "
+        "batch (a gradient hook, a custom autograd function scaling by the batch size)",
+    )
+
+
+def batch_level(ctx: Context, g: Gate, name: str, pct: str, dec: dict[str, Any], declared: str) -> None:
+    """The loss does not decompose over examples: expected for the objectives that say or show so, else a warning."""
+    tr = ctx.trainer
+    n, m = tr.accumulation, tr.microbatch
+    gap = dec["gap"]
+    size = f"{gap:.2e}" if gap < 1e-3 else f"{gap:.1%}"
+    words = (
+        f"the loss has a batch-level term: accumulating {n} microbatches of {m} optimises a different objective "
+        f"than one batch of {n * m} (difference {size} in the loss: {dec['whole']:.6g} for the batch, "
+        f"{dec['combined']:.6g} from its microbatches, under the same RNG state; {pct} in the gradient)"
+    )
+    source = dec.get("source") or ""
+    if declared or source:
+        cause = (f"{source}; " if source else "") + (f"declared by {declared}" if declared else "")
+        g.check(name, True, f"expected for this objective: {words}; the term: {cause.rstrip('; ')}")
+        return
+    g.check(
+        name,
+        False,
+        f"{words}; nothing in the model's output names it (a contrastive loss over in-batch negatives, a "
+        "balancing loss, statistics of the batch?): if it is meant, declare Task.batch_level_loss = True",
+        warn=True,
+    )
+    g.remedy = (
+        "expected for an objective over the whole batch: declare Task.batch_level_loss = True; to train the big "
+        "batch's objective, raise the microbatch and lower accumulation instead"
     )
 
 

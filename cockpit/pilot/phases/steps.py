@@ -23,9 +23,17 @@ from ..trainer import NonFinite, user
 from . import semantics
 
 
-def param_fingerprint(model: torch.nn.Module) -> dict[str, tuple[float, float]]:
+def param_fingerprint(model: torch.nn.Module) -> dict[str, tuple[float, ...]]:
+    """Per parameter: its sum, absolute sum and a position-weighted sum. The weighted sum is what sees Adam's
+    first step, which moves every element by exactly +-lr: with as many up as down (a weight-norm's 8 gains in
+    wav2vec2) the sum and absolute sum stay bit-identical although every element moved."""
+    out: dict[str, tuple[float, ...]] = {}
     with torch.no_grad():
-        return {n: (float(p.double().sum()), float(p.double().abs().sum())) for n, p in model.named_parameters()}
+        for n, p in model.named_parameters():
+            d = p.detach().double().flatten()
+            ramp = torch.linspace(1.0, 2.0, d.numel(), dtype=torch.float64, device=d.device)
+            out[n] = (float(d.sum()), float(d.abs().sum()), float((d * ramp).sum()))
+    return out
 
 
 def base_inputs(ctx: Context) -> dict[str, Any]:
@@ -43,7 +51,7 @@ def base_inputs(ctx: Context) -> dict[str, Any]:
 def forward(ctx: Context, g: Gate) -> None:
     ctx.meter.take_baseline()  # before the model loads: what the process and the GPUs hold already
     tr, st = ctx.trainer, ctx.steps
-    tr.build()
+    tr.build(allow_frozen=True)  # nothing requiring grad is the backward gate's finding, not a crash here
     n_params = sum(p.numel() for p in tr.model.parameters())
     n_train = sum(p.numel() for n, p in tr.model.named_parameters() if n in tr.trainable_names)
     g.inputs.update({"parameters": n_params, "trainable": n_train})
@@ -53,7 +61,8 @@ def forward(ctx: Context, g: Gate) -> None:
     g.inputs.update(ctx.batch_inputs(mbs[0]))
     g.inputs.update({"optimizer": tr.optimizer_source, "scheduler": tr.scheduler_source})
     tr.model.train()
-    tr.optimizer.zero_grad(set_to_none=True)
+    if tr.optimizer is not None:
+        tr.optimizer.zero_grad(set_to_none=True)
     batch = tr.collate(mbs[0])
     if tr.ddp is not None and len(mbs) > 1:
         st["no_sync"] = tr.ddp.no_sync()  # not the last microbatch: no all-reduce yet
@@ -126,6 +135,12 @@ def initial_loss(ctx: Context, g: Gate, loss: float) -> None:
 
 def backward(ctx: Context, g: Gate) -> None:
     tr, st = ctx.trainer, ctx.steps
+    if tr.nothing_trains:
+        if "no_sync" in st:
+            st.pop("no_sync").__exit__(None, None, None)
+        g.fail("something trains", tr.nothing_trains)
+        g.message = f"nothing to train: {tr.nothing_trains}"
+        return
     value, count = st["value"], st["count"]
     n = len(st["mbs"])
     scaled = value if count is not None else value / n
@@ -235,7 +250,12 @@ BACKWARD = Phase(
     "backward",
     backward,
     remedy="check the graph (detached tensors, frozen parameters), precision and normalisation",
-    checks=("every trainable parameter has a gradient", "finite gradients", "frozen parameters get no gradient"),
+    checks=(
+        "something trains",
+        "every trainable parameter has a gradient",
+        "finite gradients",
+        "frozen parameters get no gradient",
+    ),
     inputs=base_inputs,
     doc="finite gradient on every trainable parameter, none on frozen",
 )

@@ -9,10 +9,11 @@ from typing import Any
 import torch
 
 from ... import events as ev
-from .. import inspection
+from .. import carried, inspection
 from ..context import Context
 from ..gate import Gate, Phase
 from ..predictions import predict_pass
+from ..rng import rng_state, set_rng_state
 
 
 def run(ctx: Context, g: Gate) -> None:
@@ -64,22 +65,7 @@ def run(ctx: Context, g: Gate) -> None:
         + (f"; {dup} duplicated" if dup else ""),
     )
     g.check("finite loss", math.isfinite(out["loss"]), f"val loss {out['loss']:.4f}")
-    same = again["loss"] == first["loss"]
-    if same:
-        g.check("deterministic", True, "same loss twice (dropout off)")
-    else:
-        who = (
-            f"modules left in training mode inside eval(): {', '.join(sorted(training_in_eval)[:4])}"
-            if training_in_eval
-            else "no module is in training mode, so the randomness is in the code itself "
-            "(functional dropout with training=True, noise or sampling in forward, a random collate)"
-        )
-        g.check(
-            "deterministic",
-            False,
-            f"two evaluations of the same batch differ ({first['loss']:.6g} vs "
-            f"{again['loss']:.6g}): {who}; validation figures then move between runs for no reason",
-        )
+    deterministic(ctx, g, val[: tr.eval_microbatch], first["loss"], again["loss"], training_in_eval)
     g.check("training mode restored", tr.model.training, "back in train mode")
     # the prediction pass every validation of a training run makes, timed here so the first one holds no surprise
     t0 = time.perf_counter()
@@ -100,6 +86,100 @@ def run(ctx: Context, g: Gate) -> None:
         loss=ev.finite_or_none(out["loss"]),
         metrics={k: ev.finite_or_none(v) for k, v in metrics.items()},
     )
+
+
+def deterministic(
+    ctx: Context, g: Gate, batch: list[Any], first: float, again: float, training_in_eval: set[str]
+) -> None:
+    """The same batch evaluated twice gives the same loss; where it does not, whose randomness it is, measured.
+
+    Replaying the RNG state (Python, NumPy, torch, CUDA) before each of two evaluations tells seeded randomness
+    from randomness the run's seed does not control; a hook on the model tells randomness drawn inside its
+    forward in eval mode (dropout left on: a defect) from randomness the objective draws around it (the noise
+    and timesteps of a diffusion loss: deterministic given the RNG, so the check does not apply).
+    """
+    name = "deterministic"
+    if first == again:
+        g.check(name, True, "same loss twice (dropout off)")
+        return
+    tr = ctx.trainer
+    inside: list[bool] = []
+    entry: list[list[torch.Tensor]] = []
+
+    def before(module: Any, args: Any) -> None:
+        entry.append(_generators())
+
+    def after(module: Any, args: Any, output: Any) -> None:
+        inside.append(not _same(entry.pop(), _generators()))
+
+    start = rng_state()
+    h1 = tr.model.register_forward_pre_hook(before)
+    h2 = tr.model.register_forward_hook(after)
+    try:
+        a = tr.evaluate("val", batch)["loss"]
+        set_rng_state(start)
+        b = tr.evaluate("val", batch)["loss"]
+    finally:
+        h1.remove()
+        h2.remove()
+    g.extra["determinism"] = {"twice": [first, again], "replayed": [a, b], "model_draws": any(inside)}
+    differ = f"two evaluations of the same batch differ ({first:.6g} vs {again:.6g})"
+    state = carried.changed_by(tr.model, lambda: tr.evaluate("val", batch)) if a != b else []
+    if state:
+        g.extra["determinism"]["carried"] = state[:8]
+        g.check(
+            name,
+            False,
+            f"{differ}, and replaying the RNG state does not reproduce it: the model carries state from one call "
+            f"to the next ({', '.join(state[:4])} change at every forward: a hidden state, a cache, a counter), "
+            "so a validation loss depends on what was evaluated before it; reset that state at the start of "
+            "each evaluation (expected for a model that carries state, but its figures are then not comparable)",
+            warn=True,
+        )
+    elif a != b:
+        g.check(
+            name,
+            False,
+            f"{differ}, and replaying the RNG state (Python, NumPy, torch, CUDA) before each does not reproduce "
+            f"it ({a:.6g} vs {b:.6g}): randomness the run's seed does not control (a generator of its own, such "
+            "as numpy.random.default_rng() or random.Random() seeded from the clock, or a non-deterministic "
+            "kernel); validation figures then move between runs, and no resume or replay can be compared. Draw "
+            "from torch's generator (or one seeded from it)",
+        )
+    elif training_in_eval:
+        g.check(
+            name,
+            False,
+            f"{differ}: modules left in training mode inside eval(): {', '.join(sorted(training_in_eval)[:4])}; "
+            "validation figures then move between runs for no reason",
+        )
+    elif any(inside):
+        g.check(
+            name,
+            False,
+            f"{differ}: no module is in training mode, but the model's forward draws random numbers in eval mode "
+            "(functional dropout with training=True, sampling in forward); validation figures then move between "
+            "runs for no reason",
+        )
+    else:
+        g.not_applicable(
+            name,
+            f"the objective draws random numbers outside the model (noise, timesteps, masking) from the run's "
+            f"seeded generators: {differ}, but replaying the RNG state reproduces the loss exactly ({a:.6g} twice), "
+            "so it is deterministic given the RNG, and the resume and export replay compare under the same RNG "
+            "state; to compare validation losses across runs, evaluate under a fixed seed",
+        )
+
+
+def _generators() -> list[torch.Tensor]:
+    states = [torch.get_rng_state()]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states += list(torch.cuda.get_rng_state_all())
+    return states
+
+
+def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 PHASE = Phase(
