@@ -287,8 +287,14 @@ def test_parallel_refused_when_pilot_peaks_do_not_fit(campaign: Path) -> None:
     with pytest.raises(UsageError, match="more than"):
         sr.parallel_check(campaign, ["lr1e-4"], 2)
     assert sr.parallel_check(campaign, ["lr1e-4"], 1) == []
-    notes = sr.parallel_check(campaign, ["lr5e-5"], 2)
-    assert "no passed pilot for lr5e-5" in notes[0]
+    with pytest.raises(UsageError, match="more than"):  # a learning-rate variant shares the reference's pilot
+        sr.parallel_check(campaign, ["lr5e-5"], 2)
+    nbm.mutate(
+        campaign,
+        lambda nb: nb.variants.append(nbm.Variant("bf16", set={"precision": "bf16"}, differs="bf16", kind="memory")),
+    )
+    notes = sr.parallel_check(campaign, ["bf16"], 2)  # a memory variant needs a pilot of its own
+    assert "no passed pilot for bf16" in notes[0]
 
 
 def test_no_torch_in_orchestration() -> None:

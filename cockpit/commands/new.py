@@ -11,7 +11,7 @@ import argparse
 import re
 from pathlib import Path
 
-from .. import notebook
+from .. import fsutil, notebook
 from ..errors import UsageError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     except notebook.NotebookError as exc:
         raise UsageError(f"{target}: the settings do not make a valid notebook: {exc}") from None
     if write_task:
-        task_file.write_text(notebook.task_template(name), "utf-8")
+        fsutil.write_text(task_file, notebook.task_template(name))
     print(f"Created {target}" + (f" and {task_file}, a runnable task to fill in." if write_task else "."))
     if args.from_training_args is not None:
         print(f"[batch], [training], [validation] and [checkpoints] come from {args.from_training_args}.")

@@ -117,7 +117,7 @@ class PilotSpec:
     overfit_steps: int = 200  # at most; it stops as soon as both thresholds are met
     overfit_loss_ratio: float = 0.1  # must fall below this share of its starting value
     overfit_accuracy: float = 0.9  # share of supervised targets the fitted model must predict right
-    overfit_lr: float | None = None  # default: the training lr, raised to at least 3e-3
+    overfit_lr: float | None = None  # default: the training lr as it is (the overfit gate never raises it)
     timed_updates: int = 5  # later updates timed one by one: the median is the time per update, with its spread
     grad_tolerance: float = 1e-4  # relative, accumulated vs single-batch gradient
     headroom: float = 0.1

@@ -185,6 +185,8 @@ class CockpitApp(EditingApp):
 
     def _broadcast(self, make: Callable[[], NotebookChanged]) -> None:
         """Every screen in the stack gets the news (the one on top first), each its own message."""
+        if not self.screen_stack:
+            return  # a read that lands while the app starts or closes: no screen to tell, no keys to offer
         self.refresh_bindings()  # the keys on offer follow whether the notebook can be read (editing.EditingApp)
         for screen in reversed(self.screen_stack):
             screen.post_message(make())

@@ -55,15 +55,18 @@ CASES: dict[str, Case] = {
     "mixtral": Case("hf_mixtral_task.py:task", training={"lr": 1e-3}),
     "clip": Case("hf_clip_task.py:task", training={"lr": 3e-4}),
     "diffusion": Case("diffusers_unet_task.py:task", training={"lr": 1e-3}),
-    "wav2vec2_ctc": Case("hf_wav2vec2_ctc_task.py:task", training={"lr": 1e-3}),
+    # the three below learn slowly at their training rate (a CTC model emits blanks first; an adapter over a random
+    # base; masked tokens that change at every step): the overfit gate warns "a slow rate" and names the remedy,
+    # which these campaigns take, as a user would ([pilot] overfit_lr or overfit_steps)
+    "wav2vec2_ctc": Case("hf_wav2vec2_ctc_task.py:task", training={"lr": 1e-3}, pilot={"overfit_lr": 3e-3}),
     "t5": Case("hf_t5_task.py:task", training={"lr": 1e-3}),
     "whisper": Case("hf_whisper_task.py:task", training={"lr": 1e-3}),
     "vit": Case("hf_vit_task.py:task", training={"lr": 1e-3}),
-    "lora": Case("peft_lora_task.py:task", training={"lr": 1e-3}),
+    "lora": Case("peft_lora_task.py:task", training={"lr": 1e-3}, pilot={"overfit_lr": 1e-2}),
     "distill": Case("distill_task.py:task", training={"lr": 1e-3}),
     "lstm": Case("lstm_task.py:task", training={"lr": 1e-3}),
     "regression": Case("regression_task.py:task", training={"lr": 1e-3}),
-    "bert_mlm": Case("hf_bert_mlm_task.py:task", training={"lr": 1e-3}),
+    "bert_mlm": Case("hf_bert_mlm_task.py:task", training={"lr": 1e-3}, pilot={"overfit_lr": 3e-3}),
     "dpo": Case("dpo_task.py:task", training={"lr": 1e-3}),
     # broken twins: each fails (or warns) at its gate, naming what it found
     "nanogpt_uneven": Case(
@@ -126,7 +129,7 @@ CASES: dict[str, Case] = {
         "diffusers_unet_own_noise.py:task",
         training={"lr": 1e-3},
         family="diffusion",
-        expect="passed",
+        expect="failed",  # named at data; validation then fails: its figures would move between runs
         gate="data",
         check="collate deterministic",
         verdict="warn",

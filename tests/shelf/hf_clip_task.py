@@ -11,7 +11,7 @@ import torch
 from transformers import CLIPConfig, CLIPModel
 
 from cockpit.pilot.task import Task
-from tests.shelf.synthetic import PAD, VOCAB, encode, generator, pad, split
+from tests.shelf.synthetic import EOS, PAD, VOCAB, encode, generator, pad, split
 
 IMAGE = 8
 COLOURS = ("red", "green", "blue", "grey")
@@ -30,7 +30,8 @@ def datasets(params: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 
 def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
-    ids = pad([encode(e["caption"]) for e in examples], PAD)
+    # CLIP's text tower pools the hidden state at the end-of-text token, which its tokenizer appends to every caption
+    ids = pad([encode(e["caption"]) + [EOS] for e in examples], PAD)
     pixels = torch.tensor([e["image"] for e in examples], dtype=torch.float32)
     return {"input_ids": ids, "attention_mask": (ids != PAD).long(), "pixel_values": pixels}
 

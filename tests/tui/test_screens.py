@@ -362,3 +362,20 @@ async def test_inspect_json_written_later_is_read(make_app, recorded: Path):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("i")
         await until(pilot, shows(app, "0 inspected examples"))
+
+
+async def test_a_notebook_read_landing_while_no_screen_is_up_is_ignored(make_app):
+    """A notebook read that lands while the app starts or closes found no screen: refreshing the keys on offer
+    raised ScreenStackError and failed a loaded CI run (test_probe_live)."""
+    from cockpit.tui.messages import NotebookChanged
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        stacks = app._screen_stacks
+        saved = stacks[app._current_mode]
+        stacks[app._current_mode] = []
+        try:
+            app._broadcast(lambda: NotebookChanged(False))
+        finally:
+            stacks[app._current_mode] = saved
