@@ -58,7 +58,9 @@ CASES: dict[str, Case] = {
     # the three below learn slowly at their training rate (a CTC model emits blanks first; an adapter over a random
     # base; masked tokens that change at every step): the overfit gate warns "a slow rate" and names the remedy,
     # which these campaigns take, as a user would ([pilot] overfit_lr or overfit_steps)
-    "wav2vec2_ctc": Case("hf_wav2vec2_ctc_task.py:task", training={"lr": 1e-3}, pilot={"overfit_lr": 3e-3}),
+    "wav2vec2_ctc": Case(
+        "hf_wav2vec2_ctc_task.py:task", training={"lr": 1e-3}, pilot={"overfit_lr": 1e-2, "overfit_steps": 600}
+    ),
     "t5": Case("hf_t5_task.py:task", training={"lr": 1e-3}),
     "whisper": Case("hf_whisper_task.py:task", training={"lr": 1e-3}),
     "vit": Case("hf_vit_task.py:task", training={"lr": 1e-3}),
@@ -66,7 +68,9 @@ CASES: dict[str, Case] = {
     "distill": Case("distill_task.py:task", training={"lr": 1e-3}),
     "lstm": Case("lstm_task.py:task", training={"lr": 1e-3}),
     "regression": Case("regression_task.py:task", training={"lr": 1e-3}),
-    "bert_mlm": Case("hf_bert_mlm_task.py:task", training={"lr": 1e-3}, pilot={"overfit_lr": 3e-3}),
+    "bert_mlm": Case(
+        "hf_bert_mlm_task.py:task", training={"lr": 1e-3}, pilot={"overfit_lr": 3e-3, "overfit_steps": 800}
+    ),
     "dpo": Case("dpo_task.py:task", training={"lr": 1e-3}),
     # broken twins: each fails (or warns) at its gate, naming what it found
     "nanogpt_uneven": Case(
