@@ -76,10 +76,10 @@ def _module(name: str):
 
 
 def _names_a_campaign(arg: str) -> bool:
-    from pathlib import Path
+    from .notebook.parse import resolve
 
-    p = Path(arg)
-    return p.is_dir() or p.name == "campaign.toml" or (len(p.parts) == 1 and (Path("campaigns") / p).is_dir())
+    p = resolve(arg)
+    return p.is_dir() or p.name == "campaign.toml"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,15 +34,20 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
 
 
-def test_every_documented_integration_imports_in_a_fresh_interpreter(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", DOCUMENTED],
+def fresh_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``code`` in a new interpreter of this environment, with nothing of the tests on its path."""
+    return subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code],
         capture_output=True,
         text=True,
         timeout=300,
-        cwd=tmp_path,
+        cwd=cwd,
         env=clean_env(),
     )
+
+
+def test_every_documented_integration_imports_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    proc = fresh_python(DOCUMENTED, tmp_path)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 
@@ -60,14 +65,7 @@ def test_a_package_built_against_torch_loads_or_is_absent(name: str, tmp_path: P
         f"import {name}\n"
         "print('loads')\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=clean_env(),
-    )
+    proc = fresh_python(code, tmp_path)
     assert proc.returncode == 0, f"{name} is installed but cannot load: {proc.stderr[-1500:]}"
     assert proc.stdout.strip() in ("absent", "loads")
 
@@ -105,13 +103,14 @@ def test_no_test_repairs_a_third_party_package() -> None:
 
 
 def test_the_repair_scan_sees_a_module_swap(tmp_path: Path) -> None:
-    """The scan above is not vacuous: the repair the tests used to carry is found."""
+    """The scan above is not vacuous: a module swap and an import hook, the shape of the repair the tests used to
+    carry, are found (written into a scratch file, never run)."""
     probe = tmp_path / "test_probe.py"
     probe.write_text(
         "import sys, types\n"
-        "sys.modules['torchvision._meta_registrations'] = types.ModuleType('x')\n"
+        "sys.modules['somepkg._registrations'] = types.ModuleType('x')\n"
         "sys.meta_path.insert(0, object())\n"
         "sys.modules['cockpit_task_1'] = types.ModuleType('ours')\n"
     )
     hits = repairs(probe, tmp_path)
-    assert len(hits) == 2 and "torchvision" in hits[0] and "meta_path" in hits[1]
+    assert len(hits) == 2 and "somepkg" in hits[0] and "meta_path" in hits[1]

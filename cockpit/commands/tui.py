@@ -47,9 +47,8 @@ def default_campaign(cwd: Path | None = None) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..notebook.parse import resolve
     from ..tui.app import main
 
-    campaign = Path(args.campaign) if args.campaign else default_campaign()
-    if args.campaign and not campaign.exists() and len(campaign.parts) == 1 and (Path("campaigns") / campaign).is_dir():
-        campaign = Path("campaigns") / campaign
+    campaign = resolve(args.campaign) if args.campaign else default_campaign()
     return main(campaign)  # non-zero after an unhandled error; says what keeps running

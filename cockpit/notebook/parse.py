@@ -25,11 +25,17 @@ from .model import NOTEBOOK_FILE, REQUIRED_SECTIONS, SECTIONS, Notebook, Noteboo
 MAX_NOTEBOOK_BYTES = 256 << 20  # a notebook with 200,000 decisions is about 30 MB
 
 
-def find(path: Path | str) -> Path:
-    """Accept a campaign folder or its campaign.toml; a bare name is looked for here, then in ``campaigns/``."""
+def resolve(path: Path | str) -> Path:
+    """A campaign as the user named it: a path, or a bare name that is not here but is under ``campaigns/``."""
     p = Path(path)
     if not p.exists() and len(p.parts) == 1 and (Path("campaigns") / p / NOTEBOOK_FILE).is_file():
-        p = Path("campaigns") / p  # `cockpit new x && cockpit pilot x`: x is campaigns/x
+        return Path("campaigns") / p  # `cockpit new x && cockpit pilot x`: x is campaigns/x
+    return p
+
+
+def find(path: Path | str) -> Path:
+    """Accept a campaign folder or its campaign.toml; a bare name is looked for here, then in ``campaigns/``."""
+    p = resolve(path)
     if p.is_dir() and p.name != NOTEBOOK_FILE:
         p = p / NOTEBOOK_FILE
     if p.is_dir():

@@ -117,6 +117,7 @@ class RunProcess:
         return {}
 
     def body(self) -> ev.Outcome:
+        """The run's own work (the pilot's phases, a training run's updates): each kind of run overrides it."""
         raise NotImplementedError
 
     def current_phase(self) -> str:
