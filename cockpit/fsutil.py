@@ -15,8 +15,8 @@ import contextlib
 import errno
 import hashlib
 import os
+import secrets
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -26,26 +26,43 @@ def temp_prefix(name: str) -> str:
     return f".{name}."
 
 
+def _temporary_name(path: Path) -> str:
+    return str(path.parent / f"{temp_prefix(path.name)}{secrets.token_hex(8)}.tmp")
+
+
 @contextlib.contextmanager
 def atomic_writer(path: Path | str, mode: int | None = None, sync_dir: bool = False) -> Iterator[IO[bytes]]:
     """Yield a binary file; on a clean exit it replaces ``path`` whole, else it vanishes."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path.name), suffix=".tmp", dir=path.parent)
+    tmp = ""
     try:
+        # The temporary is named before it exists and made inside this ``try``: a stop raised between any two
+        # bytecodes (where a signal handler runs) finds its name already bound and removes the file. With
+        # ``mkstemp`` a stop landing after the file was made but before its name was bound left it behind.
+        for _ in range(100):
+            tmp = _temporary_name(path)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+                break
+            except FileExistsError:
+                tmp = ""  # another writer's: never ours to remove
+        else:
+            raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
         if mode is None:
             try:
                 mode = path.stat().st_mode & 0o7777
             except FileNotFoundError:
                 mode = 0o644
-        os.fchmod(fd, mode)  # mkstemp makes the file private (0600)
+        os.fchmod(fd, mode)  # made private (0600) like mkstemp's
         with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        if tmp:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
         raise
     if sync_dir:
         dfd = os.open(path.parent, os.O_RDONLY)
