@@ -29,6 +29,13 @@ def run(args: argparse.Namespace) -> int:
     from .. import protocol
 
     nb = notebook.load(args.campaign)
+    if nb.is_probe:
+        command = " ".join(nb.probe.command) if nb.probe else "?"
+        print(
+            f"{nb.path}: valid; a probe campaign for `{command}`: no task to check "
+            f"(`cockpit probe {nb.directory}` measures the script)"
+        )
+        return 0
     missing = task_missing(nb)
     if missing:
         raise notebook.NotebookError(f"{nb.path}: task.entry: {missing}")

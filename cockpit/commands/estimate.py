@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from ..runs import now
 
     nb = nbm.load(args.campaign)
+    nb.needs_task("an estimate (it traces the task's model)")
     e = campaign.estimate(nb, args.variant, args.gpu, second=not args.no_table, compare_cpu=not args.no_compare)
     data = dataclasses.asdict(e)
     try:

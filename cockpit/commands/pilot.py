@@ -131,10 +131,15 @@ def shown_path(path: Path) -> str:
 EXAMPLE_PHASES = frozenset({"data", "leakage", "forward", "backward", "overfit", "validation", "export"})
 
 
-def next_step(st: runs.RunState, noun: str = "pilot") -> str:
-    """What to run next, in one line: the series after a passed pilot; after a failure, the remedy first."""
+def next_step(st: runs.RunState, noun: str = "pilot", probe_campaign: bool = False) -> str:
+    """What to run next, in one line: the series after a passed pilot; after a failure, the remedy first.
+
+    A probe campaign (made by ``cockpit probe -- COMMAND``) has no task to pilot: its next steps are the sheet
+    and the plan, which take their figures from the probe."""
     camp = shown_path(st.dir.parent.parent)
     if st.status == ev.Status.PASSED.value:
+        if probe_campaign:
+            return f"cockpit sheet {camp}, then cockpit plan {camp} --updates N (the script's own length)"
         if noun != "pilot":
             return f"cockpit pilot {camp} (the full pilot), then cockpit series {camp}"
         return f"cockpit series {camp}, then cockpit sheet {camp}"
@@ -153,7 +158,11 @@ def next_step(st: runs.RunState, noun: str = "pilot") -> str:
 
 
 def print_result(
-    st: runs.RunState, noun: str = "pilot", rss_of: str = "the pilot process", console: Console | None = None
+    st: runs.RunState,
+    noun: str = "pilot",
+    rss_of: str = "the pilot process",
+    console: Console | None = None,
+    probe_campaign: bool = False,
 ) -> None:
     """The end of a pilot: the gate table, one line per finding, what was not measured, the busy machine said
     once, the outcome and a `next:` line. At 80 columns the demo's 14 passed gates end in 22 lines;
@@ -187,7 +196,9 @@ def print_result(
         highlight=False,
         overflow="fold",
     )
-    console.print(Text.assemble(("next: ", "bold"), next_step(st, noun)), highlight=False, overflow="fold")
+    console.print(
+        Text.assemble(("next: ", "bold"), next_step(st, noun, probe_campaign)), highlight=False, overflow="fold"
+    )
 
 
 def run_all(args: argparse.Namespace) -> int:
@@ -200,6 +211,7 @@ def run_all(args: argparse.Namespace) -> int:
     if args.variant or args.follows:
         raise UsageError("--all pilots every variant that needs it: leave out --variant and --follows")
     nb = nbm.load(args.campaign)
+    nb.needs_task("a pilot")
     overrides = parse_overrides(args.set)
     groups = checks.pilot_groups(nb)
     if not args.no_task_check:
@@ -247,6 +259,7 @@ def run(args: argparse.Namespace) -> int:
         from .check import refuse_what_the_task_shows, task_missing
 
         nb = nbm.load(args.campaign)
+        nb.needs_task("a pilot")
         missing = task_missing(nb)
         if missing:
             raise UsageError(f"cockpit pilot: {nb.path}: task.entry: {missing}")

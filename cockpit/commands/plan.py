@@ -35,6 +35,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="GPUs on the rented box: runs go side by side (default: as many as the reference's pilot saw)",
     )
+    p.add_argument(
+        "--updates",
+        type=int,
+        default=None,
+        metavar="N",
+        help="a probe campaign's run length in optimizer steps (the script's own, which Cockpit cannot read)",
+    )
     p.add_argument("--write", action="store_true", help="store the chosen package in the notebook's [rental]")
     p.add_argument(
         "--choose",
@@ -53,7 +60,17 @@ def run(args: argparse.Namespace) -> int:
     nb = nbm.load(args.campaign)
     if args.gpus is not None and args.gpus < 1:
         raise UsageError(f"--gpus {args.gpus}: give a whole number >= 1")
-    p = pl.build(nb, days=args.days, seeds=args.seeds, reserve_hours=args.reserve_hours, gpus=args.gpus)
+    if args.updates is not None:
+        if not nb.is_probe:
+            raise UsageError(
+                f"--updates is for a probe campaign (a script's own length); {nb.path}'s runs take their length "
+                "from [batch] updates, epochs or examples: change it there"
+            )
+        if args.updates < 1:
+            raise UsageError(f"--updates {args.updates}: give the script's optimizer steps, a whole number >= 1")
+    p = pl.build(
+        nb, days=args.days, seeds=args.seeds, reserve_hours=args.reserve_hours, gpus=args.gpus, updates=args.updates
+    )
     print("\n".join(pl.render(p)))
     if args.write:
         pkg = pl.choose(p, args.choose)

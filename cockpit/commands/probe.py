@@ -3,6 +3,11 @@
 The command goes into the notebook's ``[probe]`` (with ``--steps``, ``--resume``, ``--to-end`` and
 ``--env``), so ``cockpit probe CAMPAIGN`` alone runs it again; the run starts detached, as a pilot
 does, and this command follows its gates and prints the table.
+
+``cockpit probe -- python train.py ARGS`` without a campaign makes one for the script: ``campaigns/train``,
+a *probe campaign* (``[campaign] kind = "probe"``) that holds the command and no task, template variants or
+settings. Every probe run records the script's own command-line settings (``--lr 3e-4`` is ``lr = 0.0003``),
+never a variant's.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -22,7 +28,11 @@ from ..errors import UsageError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("campaign", help="campaign folder or campaign.toml")
+    p.add_argument(
+        "campaign",
+        nargs="?",
+        help="campaign folder or campaign.toml (default: a probe campaign for the script, campaigns/<script name>)",
+    )
     p.add_argument("--variant", help="the variant this probe measures (default: the reference)")
     p.add_argument("--steps", type=int, help="optimizer steps to watch (default 5): the first, then the later ones")
     p.add_argument(
@@ -89,7 +99,7 @@ def spec_from(args: argparse.Namespace, nb: nbm.Notebook) -> tuple[nbm.ProbeSpec
             raise UsageError(f"--batch-dim {args.batch_dim}: give the input's batch dimension, 0 to 8")
         spec.env = {**spec.env, "COCKPIT_PROBE_BATCH_DIM": str(args.batch_dim)}
     if not spec.command:
-        where = nbm.find(args.campaign)
+        where = nb.path or nbm.find(args.campaign)
         raise UsageError(
             f"no command to probe: give one after --, e.g. `cockpit probe {where.parent} -- python train.py`, "
             f"or set command in the [probe] table of {where}."
@@ -113,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     from ..probe.config import ProbeConfig, shown
     from .pilot import follow, print_result, summary
 
-    path = nbm.find(args.campaign)
+    path = nbm.find(args.campaign) if args.campaign else campaign_for(script_command(args))
     nb = nbm.load(path)
     spec, changed = spec_from(args, nb)
     if args.variant:
@@ -138,7 +148,15 @@ def run(args: argparse.Namespace) -> int:
         compare_steps=spec.compare_steps,
         cwd=os.getcwd(),
     )
-    rid, rdir = launch.new_run(path, args.variant, 0, kind="probe", nproc=1, extra={"probe": cfg.frozen()})
+    rid, rdir = launch.new_run(
+        path,
+        args.variant,
+        0,
+        kind="probe",
+        nproc=1,
+        overrides=script_settings(spec.command),
+        extra={"probe": cfg.frozen()},
+    )
     if args.detach:
         print(json.dumps({"run": rid, "dir": str(rdir)}) if args.json else f"started {rid} in {rdir}")
         return 0
@@ -151,5 +169,112 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary(st), indent=2, default=str))
     else:
-        print_result(st, noun="probe", rss_of="the script's process")
+        print_result(st, noun="probe", rss_of="the script's process", probe_campaign=nb.is_probe)
     return int(st.exit_code)
+
+
+def script_command(args: argparse.Namespace) -> list[str]:
+    command = list(args.script or [])
+    if not command:
+        raise UsageError(
+            "give the campaign, or the command after --: `cockpit probe -- python train.py` makes a probe "
+            "campaign for the script under campaigns/; `cockpit probe CAMPAIGN -- python train.py` files the probe "
+            "in an existing one."
+        )
+    return command
+
+
+def _script_at(command: list[str]) -> tuple[str, int]:
+    """The script a command runs (``train.py``, ``-m pkg.train``) and where its own arguments start."""
+    for i, arg in enumerate(command):
+        if arg == "-m" and i + 1 < len(command):
+            return command[i + 1].rsplit(".", 1)[-1], i + 2
+        if arg.endswith(".py"):
+            return Path(arg).stem, i + 1
+    return Path(command[0]).name, 1
+
+
+def script_name(command: list[str]) -> str:
+    """A campaign name for a command: its script's stem (``train.py``, ``-m pkg.train``), else the program's."""
+    slug = re.sub(r"[^a-z0-9_-]+", "-", _script_at(command)[0].lower()).strip("-_")
+    return slug or "probe"
+
+
+def campaign_for(command: list[str], root: Path | None = None) -> Path:
+    """The probe campaign of a command: ``campaigns/<script name>`` made for it, or the one made for it before.
+
+    A folder of that name that holds something else (a task campaign, another script's probe) is never
+    reused: the next free name (``train-2``) is made instead.
+    """
+    root = root or Path("campaigns")
+    base = script_name(command)
+    for n in range(1, 1000):
+        folder = root / (base if n == 1 else f"{base}-{n}")
+        path = folder / nbm.NOTEBOOK_FILE
+        if path.exists():
+            try:
+                old = nbm.load(path)
+            except nbm.NotebookError:
+                continue
+            if old.is_probe and old.probe is not None and old.probe.command == command:
+                return path
+            continue
+        if folder.exists() and any(folder.iterdir()):
+            continue
+        nb = nbm.Notebook(
+            campaign=nbm.CampaignInfo(
+                name=folder.name,
+                kind="probe",
+                question=f"What does `{shlex.join(command)}` need, phase by phase, before a long rental?",
+            ),
+            probe=nbm.ProbeSpec(command=list(command)),
+            **nbm.probe_placeholders(),
+        )
+        folder.mkdir(parents=True, exist_ok=True)
+        nbm.create(path, nbm.dumps(nb))
+        print(
+            f"made {folder}: a probe campaign for `{shlex.join(command)}` (its settings are the script's own; "
+            f"`cockpit probe {folder}` runs it again)",
+            file=sys.stderr,
+        )
+        return path
+    raise UsageError(f"no free campaign name for {base!r} under {root}: name one, `cockpit probe CAMPAIGN -- ...`")
+
+
+_FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9_.-]*)(?:=(.*))?$", re.DOTALL)
+
+
+def script_settings(command: list[str]) -> dict[str, object]:
+    """The settings a command line gives its script: ``--lr 3e-4``, ``--batch_size=8``, ``--compile`` (true).
+
+    Only the script's own arguments count (not the interpreter's or a launcher's, such as ``torchrun
+    --nproc_per_node``). Numbers become numbers; everything else stays the string the script received.
+    Positional arguments (a config file) are not settings. Recorded on the probe's run as what it ran with.
+    """
+    out: dict[str, object] = {}
+    args = command[_script_at(command)[1] :]
+    i = 0
+    while i < len(args):
+        m = _FLAG.match(args[i])
+        i += 1
+        if m is None:
+            continue
+        key, value = m.group(1).replace("-", "_"), m.group(2)
+        if value is None:
+            if i < len(args) and not _FLAG.match(args[i]):
+                value = args[i]
+                i += 1
+            else:
+                out[key] = True
+                continue
+        out[key] = _number(value)
+    return out
+
+
+def _number(text: str) -> object:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text

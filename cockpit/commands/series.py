@@ -119,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--rerun: {exc}") from None
     path = nbm.find(args.campaign)
     nb = runs.settle(path)
+    nb.needs_task("a series")
     overrides = parse_overrides(args.set)
     overrides.update(sr.budget_overrides(args.updates))
     seeds = sr.parse_seeds(args.seeds) if args.seeds is not None else None

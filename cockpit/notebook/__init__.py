@@ -11,6 +11,7 @@ Comments are not kept when Cockpit saves the file: use the ``notes`` fields inst
 from __future__ import annotations
 
 from .model import (
+    CAMPAIGN_KINDS,
     DECISION_KINDS,
     HELD,
     LOCK_FILE,
@@ -18,6 +19,7 @@ from .model import (
     PRECISIONS,
     REQUIRED_SECTIONS,
     RUN_KINDS,
+    SCRIPT_VARIANT,
     SECTIONS,
     STRATEGIES,
     BatchSpec,
@@ -38,11 +40,14 @@ from .model import (
     TrainingSpec,
     ValidationSpec,
     Variant,
+    probe_placeholders,
 )
 from .parse import find, load, parse
 from .store import create, dumps, locked, mutate, save, task_template, template, to_dict, validate
 
 __all__ = [
+    "probe_placeholders",
+    "CAMPAIGN_KINDS",
     "DECISION_KINDS",
     "HELD",
     "LOCK_FILE",
@@ -50,6 +55,7 @@ __all__ = [
     "PRECISIONS",
     "REQUIRED_SECTIONS",
     "RUN_KINDS",
+    "SCRIPT_VARIANT",
     "SECTIONS",
     "STRATEGIES",
     "BatchSpec",

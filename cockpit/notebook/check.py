@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from .model import (
+    CAMPAIGN_KINDS,
     DECISION_KINDS,
     HELD,
     PRECISIONS,
@@ -172,6 +173,22 @@ def check_values(nb: Notebook, problems: list[str]) -> None:
         bad("campaign.held_constant", f"is {c.held_constant!r}; use one of {', '.join(HELD)}")
     num("campaign.quality_target", c.quality_target, -1e12, 1e12)
     whole("campaign.protocol_revision", c.protocol_revision, 1, 1_000_000)
+    if c.kind not in CAMPAIGN_KINDS:
+        bad(
+            "campaign.kind", f"is {_show(c.kind)}; use task (the default) or probe (made by `cockpit probe -- COMMAND`)"
+        )
+    elif c.kind == "probe" and (nb.probe is None or not nb.probe.command):
+        bad(
+            "campaign.kind",
+            'is "probe" but [probe] has no command; give it as command = ["python", "train.py"] '
+            "or run `cockpit probe CAMPAIGN -- python train.py`",
+        )
+    if c.kind != "probe":  # a probe campaign has no [task], [batch], [training] or [variants]: the script's own
+        _task_and_settings(nb, bad, rule)
+    _rest(nb, bad, num, whole)
+
+
+def _task_and_settings(nb: Notebook, bad: Callable[[str, str], None], rule: Callable[..., None]) -> None:
     if isinstance(nb.task.entry, str) and ":" not in nb.task.entry:
         bad(
             "task.entry",
@@ -206,6 +223,8 @@ def check_values(nb: Notebook, problems: list[str]) -> None:
 
     _variants(nb, bad)
 
+
+def _rest(nb: Notebook, bad: Callable[[str, str], None], num: Callable[..., None], whole: Callable[..., None]) -> None:
     s = nb.stop
     num("stop.divergence_factor", s.divergence_factor, 1, 1e6, lo_open=True)
     whole("stop.patience", s.patience, 1, 1_000_000)

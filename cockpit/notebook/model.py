@@ -15,6 +15,9 @@ HELD = ("updates", "epochs", "examples")
 PRECISIONS = ("fp32", "bf16", "fp16")
 STRATEGIES = ("one GPU", "DDP", "FSDP")
 RUN_KINDS = ("pilot", "train", "probe")
+CAMPAIGN_KINDS = ("task", "probe")  # probe: made by `cockpit probe -- COMMAND` from a script, with no task
+SCRIPT_VARIANT = "script"  # a probe campaign's one variant: the script as its command line runs it
+PROBE_OPTIONAL = ("task", "batch", "training", "variants")  # sections a probe campaign does not have
 DECISION_KINDS = ("decision", "observation", "protocol")
 
 
@@ -35,6 +38,7 @@ class CampaignInfo:
     quality_target: float | None = None
     higher_is_better: bool = False
     protocol_revision: int = 1  # raised by `cockpit protocol` when the fixed rules change after runs exist
+    kind: str = "task"  # task | probe (a script measured from outside: no [task], [batch], [training], [variants])
     notes: str = ""
 
 
@@ -216,6 +220,23 @@ class Notebook:
     # ---- queries
 
     @property
+    def is_probe(self) -> bool:
+        """A campaign made by ``cockpit probe -- COMMAND``: the script's own settings, no task to pilot."""
+        return self.campaign.kind == "probe"
+
+    def needs_task(self, what: str) -> None:
+        """Refuse, in one paragraph, ``what`` (a pilot, a series run) in a probe campaign: it has no task to run."""
+        if self.is_probe:
+            folder = self.path.parent if self.path else "CAMPAIGN"
+            command = " ".join(self.probe.command) if self.probe else "python train.py"
+            raise NotebookError(
+                f'{self._where()}: a probe campaign ([campaign] kind = "probe", made by `cockpit probe -- '
+                f"{command}`) has no [task], so {what} has nothing to run. Probe the script again with `cockpit "
+                f"probe {folder}`, read its figures with `cockpit sheet {folder}` and `cockpit plan {folder} "
+                "--updates N`; to pilot the training itself, write a task (`cockpit new NAME` makes one to fill in)."
+            )
+
+    @property
     def directory(self) -> Path:
         if self.path is None:
             raise NotebookError("this notebook was not loaded from a file")
@@ -260,6 +281,17 @@ class Notebook:
 
     def _where(self) -> str:
         return str(self.path) if self.path else NOTEBOOK_FILE
+
+
+def probe_placeholders() -> dict[str, Any]:
+    """What a probe campaign holds in place of the sections it does not have. Never written to its file
+    (:func:`~cockpit.notebook.store.to_dict` leaves them out) and never shown as settings: the script has its own."""
+    return {
+        "task": TaskSpec(entry=""),
+        "batch": BatchSpec(microbatch=1),
+        "training": TrainingSpec(lr=1.0),
+        "variants": [Variant(id=SCRIPT_VARIANT, reference=True, why="the script as its command line runs it")],
+    }
 
 
 SECTIONS: dict[str, Any] = {

@@ -20,7 +20,16 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .check import check_values, suggest
-from .model import NOTEBOOK_FILE, REQUIRED_SECTIONS, SECTIONS, Notebook, NotebookError
+from .model import (
+    CAMPAIGN_KINDS,
+    NOTEBOOK_FILE,
+    PROBE_OPTIONAL,
+    REQUIRED_SECTIONS,
+    SECTIONS,
+    Notebook,
+    NotebookError,
+    probe_placeholders,
+)
 
 MAX_NOTEBOOK_BYTES = 256 << 20  # a notebook with 200,000 decisions is about 30 MB
 
@@ -202,14 +211,30 @@ def _build_notebook(data: dict[str, Any], problems: list[str]) -> Notebook | Non
     for key in data:
         if key not in SECTIONS:
             problems.append(f"unknown section [{key}]: the sections are {', '.join(SECTIONS)}" + suggest(key, SECTIONS))
+    campaign = data.get("campaign")
+    probe = isinstance(campaign, dict) and campaign.get("kind") == "probe"
+    if isinstance(campaign, dict) and campaign.get("kind", "task") not in CAMPAIGN_KINDS:
+        problems.append(
+            f"campaign.kind: is {campaign.get('kind')!r}; use task (the default) or probe "
+            "(made by `cockpit probe -- COMMAND`)"
+        )
     for key in REQUIRED_SECTIONS:
-        if key not in data:
+        if key not in data and not (probe and key in PROBE_OPTIONAL):
             problems.append(f"missing section [{key}]")
     built: dict[str, Any] = {}
     for key, typ in SECTIONS.items():
         if key not in data:
             continue
         built[key] = _convert(data[key], typ, key, problems)
+    if probe:
+        for key, placeholder in probe_placeholders().items():
+            if key in data:
+                problems.append(
+                    f'[{key}] in a probe campaign ([campaign] kind = "probe"): a probe measures the script\'s own '
+                    f'settings from its command line; remove [{key}], or remove kind = "probe" to make this a '
+                    "task campaign (then [task], [batch], [training] and [variants] are all needed)"
+                )
+            built[key] = placeholder
     if any(k not in built or built[k] is None for k in REQUIRED_SECTIONS):
         return None
     try:

@@ -24,7 +24,16 @@ try:  # the C encoder behind json.dumps, without its per-call overhead
     from json.encoder import c_encode_basestring as _json_string  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover
     from json.encoder import py_encode_basestring as _json_string
-from .model import LOCK_FILE, NOTEBOOK_FILE, SECTIONS, ConflictError, Notebook, NotebookError
+from .model import (
+    LOCK_FILE,
+    NOTEBOOK_FILE,
+    PROBE_OPTIONAL,
+    SECTIONS,
+    ConflictError,
+    Notebook,
+    NotebookError,
+    PilotSpec,
+)
 from .parse import CACHE_FILE, CACHE_MIN_BYTES, find, from_data, load, parse, read_bytes
 
 
@@ -40,6 +49,8 @@ def to_dict(nb: Notebook) -> dict[str, Any]:
         value = getattr(nb, key)
         if value is None:  # an optional section not set up (e.g. [probe]): not written
             continue
+        if nb.is_probe and (key in PROBE_OPTIONAL or (key == "pilot" and value == PilotSpec())):
+            continue  # a probe campaign's placeholders are not settings, and the pilot's gates do not run on it
         if isinstance(value, list):
             if value:  # an empty array of tables would be written as "runs = []" above every table
                 out[key] = [_table(v) for v in value]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from dataclasses import dataclass, field
 
 from .. import arithmetic
@@ -108,6 +109,7 @@ class Plan:
     lanes: int = 1  # runs side by side (GPUs // processes per run)
     disk: Disk | None = None  # for every planned run of the largest package
     memory: list[str] = field(default_factory=list)  # saved estimates beside measured pilots (the GPU to rent)
+    measured_by: str = "pilot"  # "probe" in a probe campaign: its times are the script's own
 
 
 def _dataset_size(all_runs: list[sh.RunFiles]) -> int | None:
@@ -122,8 +124,21 @@ def _dataset_size(all_runs: list[sh.RunFiles]) -> int | None:
     return None
 
 
-def updates_of(nb: nbm.Notebook, variant: str, dataset_size: int | None) -> tuple[int | None, str]:
-    """The variant's updates under the campaign's held-constant rule (arithmetic, no timing)."""
+def updates_of(
+    nb: nbm.Notebook, variant: str, dataset_size: int | None, given: int | None = None
+) -> tuple[int | None, str]:
+    """The variant's updates under the campaign's held-constant rule (arithmetic, no timing).
+
+    A probe campaign's script has its own length, which Cockpit cannot read from outside: ``given``
+    (``cockpit plan --updates N``) is it, else the run cannot be planned and the message says how."""
+    if nb.is_probe:
+        if given is not None:
+            return given, ""
+        command = shlex.join(nb.probe.command) if nb.probe else "the script"
+        return None, (
+            f"the script's length is its own: Cockpit cannot read how many optimizer steps `{command}` takes; "
+            f"give it with `cockpit plan {nb.directory} --updates N`"
+        )
 
     def plan_of(vid: str) -> arithmetic.BatchPlan:
         p = nb.params(vid)
@@ -162,6 +177,7 @@ def build(
     reserve_hours: float | None = None,
     all_runs: list[sh.RunFiles] | None = None,
     gpus: int | None = None,
+    updates: int | None = None,
 ) -> Plan:
     """``gpus``: how many the rented box has (default: as many as the reference's pilot saw, 1 without any);
     runs go side by side, one per ``nproc`` GPUs."""
@@ -209,8 +225,8 @@ def build(
             timings[v] = borrowed
     costs = {}
     for v in order_v:
-        updates, why = updates_of(nb, v, ds)
-        costs[v] = cost(nb, v, timings[v], updates, why)
+        n, why = updates_of(nb, v, ds, updates)
+        costs[v] = cost(nb, v, timings[v], n, why)
     quality = [v for v in order_v if v not in checks]
     order = [(v, 0) for v in quality] + [(v, 0) for v in checks] + [(v, s) for s in range(1, seeds) for v in quality]
     unplanned = [v for v in order_v if costs[v].hours is None]
@@ -258,6 +274,7 @@ def build(
     most = max((len(k.fits) for k in packages), default=0)
     disk = disk_for(nb, list(timings.values()), most, lanes)
     plan = Plan(nb.campaign.name, seeds, costs, order, packages, unplanned, overrides, checks, gpus, lanes, disk)
+    plan.measured_by = "probe" if nb.is_probe else "pilot"
     plan.memory = _estimates_beside_pilots(nb, all_runs)
     return plan
 
@@ -380,7 +397,10 @@ def render(p: Plan) -> list[str]:
         out.append(f"Disk for the largest package's {p.disk.runs} runs: " + p.disk.words() + ".")
     if p.unplanned:
         out.append("")
-        out.append(f"Not planned (not measured): {', '.join(p.unplanned)}. Pilot them to plan them.")
+        unmeasured = [v for v in p.unplanned if not p.costs[v].timing.measured]
+        if unmeasured:
+            verb = "Probe" if p.measured_by == "probe" else "Pilot"
+            out.append(f"Not planned (not measured): {', '.join(unmeasured)}. {verb} them to plan them.")
     return out
 
 

@@ -94,7 +94,7 @@ def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
                     if not pilot.probed
                     else f"probe {pilot.id}: median of {n} timed step{'s' if n != 1 else ''} of the script as it ran "
                     f"(its own batch, data loading included; spread {_s(timing['min'])} to {_s(timing['max'])}), "
-                    "times the notebook's updates; a series run's own time replaces it"
+                    "times the run's updates; a series run's own time replaces it"
                 )
                 t.step_spread = (float(timing["min"]), float(timing["max"]))
                 t.device = str(pilot.stack.get("device") or "cpu")

@@ -43,6 +43,7 @@ from .sections import (
     _runs_section,
     _seeds_section,
     generated_conclusion,
+    script_section,
 )
 
 __all__ = [
@@ -116,10 +117,10 @@ def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: 
         "",
         c.question or "(no question written in the notebook)",
         "",
-        "## What was held constant",
+        "## The script" if nb.is_probe else "## What was held constant",
         "",
     ]
-    out += _held(nb)
+    out += script_section(nb, all_runs) if nb.is_probe else _held(nb)
     out += [
         "",
         "## Runs",
@@ -150,13 +151,13 @@ def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: 
             name = r["phase"] + (f" r{r['rank']}" if r["rank"] is not None else "")
             rows.append((name, r[key] / 2**20 if r[key] is not None else None))
         out.append(
-            f"Pilot {sheet.run_id} ({sheet.variant}), {unit}"
+            f"{sheet.noun.capitalize()} {sheet.run_id} ({sheet.variant}), {unit}"
             + ("" if gpu else "; GPU memory was not measured on this machine")
             + ":"
         )
         out += ["", "```"] + bar_chart(rows, "MiB") + ["```"]
     else:
-        out.append("No passed pilot: no memory per phase to chart.")
+        out.append(f"No passed {'probe' if nb.is_probe else 'pilot'}: no memory per phase to chart.")
     return "\n".join(out) + "\n"
 
 

@@ -7,6 +7,7 @@ figures, used when the notebook's [conclusion] text is empty. No torch.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from .. import arithmetic, runs
@@ -24,6 +25,24 @@ def _md_cell(x: Any) -> str:
 def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def script_section(nb: nbm.Notebook, all_runs: list[sh.RunFiles]) -> list[str]:
+    """A probe campaign's first section: the script, as its command line runs it, and the settings it gave."""
+    command = shlex.join(nb.probe.command) if nb.probe else "?"
+    out = [
+        f"- a probe campaign: `{command}` measured from outside, phase by phase, as its author wrote it "
+        "(made by `cockpit probe -- COMMAND`); it has no task, variants or settings of Cockpit's",
+    ]
+    probes = [r for r in all_runs if r.kind == "probe"]
+    if probes:
+        last = probes[-1]
+        settings = last.frozen.get("params") or {}
+        shown = ", ".join(f"{k}={v}" for k, v in settings.items()) or "none given (the script's defaults)"
+        out.append(f"- the script's command-line settings (probe {last.id}): {shown}")
+    if nb.campaign.notes:
+        out.append(f"- notes: {nb.campaign.notes}")
     return out
 
 
@@ -272,6 +291,18 @@ def generated_conclusion(
     metric = nb.campaign.quality_metric
     sign = -1 if nb.campaign.higher_is_better else 1
     parts = []
+    if nb.is_probe:
+        probes = [r for r in all_runs if r.kind == "probe"]
+        command = shlex.join(nb.probe.command) if nb.probe else "the script"
+        parts.append(
+            f"`{command}` was probed {len(probes)} time{'s' if len(probes) != 1 else ''}"
+            + (f"; the latest, {probes[-1].id}, {probes[-1].status}: {probes[-1].stop_reason}." if probes else ".")
+            + " A probe measures the memory and time of each phase of the script as it runs; it does not train "
+            "to a result, so it prefers no setting."
+        )
+        if sheet is not None:
+            parts.append(f"Machine: {sheet.recommendation}")
+        return " ".join(parts)
     measured = [r for r in res if r.spread and not r.tag]  # the notebook's settings only
     ref_res = next((r for r in measured if r.variant == ref), None)
     if not measured:

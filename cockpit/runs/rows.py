@@ -175,12 +175,15 @@ def create_run(
     def add(nb: nbm.Notebook) -> None:
         vid = variant or nb.reference.id
         nb.variant(vid)  # raises a clear error for an unknown variant
+        if kind != "probe":
+            nb.needs_task(f"a {kind} run")
         if follows:
             check_id(follows)
             nb.run(follows)
         rid = _next_id(nb, campaign_dir)
         rdir = run_dir(campaign_dir, rid)
-        params = nb.params(vid)
+        # A probe's settings are the script's own (its command line), never a variant's or a template's.
+        params = {} if kind == "probe" else nb.params(vid)
         params.update(overrides or {})
         frozen = {
             "run": {

@@ -62,6 +62,11 @@ def expected_result(nb: nbm.Notebook, variant: str) -> str:
     from ..compare import group_runs, train_runs
 
     c = nb.campaign
+    if nb.is_probe:
+        return (
+            "not measured: a probe watches the script's first steps and its first save, it does not train to the "
+            "end; the script's own evaluation at the end of a full run is its result"
+        )
     metric = c.quality_metric
     better = "higher is better" if c.higher_is_better else "lower is better"
     target = f"target {c.quality_target:g} ({better})" if c.quality_target is not None else "no target set"

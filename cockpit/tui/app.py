@@ -311,6 +311,12 @@ class CockpitApp(EditingApp):
 
         if not self.need_notebook("start a pilot"):
             return
+        if self.notebook.is_probe:
+            try:
+                self.notebook.needs_task("a pilot")
+            except nbm.NotebookError as exc:
+                self.notify(str(exc), title="no task to pilot", severity="warning", timeout=15)
+            return
 
         def chosen(choice: tuple[str, int] | None) -> None:
             if choice is not None:

@@ -50,6 +50,15 @@ def summary(nb: nbm.Notebook, error: str = "", partial: bool = False) -> Text:
     c = nb.campaign
     out.append("Question ", style="bold")
     out.append_text(one_line(c.question or "(none written: say what this campaign decides)", limit=300))
+    if nb.is_probe:  # no task, budget or batch of Cockpit's: the script's own, from its command line
+        out.append("\nScript ", style="bold")
+        out.append_text(one_line(" ".join(nb.probe.command) if nb.probe else "?", limit=300))
+        out.append("\na probe campaign: ", style="bold")
+        folder = nb.path.parent if nb.path else "CAMPAIGN"
+        out.append(f"its settings are the script's own; `cockpit probe {folder}` probes it again", style="dim")
+        if partial:
+            out.append("\nreading the rest of campaign.toml in the background", style="yellow")
+        return out
     out.append("\nHeld constant ", style="bold")
     out.append_text(one_line(c.held_constant, limit=20))
     budget = nb.batch.updates or nb.batch.epochs or nb.batch.examples
