@@ -23,7 +23,7 @@ COMMANDS: dict[str, str] = {
     "check": "validate a campaign.toml and print its summary",
     "batch": "batch arithmetic: examples per update, updates per epoch, what a change moves",
     "pilot": "run every phase of the campaign once, gated and measured, in a detached process",
-    "probe": "measure an unmodified training script phase by phase: cockpit probe CAMPAIGN -- python train.py",
+    "probe": "measure an unmodified training script phase by phase: cockpit probe [CAMPAIGN] -- python train.py",
     "runs": "list a campaign's runs with status, stop reason, phase and peak memory",
     "stop": "stop a running pilot or series run (SIGTERM, then SIGKILL)",
     "inspect": "show what reaches the loss: the examples a run's data gate recorded",
