@@ -58,7 +58,7 @@ def test_a_probe_campaign_refuses_task_sections_and_a_task_campaign_still_needs_
     path = campaign_for([PY, "train.py"], tmp_path)
     text = path.read_text()
     with pytest.raises(nbm.NotebookError, match=r"\[training\] in a probe campaign"):
-        nbm.parse(text + '\n[training]\nlr = 0.1\n', path)
+        nbm.parse(text + "\n[training]\nlr = 0.1\n", path)
     with pytest.raises(nbm.NotebookError, match=r"missing section \[task\]"):
         nbm.parse(text.replace('kind = "probe"', 'kind = "task"'), path)
     with pytest.raises(nbm.NotebookError, match=r"campaign.kind.*use task"):
@@ -102,6 +102,9 @@ def test_probe_without_a_campaign_makes_one_and_every_reader_speaks_of_a_probe(
     assert "the script's length is its own" in plan and "--updates N" in plan and "Pilot them" not in plan
     assert cli.main(["plan", str(folder), "--seeds", "1", "--updates", "30"]) == 0
     assert "30 updates x" in capsys.readouterr().out
+
+    assert cli.main(["compare", str(folder)]) == 0
+    assert "a probe campaign measures its script's phases" in capsys.readouterr().out.replace("\n", " ")
 
     for command in (["pilot", str(folder)], ["series", str(folder)], ["estimate", str(folder)]):
         assert cli.main(command) == 2, command

@@ -86,6 +86,7 @@ def summarize(nb: nbm.Notebook, all_runs: list[runs.RunFiles] | None = None) -> 
         "higher_is_better": c.higher_is_better,
         "quality_target": c.quality_target,
         "held_constant": c.held_constant,
+        "probe_campaign": nb.is_probe,
         "reference": nb.reference.id,
         "quality": [{**asdict(g), "stats": {**asdict(g.stats), "spread": g.stats.spread}} for g in groups],
         "not_completed": [dict(row) for row, r in zip(rows, trs, strict=True) if r.status != ev.Status.COMPLETED.value],

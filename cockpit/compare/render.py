@@ -97,7 +97,12 @@ def render(data: dict[str, Any], console: Any) -> None:
             _t(seeds),
             _t(verdict, style),
         )
-    if not data["quality"]:
+    if not data["quality"] and data.get("probe_campaign"):
+        console.print(
+            "no train runs: a probe campaign measures its script's phases, not its result (no series to compare)",
+            style="yellow",
+        )
+    elif not data["quality"]:
         console.print("no train runs yet: run `cockpit series CAMPAIGN` first", style="yellow")
     else:
         console.print(q)
