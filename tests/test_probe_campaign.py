@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 from cockpit import cli, runs
 from cockpit import notebook as nbm
 from cockpit.commands.probe import campaign_for, script_name, script_settings
+from cockpit.notebook.parse import tomllib
 
 SCRIPTS = Path(__file__).parent / "probe_scripts"
 PLAIN = str(SCRIPTS / "plain_loop.py")
