@@ -504,6 +504,9 @@ PASSING = {p: {"phase": p, "verdict": "pass"} for p in ("stack", "forward", "bac
     [
         ({"exit": {"how": "stopped", "reason": "stopped by the probe"}, "returncode": 0, "gates": PASSING},
          "passed", 0, "every gate passed; stopped by the probe"),
+        ({"exit": {"how": "ended", "step": 558}, "returncode": 0,
+          "gates": {**PASSING, "validation": {"verdict": "skipped"}, "save": {"verdict": "skipped"}}},
+         "passed", 0, "every gate it saw passed; not seen, so not vouched for: validation, save"),
         ({"exit": {"how": "stopped"}, "returncode": 0, "gates": {**PASSING, "save": {"verdict": "fail"}}},
          "failed", 1, "gate failed: save"),
         ({"exit": {"how": "exception", "exception": {"type": "ValueError", "message": "bad", "frame": "train.py:3 in main"}},

@@ -174,4 +174,11 @@ def judge_gates(w: Watched, script: str) -> ev.Outcome:
     if failed:
         return ev.Outcome.of(ev.Status.FAILED, f"gate{'s' if len(failed) > 1 else ''} failed: {', '.join(failed)}")
     warn = f" ({warned} warning{'s' if warned != 1 else ''})" if warned else ""
+    unseen = [p for p, g in w.gates.items() if g.get("verdict") == skipped]
+    if unseen:  # not seen is not passed: the reader learns which phases the probe could not vouch for
+        return ev.Outcome.of(
+            ev.Status.PASSED,
+            f"every gate it saw passed{warn}; not seen, so not vouched for: {', '.join(unseen)} (their rows say "
+            f"why); {how}",
+        )
     return ev.Outcome.of(ev.Status.PASSED, f"every gate passed{warn}; {how}")
