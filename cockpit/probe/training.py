@@ -23,6 +23,7 @@ from .. import events as ev
 from ..machine import CpuWatch, gpu_others
 from ..pilot.gate import Gate
 from ..pilot.meter import PhaseMeasure, stack_info
+from ..pilot.stillness import classify
 from . import phases as ph
 from .bounds import Bounds, Open, Step
 from .reading import _first_tensor, _names, _read_hwm, fingerprint
@@ -206,11 +207,18 @@ class Training(Bounds):
             )
             self.recheck = {}
         else:
+            still = classify(named, unchanged)
+            unexplained = [n for n in unchanged if n not in still.cancelled]  # cancelled: the loss ignores them
             g.check(
                 "targeted parameters changed",
-                bool(changed) and not unchanged,
+                bool(changed) and not unexplained,
                 f"{len(changed)}/{len(optimized)} tensors the optimizer holds changed"
-                + (f"; unchanged: {_names(unchanged)} (no gradient reached them)" if unchanged else ""),
+                + (
+                    f"; unchanged: {_names(unexplained)} (no gradient reached them, or too small a one to move them)"
+                    if unexplained
+                    else ""
+                )
+                + (f"; {still.cancelled_words()}" if still.cancelled else ""),
                 warn=bool(changed),  # some unchanged: a warning; none changed: the step did nothing
             )
         g.check(

@@ -18,6 +18,7 @@ import torch
 from .. import dist as dist_
 from ..context import Context
 from ..gate import Gate, Phase
+from ..stillness import classify
 from ..trainer import NonFinite
 from .steps import _names, base_inputs, param_fingerprint
 
@@ -69,9 +70,10 @@ def update_first(ctx: Context, g: Gate) -> None:
     unchanged = sorted(set(tr.trainable_names) - set(changed))
     # A parameter whose whole gradient was exactly zero in this update cannot move under a plain step: LoRA's A
     # while its partner B is still zero-initialised. It is not a failure here; update_second checks it moved since.
-    grads = dict(tr.model.named_parameters())
-    zero = [n_ for n_ in unchanged if grads[n_].grad is None or not bool(grads[n_].grad.any())]
+    still = classify(tr.model.named_parameters(), unchanged)
+    zero = still.no_gradient
     if not skipped:
+        unchanged = [n_ for n_ in unchanged if n_ not in still.cancelled]  # the loss does not depend on them
         st["zero_first"] = {n_: after[n_] for n_ in zero}
         unchanged = [n_ for n_ in unchanged if n_ not in st["zero_first"]]
     if skipped and tr.scaler is not None:
@@ -98,7 +100,8 @@ def update_first(ctx: Context, g: Gate) -> None:
                 "the next updates must move them"
                 if zero
                 else ""
-            ),
+            )
+            + (f"; {still.cancelled_words()}" if still.cancelled else ""),
         )
     g.check(
         "frozen parameters unchanged",
