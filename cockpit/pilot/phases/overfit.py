@@ -20,7 +20,13 @@ defect. The verdict is measured, not one ratio for every loss:
   logits aligned by the label convention), the share of supervised targets
   predicted right must reach ``overfit_accuracy`` (0.9) and decides: token
   accuracy for a language model, as the first position of a text window can
-  never be predicted;
+  never be predicted. Learning goes on past ``overfit_steps`` while the share
+  right still rises, and a rising share is a slow rate, not a defect. A loss
+  left above its threshold with the ranking learned (clearly above what a model
+  that ignores its input gets right) is explained, not failed, where the model's
+  confidence puts the threshold out of reach: with every top prediction right
+  its loss would still be above it (an output layer that does not train after
+  a norm, a fixed temperature: see ``overfitjudge.capped``);
 - *range*: a loss over discrete targets (cross-entropy, CTC: integer targets)
   that starts at or above 0 can never go below 0; a negative value is an
   impossible one (log-probabilities not normalised, a wrong reduction), a
@@ -31,16 +37,28 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 from typing import Any
 
 import torch
 
 from ..context import Context
-from ..datascan import ids_text, rows
+from ..datascan import ids_text
 from ..gate import Gate, Phase
 from ..rng import rng_state, set_rng_state
 from ..trainer import Trainer
+from .overfitjudge import (
+    Blind,
+    Fit,
+    above_chance,
+    accuracy,
+    blind_floor,
+    capped,
+    judge,
+    new_best,
+    still_learning,
+    trend_falls,
+    trend_rises,
+)
 
 
 def run(ctx: Context, g: Gate) -> None:
@@ -86,20 +104,9 @@ def run(ctx: Context, g: Gate) -> None:
     _verdict(g, attempt, n, lr, need)
 
 
-def judge(losses: list[float], floor: float | None) -> dict[str, float]:
-    """The loss's threshold from its own figures: the lower of its start and the input-blind floor, minus three
-    times its step-to-step noise (at least 5 % of that reference); and where it ended (its best window)."""
-    w = max(5, min(20, len(losses) // 5))
-    tail = losses[-w:]
-    noise = statistics.pstdev(tail) if len(tail) > 1 else 0.0
-    ref = losses[0] if floor is None else min(losses[0], floor)
-    margin = max(3 * noise, 0.05 * abs(ref))
-    windows = [statistics.fmean(losses[i : i + w]) for i in range(0, max(1, len(losses) - w + 1))]
-    return {"start": losses[0], "ref": ref, "noise": noise, "threshold": ref - margin, "end": min(windows)}
-
-
 def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -> None:
-    losses, bad_step, acc = attempt["losses"], attempt["bad_step"], attempt["accuracy"]
+    losses, bad_step = attempt["losses"], attempt["bad_step"]
+    acc: Fit | None = attempt["accuracy"]
     floor: float | None = attempt["floor"]
     finite = bad_step is None
     every = max(1, len(losses) // 20)
@@ -109,8 +116,9 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -
         "steps": len(losses),
         "examples": n,
         "lr": lr,
-        "accuracy": None if acc is None else round(acc[0], 4),
-        "targets": None if acc is None else acc[1],
+        "accuracy": None if acc is None else round(acc.share, 4),
+        "targets": None if acc is None else acc.total,
+        "top_loss": None if acc is None or acc.top_loss is None else _round(acc.top_loss),
         "threshold": _round(j["threshold"]),
         "noise": _round(j["noise"]),
         "floor": None if floor is None else _round(floor),
@@ -125,20 +133,28 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -
         else f"non-finite {'loss' if not math.isfinite(losses[-1]) else 'gradient'} at overfit step {bad_step} "
         f"(loss {losses[-1]:.4g}, {at}); lower the learning rate or look for a division by zero",
     )
-    memorised = acc is not None and acc[0] >= need
+    memorised = acc is not None and acc.share >= need
     fell = finite and j["end"] < j["threshold"]
     first = attempt.get("first_accuracy")
-    rising = acc is None or (first is not None and acc[0] > first)
+    rising = acc is None or (first is not None and acc.share > first)
+    ranking = acc is not None and trend_rises(attempt.get("shares", []), acc.total)
+    # above the threshold only because the model's confidence cannot reach it, while its ranking learned: measured
+    blind_ref: Blind = attempt.get("blind") or Blind(floor, False)
+    why_above = capped(j, acc, first, blind_ref) if finite and not fell else None
     # the budget ran out while the model was still clearly learning: a slow rate, not a defect it can see
     paired = attempt.get("paired")
     blind_output = isinstance(paired, tuple) and not _reads_input(paired, j["noise"])
+    if acc is not None and blind_ref.majority is not None and above_chance(acc.share, blind_ref.majority, acc.total):
+        # predictions clearly better than a model that ignores its input can get (its most frequent target) read
+        # the input, whatever the paired losses say (they differ little where the output's scale is bounded)
+        blind_output = False
     slow = (
         finite
         and not memorised
         and (acc is not None or not fell)
         and rising
         and not blind_output  # converging to what a model that ignores its input reaches is not slow learning
-        and trend_falls(losses)
+        and (trend_falls(losses) or ranking)
     )
     # without predictions, a loss still clearly falling above the input-blind floor while the output does not
     # read its input yet (a CTC model emits blanks before it reads its input) is slow too; on a plateau it fails
@@ -164,22 +180,26 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -
         f"{'its start' if floor is None or j['ref'] == j['start'] else 'the input-blind loss'} {j['ref']:.3f} less "
         f"3x its noise ({j['noise']:.2g}) or 5%"
     )
+    proves = "; this proves the mechanics, not generalisation"
     g.check(
         "loss falls below threshold",
-        fell or memorised,
+        fell or memorised or why_above is not None,
         how
         + (
-            "; this proves the mechanics, not generalisation"
+            proves
             if fell
-            else f"; above it, but the subset is memorised ({acc[0]:.0%} of the targets right), which decides (a loss "
-            "with a floor of its own, or one still catching up with its predictions); this proves the mechanics, "
-            "not generalisation"
+            else f"; above it, but the subset is memorised ({acc.share:.0%} of the targets right), which decides ("
+            + (why_above or "a loss with a floor of its own, or one still catching up with its predictions")
+            + ")"
+            + proves
             if memorised and acc is not None
+            else f"; above it, {why_above}" + proves
+            if why_above is not None
             else f"; still falling when the {len(losses)} steps ran out: a slow rate, not yet a fit"
             if slow
             else f"; {blind}the model cannot fit {n} examples it sees at every step"
         ),
-        warn=slow,
+        warn=slow and why_above is None,
     )
     if acc is None:
         g.check(
@@ -188,16 +208,16 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -
             "no predictions to compare (no predict() and no logits in the model's output): judged on the loss alone",
         )
     else:
-        share, total, wrong = acc
-        first = attempt.get("first_accuracy")
+        share, total, wrong = acc.share, acc.total, acc.wrong
         g.check(
             "targets recovered",
             share >= need,
             f"{share:.1%} of {total} supervised targets predicted right (threshold {need:.0%})"
             + (f"; examples with a wrong target: {ids_text(wrong)}" if wrong and share < need else "")
             + (
-                f"; still learning when the {len(losses)} steps ran out ({first or 0:.0%} right at the start, the "
-                f"loss still falling): a slow rate ({at}), not a defect it can see; raise [pilot] overfit_steps or "
+                f"; still learning when the {len(losses)} steps ran out ({first or 0:.0%} right at the start, "
+                + ("the share right still rising" if ranking else "the loss still falling")
+                + f"): a slow rate ({at}), not a defect it can see; raise [pilot] overfit_steps or "
                 "overfit_lr to see it memorise"
                 if slow
                 else ""
@@ -306,11 +326,13 @@ def _attempt(
     for m in tr.model.modules():
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
-    floor, discrete = blind_floor(tr, examples)
+    blind = blind_floor(tr, examples)
+    floor, discrete = blind.floor, blind.discrete
     first = accuracy(tr, examples)
+    shares = [first.share] if first is not None else []  # the accuracy read every 10 steps: is the ranking rising?
     losses: list[float] = []
     bad_step = None
-    acc: tuple[float, int, list[Any]] | None = None
+    acc: Fit | None = None
     at = 0
     ceiling = min(2000, 10 * steps)
     step = 0
@@ -331,17 +353,24 @@ def _attempt(
             continue
         j = judge(losses, floor)
         acc, at = accuracy(tr, examples), step
-        if acc is not None and acc[0] >= need:
+        if acc is not None:
+            shares.append(acc.share)
+        if acc is not None and acc.share >= need:
             break  # memorised
         if acc is None and j["end"] < j["threshold"] and _reads_input(paired_losses(tr, mbs), j["noise"]):
             break  # without predictions: below its threshold, and the output depends on the input
-        if step >= steps and not still_learning(losses):
+        # learning goes on while the loss falls or, where predictions exist, while the ranking still improves (a
+        # loss held up by its output's scale barely moves while more targets come out right)
+        ranking = acc is not None and (new_best(shares) or trend_rises(shares, acc.total))
+        if step >= steps and not still_learning(losses) and not ranking:
             break
     if bad_step is None and at != len(losses):
         acc = accuracy(tr, examples)  # after the last update
+        if acc is not None:
+            shares.append(acc.share)
     paired = paired_losses(tr, mbs) if bad_step is None else None
-    out = {"losses": losses, "bad_step": bad_step, "accuracy": acc, "floor": floor, "discrete": discrete}
-    out["first_accuracy"] = first[0] if first is not None else None
+    out = {"losses": losses, "bad_step": bad_step, "accuracy": acc, "blind": blind, "floor": floor}
+    out.update(discrete=discrete, shares=shares, first_accuracy=first.share if first is not None else None)
     return {**out, "paired": paired}
 
 
@@ -388,89 +417,8 @@ def _reads_input(paired: tuple[float, float, str] | str, noise: float) -> bool:
     return shuffled - fitted > max(3 * noise, 0.05 * abs(fitted), 1e-6)
 
 
-def still_learning(losses: list[float]) -> bool:
-    """The last 20 steps' mean clearly below the 20 before: the loss is still falling (worth more steps)."""
-    if len(losses) < 40:
-        return True
-    last, before = losses[-20:], losses[-40:-20]
-    noise = statistics.pstdev(last)
-    return statistics.fmean(last) < statistics.fmean(before) - max(noise / 2, 0.01 * abs(statistics.fmean(before)))
-
-
-def trend_falls(losses: list[float]) -> bool:
-    """Over the last half of the run (40 steps at least), the loss still falls: a least-squares slope more than
-    three standard errors below zero, worth at least 0.5 % of the loss over that stretch (a converged loss creeping
-    towards its floor is not learning; a slow, steady or noisy descent is)."""
-    tail = losses[-max(40, len(losses) // 2) :]
-    n = len(tail)
-    if n < 40:
-        return False
-    xs = range(n)
-    mx, my = (n - 1) / 2, statistics.fmean(tail)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, tail, strict=True)) / sxx
-    resid = [y - (my + slope * (x - mx)) for x, y in zip(xs, tail, strict=True)]
-    se = math.sqrt(sum(r * r for r in resid) / max(n - 2, 1) / sxx)
-    return slope < -3 * se and -slope * n >= 0.005 * abs(my)
-
-
-@torch.no_grad()
-def blind_floor(tr: Trainer, examples: list[dict[str, Any]]) -> tuple[float | None, bool]:
-    """(the loss of a model that ignores its input on these examples: the entropy of their targets, in nats;
-    whether the targets are integer ids). None when the targets are not class or token ids."""
-    task = tr.task
-    counts: dict[int, int] = {}
-    for i in range(0, len(examples), tr.microbatch):
-        lab = tr.collate(examples[i : i + tr.microbatch]).get(task.label_key)
-        if not torch.is_tensor(lab) or lab.dtype.is_floating_point or lab.dtype == torch.bool or lab.dim() == 0:
-            return None, False
-        keep = lab != task.ignore_index
-        if task.label_convention == "shift_in_loss" and lab.dim() >= 2:
-            keep[:, 0] = False
-        for v, c in zip(*torch.unique(lab[keep], return_counts=True), strict=True):
-            counts[int(v)] = counts.get(int(v), 0) + int(c)
-    total = sum(counts.values())
-    if not total:
-        return None, True
-    return -sum(c / total * math.log(c / total) for c in counts.values()), True
-
-
 def _round(x: float) -> float | None:
     return round(x, 5) if math.isfinite(x) else None
-
-
-@torch.no_grad()
-def accuracy(tr: Trainer, examples: list[dict[str, Any]]) -> tuple[float, int, list[Any]] | None:
-    """(share of supervised targets predicted right, how many targets, ids with a wrong one); None: no predictions."""
-    task = tr.task
-    was = tr.model.training
-    tr.model.eval()
-    right = total = 0
-    wrong: list[Any] = []
-    try:
-        for i in range(0, len(examples), tr.microbatch):
-            part = examples[i : i + tr.microbatch]
-            batch = tr.collate(part)
-            lab = batch.get(task.label_key)
-            if torch.is_tensor(lab) and lab.dtype.is_floating_point:
-                return None  # real-valued targets: no prediction is "right"; the loss and the pairing decide
-            pred = tr.predictions(batch)
-            if pred is None or not torch.is_tensor(lab) or pred.numel() != lab.numel():
-                return None
-            pred = pred.reshape(lab.shape)
-            keep = lab != task.ignore_index
-            if task.label_convention == "shift_in_loss" and lab.dim() >= 2:
-                keep[:, 0] = False  # nothing predicts the first label: the loss drops it too
-            hit = (pred == lab) & keep
-            right += int(hit.sum())
-            total += int(keep.sum())
-            ok = rows(hit | ~keep).all(1).tolist()
-            wrong += [e.get("id") for e, o in zip(part, ok, strict=False) if not o]
-    finally:
-        tr.model.train(was)
-    if total == 0:
-        return None
-    return right / total, total, wrong
 
 
 def inputs(ctx: Context) -> dict[str, Any]:
