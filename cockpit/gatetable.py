@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-VERDICT_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skipped": "dim", "n/a": "dim"}
+from .styles import VERDICT_STYLE
 
 
 def mib(b: int | float | None) -> str:

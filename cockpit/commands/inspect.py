@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import events as ev
-from .. import fsutil, runs
+from .. import fsutil, runs, styles
 from .. import notebook as nbm
 from ..errors import CockpitError, UsageError
 
@@ -175,7 +175,7 @@ def render(doc: dict[str, Any], rdir: Path, gate: dict[str, Any] | None, split: 
     )
     console.print(head)
     if gate is not None:
-        style = {"pass": "green", "warn": "yellow", "fail": "bold red"}.get(str(gate.get("verdict")), "dim")
+        style = styles.verdict_style(str(gate.get("verdict")))
         console.print(Text.assemble(("data gate: ", "bold"), (str(gate.get("verdict")), style)))
         for c in gate.get("checks", []):
             if not c.get("ok"):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
-from .. import launch, runs
+from .. import launch, runs, styles
 from ..errors import UsageError
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def follow(rdir: Path, quiet: bool = False, poll_s: float = 0.1) -> runs.RunStat
                 console.print(at + Text(f"{e.get('phase')} …"), highlight=False)
             elif e["kind"] == ev.GATE:
                 verdict = str(e.get("verdict"))
-                style = {"pass": "green", "warn": "yellow", "fail": "bold red"}.get(verdict, "dim")
+                style = styles.verdict_style(verdict)
                 rank = f" rank {e['rank']}" if e.get("rank") is not None else ""
                 took = e.get("duration_s")
                 took_s = f"{took:.2f}" if isinstance(took, (int, float)) else "?"
