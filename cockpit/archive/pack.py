@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -30,30 +29,10 @@ from .. import events as ev
 from .. import fsutil, runs
 from .. import notebook as nbm
 from ..fsutil import sha256
+from ..gitinfo import file_revision as git_revision
 from .layout import CONTROL, FORMAT, MANIFEST, METRIC_JSON, METRIC_SUFFIXES, MODEL, ArchiveError
 
 # --------------------------------------------------------------------------- revisions
-
-
-def _git(cwd: Path, *args: str) -> str | None:
-    try:
-        proc = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
-
-
-def git_revision(path: Path | None) -> dict[str, Any] | str:
-    """The commit holding ``path``, and whether that file has uncommitted changes."""
-    if path is None:
-        return "source file not found"
-    folder = path if path.is_dir() else path.parent
-    top = _git(folder, "rev-parse", "--show-toplevel")
-    commit = _git(folder, "rev-parse", "HEAD") if top else None
-    if not top or not commit:
-        return "not a git checkout"
-    status = _git(Path(top), "status", "--porcelain", "--", str(path)) or ""
-    return {"repository": top, "commit": commit, "path": str(path), "uncommitted_changes": bool(status.strip())}
 
 
 def _module_file(name: str) -> Path | None:
