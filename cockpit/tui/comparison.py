@@ -90,7 +90,7 @@ def all_runs(campaign_dir: Path, cache: RunCache, live: dict[str, runs.RunFiles]
 
 
 @dataclass
-class Read:
+class ComparisonReading:
     """A comparison read in a worker: the figures, the train runs listed, the tables laid out at a width."""
 
     data: dict[str, Any]
@@ -104,7 +104,7 @@ def read(
     cache: RunCache,
     snapshots: list[tuple[str, list[dict[str, Any]], runs.RunState]],
     width: int,
-) -> Read:
+) -> ComparisonReading:
     """Everything the compare screen shows, read off the UI thread.
 
     ``snapshots``: the running runs as their readers hold them (id, events, state); the others
@@ -122,7 +122,9 @@ def read(
             continue
         live[rid] = build(rdir, frozen, evs, runs.read_json(rdir / runs.METRICS_FILE) or None, st)
     data = collect(nb, cache, live)
-    return Read(data, listing(nb, data), width, comparetables.laid_out(comparetables.tables(data, width), width))
+    return ComparisonReading(
+        data, listing(nb, data), width, comparetables.laid_out(comparetables.tables(data, width), width)
+    )
 
 
 def collect(

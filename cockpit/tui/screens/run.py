@@ -62,7 +62,7 @@ class RunScreen(Screen[None]):
 
     noun = "pilot"
     FIRST_FOCUS = "#gates"
-    follows_live = True  # the app reads its run's events every Timing.events_s while it is in view
+    follows_live = True  # the app reads its run's events every Intervals.events_s while it is in view
 
     def __init__(self, run_id: str) -> None:
         super().__init__()
