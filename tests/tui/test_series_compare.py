@@ -34,7 +34,7 @@ FAST = Intervals(events_s=0.05, runs_s=0.3, notebook_s=0.2, device_s=0.5, series
 
 
 def test_read_only_collect_matches_cockpit_compare(recorded: Path):
-    """The TUI's tables come from the same figures as `cockpit compare` (which reconciles first)."""
+    """The TUI's tables come from the same figures as `cockpit compare` (both read only)."""
     before = (recorded / "campaign.toml").read_bytes()
     nb = nbm.load(recorded)
     ours = cmp.collect(nb)
