@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -111,7 +112,10 @@ def summary(st: runs.RunState) -> dict[str, Any]:
         "peak_counter": st.peak_counter,
         "duration_s": st.duration_s,
         "exit_code": int(st.exit_code),
-        "gates": [{**row(g), "inputs_full": g.get("inputs"), "machine": g.get("machine")} for g in st.gates],
+        "gates": [
+            {**dataclasses.asdict(row(g)), "inputs_full": g.get("inputs"), "machine": g.get("machine")}
+            for g in st.gates
+        ],
         "findings": [t.plain for t in findings(st.gates)],
         "absent": absent_words(st.gates),
         "busy": busy_words(st.gates),
