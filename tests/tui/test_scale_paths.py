@@ -19,6 +19,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
 from rich.console import Console, Group
 from rich.text import Text
 from textual.app import App
@@ -146,6 +147,7 @@ async def test_a_screen_under_an_opaque_screen_is_hidden_and_caught_up_when_show
             assert campaign in app._background_screens
 
 
+@pytest.mark.slow  # waits on the app's real timers: 4-5 s
 async def test_a_hidden_campaign_screen_leaves_its_rescans_until_shown_and_reads_fewer_events(make_app, monkeypatch):
     # Under a run's screen the campaign screen neither reads the run folders every runs_s nor redraws
     # its live rows; shown again, it reads them at once. The app reads the running runs' events every
@@ -189,6 +191,7 @@ async def test_a_hidden_campaign_screen_leaves_its_rescans_until_shown_and_reads
         assert not app.hidden(campaign)
 
 
+@pytest.mark.slow  # waits on the app's real timers: 4-5 s
 async def test_a_run_screen_reads_every_tick_while_events_pour_in_and_less_often_while_they_trickle(make_app):
     app = make_app(
         timing=Intervals(events_s=0.05, quiet_s=0.3, overview_s=0.5, runs_s=0.5, notebook_s=0.2, device_s=0.5)
