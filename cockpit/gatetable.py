@@ -8,16 +8,18 @@ no row measured (the GPU counters on a CPU box) is left out and said once.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-VERDICT_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skipped": "dim", "n/a": "dim"}
+from .styles import VERDICT_STYLE
 
 
-def mib(b: int | float | None) -> str:
+def mib(b: object) -> str:
     if b is None:
         return "absent"
     if isinstance(b, bool) or not isinstance(b, (int, float)):
@@ -25,7 +27,7 @@ def mib(b: int | float | None) -> str:
     return f"{b / 2**20:,.0f}"
 
 
-def short_inputs(inputs: dict[str, Any], limit: int = 100) -> str:
+def short_inputs(inputs: Mapping[str, object], limit: int = 100) -> str:
     parts = []
     for k, v in inputs.items():
         if k == "ids":
@@ -37,44 +39,74 @@ def short_inputs(inputs: dict[str, Any], limit: int = 100) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
-def row(gate: dict[str, Any]) -> dict[str, Any]:
+Gate = Mapping[str, object]  # a gate event as read from events.jsonl: every field checked before use
+G = TypeVar("G", bound=Gate)
+
+
+@dataclass(frozen=True)
+class GateRow:
+    """A gate event as plain values (`cockpit pilot --json` prints these fields, in this order)."""
+
+    phase: str
+    rank: object  # as written: an int for a distributed run, else None
+    inputs: str  # short form (:func:`short_inputs`)
+    allocated: object  # torch counters, bytes: None where not measured (absent)
+    reserved: object
+    peak_allocated: object
+    peak_reserved: object
+    nvml_used: list[object] | None  # per GPU
+    rss: object
+    rss_peak: object
+    duration_s: float | None
+    busy: str
+    verdict: str
+    remedy: str
+    message: str
+    checks: list[dict[str, Any]]  # as written by the gate (name, ok, detail, warn, na)
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, dict) else {}
+
+
+def row(gate: Gate) -> GateRow:
     """A gate event as plain values; a field missing or of the wrong type (a file Cockpit did not write) shows as absent."""
-    mem: dict[str, Any] = gate["mem"] if isinstance(gate.get("mem"), dict) else {}
-    t: dict[str, Any] | None = mem["torch"] if isinstance(mem.get("torch"), dict) else None
-    nv: list[Any] | None = mem["nvml"] if isinstance(mem.get("nvml"), list) else None
-    inputs: dict[str, Any] = gate["inputs"] if isinstance(gate.get("inputs"), dict) else {}
-    return {
-        "phase": str(gate.get("phase", "?")),
-        "rank": gate.get("rank"),
-        "inputs": short_inputs(inputs),
-        "allocated": t.get("allocated") if t else None,
-        "reserved": t.get("reserved") if t else None,
-        "peak_allocated": t.get("peak_allocated") if t else None,
-        "peak_reserved": t.get("peak_reserved") if t else None,
-        "nvml_used": [g.get("used") for g in nv if isinstance(g, dict)] if nv else None,
-        "rss": mem.get("rss"),
-        "rss_peak": mem.get("rss_peak"),
-        "duration_s": gate.get("duration_s") if isinstance(gate.get("duration_s"), (int, float)) else None,
-        "busy": str(gate.get("busy") or ""),
-        "verdict": str(gate.get("verdict", "?")),
-        "remedy": str(gate.get("remedy") or ""),
-        "message": str(gate.get("message") or ""),
-        "checks": [c for c in gate.get("checks") or [] if isinstance(c, dict)]
-        if isinstance(gate.get("checks"), list)
-        else [],
-    }
+    mem = _mapping(gate.get("mem"))
+    t = mem["torch"] if isinstance(mem.get("torch"), dict) else None
+    torch_counters = _mapping(t)
+    nv = mem.get("nvml")
+    checks = gate.get("checks")
+    duration = gate.get("duration_s")
+    return GateRow(
+        phase=str(gate.get("phase", "?")),
+        rank=gate.get("rank"),
+        inputs=short_inputs(_mapping(gate.get("inputs"))),
+        allocated=torch_counters.get("allocated") if t else None,
+        reserved=torch_counters.get("reserved") if t else None,
+        peak_allocated=torch_counters.get("peak_allocated") if t else None,
+        peak_reserved=torch_counters.get("peak_reserved") if t else None,
+        nvml_used=[g.get("used") for g in nv if isinstance(g, dict)] if isinstance(nv, list) and nv else None,
+        rss=mem.get("rss"),
+        rss_peak=mem.get("rss_peak"),
+        duration_s=duration if isinstance(duration, (int, float)) else None,
+        busy=str(gate.get("busy") or ""),
+        verdict=str(gate.get("verdict", "?")),
+        remedy=str(gate.get("remedy") or ""),
+        message=str(gate.get("message") or ""),
+        checks=[c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else [],
+    )
 
 
-def detail(r: dict[str, Any]) -> str:
+def detail(r: GateRow) -> str:
     """For a failed or warned gate: what went wrong, then what to do."""
-    if r["verdict"] not in ("fail", "warn"):
+    if r.verdict not in ("fail", "warn"):
         return ""
-    bad = [c for c in r["checks"] if not c.get("ok")]
-    msg = r["message"] or "; ".join(f"{c.get('name')}: {c.get('detail')}" for c in bad)
-    return f"{msg} -> {r['remedy']}" if r["remedy"] else msg
+    bad = [c for c in r.checks if not c.get("ok")]
+    msg = r.message or "; ".join(f"{c.get('name')}: {c.get('detail')}" for c in bad)
+    return f"{msg} -> {r.remedy}" if r.remedy else msg
 
 
-def by_phase(gates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def by_phase(gates: Sequence[G]) -> list[G]:
     """Ranks side by side: gates in phase order, then by rank (arrival order otherwise)."""
     from .events import PHASES
 
@@ -90,12 +122,12 @@ COUNTERS = (  # column header, the row's field, what it counts
 )
 
 
-def measured(rows: list[dict[str, Any]]) -> list[str]:
+def measured(rows: list[GateRow]) -> list[str]:
     """The GPU counters some row has a figure for: a column where every row says "absent" is left out."""
-    return [field for _, field, _ in COUNTERS if any(r[field] is not None for r in rows)]
+    return [field for _, field, _ in COUNTERS if any(getattr(r, field) is not None for r in rows)]
 
 
-def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Table:
+def table(gates: Sequence[Gate], title: str = "", wide: bool = True) -> Table:
     """The gate table. ``wide=False`` leaves inputs and remedies out of the columns (for an 80-column
     terminal: :func:`findings` prints what failed or warned, one line each); a GPU counter no row measured
     is left out either way (:func:`absent_words` says so once)."""
@@ -111,7 +143,7 @@ def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Ta
         show_edge=False,
         box=box.SIMPLE_HEAD,
     )
-    ranks = any(r["rank"] is not None for r in rows)
+    ranks = any(r.rank is not None for r in rows)
     have = measured(rows)
     tab.add_column("phase", no_wrap=True)
     if ranks:
@@ -128,23 +160,23 @@ def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Ta
         tab.add_column("remedy / detail", overflow="fold", max_width=48)
     for r in rows:
         figures = {
-            "allocated": mib(r["allocated"]),
-            "reserved": mib(r["reserved"]),
+            "allocated": mib(r.allocated),
+            "reserved": mib(r.reserved),
             # the one rule for the peak (cockpit.runs): torch's peak reserved on a GPU
-            "peak_reserved": mib(r["peak_reserved"]),
-            "nvml_used": "absent" if r["nvml_used"] is None else "/".join(mib(x) for x in r["nvml_used"]),
+            "peak_reserved": mib(r.peak_reserved),
+            "nvml_used": "absent" if r.nvml_used is None else "/".join(mib(x) for x in r.nvml_used),
         }
-        verdict = Text(r["verdict"], style=VERDICT_STYLE.get(r["verdict"], ""))
-        cells: list[str | Text] = [escape(r["phase"])]  # text from the events: shown as written, never as markup
+        verdict = Text(r.verdict, style=VERDICT_STYLE.get(r.verdict, ""))
+        cells: list[str | Text] = [escape(r.phase)]  # text from the events: shown as written, never as markup
         if ranks:
-            cells.append("" if r["rank"] is None else escape(str(r["rank"])))
+            cells.append("" if r.rank is None else escape(str(r.rank)))
         if wide:
-            cells.append(escape(r["inputs"]))
+            cells.append(escape(r.inputs))
         cells += [figures[f] for f in have]
         cells += [
-            mib(r["rss"]),
-            ("" if r["duration_s"] is None else f"{r['duration_s']:.2f}")
-            + ("[yellow]*[/]" if r["busy"] else ""),  # busy_words below says how busy, once
+            mib(r.rss),
+            ("" if r.duration_s is None else f"{r.duration_s:.2f}")
+            + ("[yellow]*[/]" if r.busy else ""),  # busy_words below says how busy, once
             verdict,
         ]
         if wide:
@@ -153,7 +185,7 @@ def table(gates: list[dict[str, Any]], title: str = "", wide: bool = True) -> Ta
     return tab
 
 
-def absent_words(gates: list[dict[str, Any]]) -> str:
+def absent_words(gates: Sequence[Gate]) -> str:
     """One sentence for the counters no row measured ("" when every one has a figure)."""
     have = measured([row(g) for g in gates])
     missing = [what for _, field, what in COUNTERS if field not in have]
@@ -164,18 +196,15 @@ def absent_words(gates: list[dict[str, Any]]) -> str:
     return f"absent on this machine: {', '.join(missing)}"
 
 
-def busy_words(gates: list[dict[str, Any]]) -> str:
+def busy_words(gates: Sequence[Gate]) -> str:
     """The phases timed on a busy machine, said once: "load up to 8.7 on 2 CPUs during all 14 phases"."""
     rows = by_phase(gates)
     busy = [g for g in rows if g.get("busy")]
     if not busy:
         return ""
-    loads = [
-        g["machine"]["load1"]
-        for g in busy
-        if isinstance(g.get("machine"), dict) and isinstance(g["machine"].get("load1"), (int, float))
-    ]
-    cpus = {g["machine"].get("cpus") for g in busy if isinstance(g.get("machine"), dict)} - {None}
+    machines = [_mapping(g.get("machine")) for g in busy]
+    loads = [v for m in machines if isinstance(v := m.get("load1"), (int, float))]
+    cpus = {m.get("cpus") for m in machines if m} - {None}
     if loads and len(cpus) == 1:
         (n,) = cpus
         how = f"load {'up to ' if len(set(loads)) > 1 else ''}{max(loads):.1f} on {n:g} CPUs"
@@ -186,33 +215,33 @@ def busy_words(gates: list[dict[str, Any]]) -> str:
     return f"* {how} during {where}: times from a busy machine"
 
 
-def findings(gates: list[dict[str, Any]]) -> list[Text]:
+def findings(gates: Sequence[Gate]) -> list[Text]:
     """One line per finding: each failed or warned check, each gate that measured nothing (n/a)."""
     out = []
     for g in by_phase(gates):
         r = row(g)
-        verdict = r["verdict"]
+        verdict = r.verdict
         if verdict not in ("fail", "warn", "n/a", "skipped"):
             continue
-        where = r["phase"] + (f"[{r['rank']}]" if r["rank"] is not None else "")
+        where = r.phase + (f"[{r.rank}]" if r.rank is not None else "")
         if verdict in ("n/a", "skipped"):  # the reason it measured nothing (a probe's skipped or never-reached row)
             style = VERDICT_STYLE[verdict]
             why = (
-                (r["message"] if verdict == "skipped" else "")
-                or "; ".join(str(c.get("detail")) for c in r["checks"])
-                or r["message"]
+                (r.message if verdict == "skipped" else "")
+                or "; ".join(str(c.get("detail")) for c in r.checks)
+                or r.message
                 or "measured nothing"
             )
             out.append(
                 Text.assemble((f"{'skip' if verdict == 'skipped' else 'n/a '} ", style), (where, "bold"), f": {why}")
             )
             continue
-        bad = [c for c in r["checks"] if not c.get("ok")]
+        bad = [c for c in r.checks if not c.get("ok")]
         if not bad:
-            bad = [{"name": "", "detail": r["message"] or "(no check named)", "warn": verdict == "warn"}]
+            bad = [{"name": "", "detail": r.message or "(no check named)", "warn": verdict == "warn"}]
         for i, c in enumerate(bad):
             said = "warn" if c.get("warn") else "fail"
             text = f"{c.get('name')}: {c.get('detail')}" if c.get("name") else str(c.get("detail"))
-            tail = f" -> {r['remedy']}" if r["remedy"] and i == len(bad) - 1 else ""
+            tail = f" -> {r.remedy}" if r.remedy and i == len(bad) - 1 else ""
             out.append(Text.assemble((f"{said} ", VERDICT_STYLE[said]), (where, "bold"), f": {text}{tail}"))
     return out

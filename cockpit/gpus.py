@@ -1,4 +1,4 @@
-"""The GPUs of this box and which run each is lent to. No torch (NVML only, loaded lazily).
+"""The GPUs of this box and which run each is lent to. No torch (NVML only, through cockpit/nvml.py).
 
 A series with ``--parallel N`` places every run on GPUs of its own
 (``CUDA_VISIBLE_DEVICES``), a set of them for a DDP run; two runs share a GPU
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+
+from .nvml import NVML
 
 MIB = 2**20
 
@@ -29,24 +31,15 @@ def visible() -> list[Gpu]:
         count, _, size = fake.partition("x")
         total = int(float(size or 81920) * MIB)
         return [Gpu(i, "fake GPU", total) for i in range(int(count))]
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        n = pynvml.nvmlDeviceGetCount()
-        out = []
-        for i in range(n):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(h)
-            out.append(
-                Gpu(
-                    i,
-                    name.decode() if isinstance(name, bytes) else str(name),
-                    int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
-                )
-            )
-    except Exception:  # noqa: BLE001 - no driver, no library: no GPU
-        return []
+    n = NVML.device_count()  # None: no driver, no library
+    out = []
+    for i in range(n or 0):
+        h = NVML.handle(i)
+        name = NVML.name(h) if h is not None else None
+        mem = NVML.memory(h) if h is not None else None
+        if name is None or mem is None:
+            return []  # a GPU NVML will not describe: none can be lent safely
+        out.append(Gpu(i, name, mem.total))
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")
     if vis is not None:
         keep = [int(p) for p in vis.split(",") if p.strip().isdigit()]

@@ -1,5 +1,5 @@
 """The machine as it is: the CPUs this process may use, what else keeps them busy, who else holds GPU memory,
-and free disk. No torch (psutil, NVML loaded lazily).
+and free disk. No torch (psutil; NVML through cockpit/nvml.py).
 
 A rented box is rarely empty. A phase timed while other processes kept the
 CPUs busy is marked busy (its time says little about an idle machine); GPU
@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .nvml import NVML
 
 MIB = 2**20
 
@@ -136,27 +138,14 @@ def gpu_others(own_pids: set[int] | None = None) -> list[dict[str, Any]]:
                 gpu, pid, name, mib = part.split(":")
                 out.append({"gpu": int(gpu), "pid": int(pid), "name": name, "used": int(float(mib) * MIB)})
         return [p for p in out if p["pid"] not in own]
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
-                if p.pid in own:
-                    continue
-                out.append(
-                    {
-                        "gpu": i,
-                        "pid": int(p.pid),
-                        "name": _name(p.pid),
-                        "used": int(p.usedGpuMemory) if p.usedGpuMemory is not None else None,
-                    }
-                )
-        return out
-    except Exception:  # noqa: BLE001 - no driver, or no permission to list processes: nothing known
-        return []
+    out = []
+    for i in range(NVML.device_count() or 0):  # no driver, or no permission to list processes: nothing known
+        h = NVML.handle(i)
+        for p in (NVML.processes(h) if h is not None else None) or []:
+            if p.pid in own:
+                continue
+            out.append({"gpu": i, "pid": p.pid, "name": _name(p.pid), "used": p.used})
+    return out
 
 
 def _name(pid: int) -> str:

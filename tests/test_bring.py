@@ -370,6 +370,7 @@ def test_configure_optimizers_forms_and_an_epoch_scheduler() -> None:
     assert again.count == 12 and again.inner.steps == 2
 
 
+@pytest.mark.slow  # trains through Lightning
 def test_lightning_steps_logs_and_refusals() -> None:
     import lightning.pytorch as L
     import torch.nn.functional as F

@@ -128,6 +128,7 @@ def test_the_first_command_dirties_no_file_git_tracks() -> None:
     assert ignored.returncode == 0
 
 
+@pytest.mark.slow  # two fresh interpreters (new, then check)
 def test_a_bare_campaign_name_resolves_from_the_campaigns_folder(tmp_path: Path) -> None:
     assert _run("-m", "cockpit", "new", "x", cwd=tmp_path).returncode == 0
     proc = _run("-m", "cockpit", "check", "x", "--no-task", cwd=tmp_path)
@@ -150,6 +151,7 @@ def test_new_in_a_subprocess_uses_the_campaigns_folder(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- check
 
 
+@pytest.mark.slow  # runs cockpit check, which imports the task in a child process
 def test_check_summarises_the_demo(campaign: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", str(campaign)]) == 0
     out = capsys.readouterr().out
@@ -172,6 +174,7 @@ def test_check_summarises_the_demo(campaign: Path, capsys: pytest.CaptureFixture
         assert expected in out, f"missing {expected!r} in:\n{out}"
 
 
+@pytest.mark.slow  # runs cockpit check, which imports the task in a child process
 def test_check_accepts_the_file_and_counts_runs(campaign: Path, capsys: pytest.CaptureFixture[str]) -> None:
     nb = notebook.load(campaign)
     nb.runs += [
@@ -183,6 +186,7 @@ def test_check_accepts_the_file_and_counts_runs(campaign: Path, capsys: pytest.C
     assert "Runs: 2 recorded (1 completed, 1 diverged)" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # runs cockpit check, which imports the task in a child process
 def test_check_says_what_a_batch_variant_moves(campaign: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = campaign / "campaign.toml"
     path.write_text(path.read_text("utf-8").replace("set = { lr = 2e-4 }", "set = { microbatch = 4 }"), "utf-8")

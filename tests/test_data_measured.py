@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -159,6 +160,7 @@ def t5(params: dict[str, Any]) -> Any:
     return T5ForConditionalGeneration(config)
 
 
+@pytest.mark.slow  # builds a transformers T5: 3.5 s
 def test_an_encoder_decoders_labels_are_not_compared_with_the_encoder_input_and_its_shift_is_measured() -> None:
     task = Task(build_model=t5, datasets=seq2seq, collate=t5_collate, kind="generation", vocab_size=lambda p: VOCAB)
     g, _ = data_gate(task)

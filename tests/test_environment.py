@@ -46,6 +46,7 @@ def fresh_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # fresh interpreters importing transformers, PEFT and Lightning
 def test_every_documented_integration_imports_in_a_fresh_interpreter(tmp_path: Path) -> None:
     proc = fresh_python(DOCUMENTED, tmp_path)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]

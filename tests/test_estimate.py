@@ -38,6 +38,7 @@ TINY = dict(vocab=256, block=64, min_length=16, layers=2, heads=2, d=32, lr=1e-3
 # --------------------------------------------------------------------------- the trace against a real run
 
 
+@pytest.mark.slow  # runs real training steps on the CPU
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_fake_trace_agrees_with_a_real_cpu_run(precision: str) -> None:
     params = {**TINY, "microbatch": 4, "accumulation": 2, "precision": precision, "fused": True}
@@ -66,6 +67,7 @@ def test_phases_cover_build_state_and_eval() -> None:
     assert "flash" not in t.kernels and t.kernels["efficient"] > 0  # float32 attention: the memory-efficient kernel
 
 
+@pytest.mark.slow  # runs real training steps on the CPU
 def test_fp16_scaler_takes_its_step() -> None:
     """Under fp16 the grad scaler reads found_inf from a tensor: answered 0, so the optimizer step (and its state)
     happens as on a healthy run; every other value read is answered 1 and said."""
@@ -140,6 +142,7 @@ def test_attention_kernel_choice_and_its_memory() -> None:
     assert math_peak >= scores * 2 + flash_peak  # the scores (bf16) are held for backward
 
 
+@pytest.mark.slow  # runs real training steps on the CPU
 def test_default_adamw_runs_foreach_as_on_cuda() -> None:
     """Left at foreach=None, AdamW takes its single-tensor path on the CPU but foreach on CUDA: a temporary as large
     as every parameter at once (the square root of the second moments) during the step."""
@@ -208,6 +211,7 @@ def test_gpu_names() -> None:
         report.gpu_size("Z9")
 
 
+@pytest.mark.slow  # runs real training steps on the CPU
 def test_cli_estimate_json(capsys: pytest.CaptureFixture[str]) -> None:
     rc = cli.main(["estimate", str(HERE), "--no-table", "--json", "--gpu", "L4", "80"])
     out = capsys.readouterr().out

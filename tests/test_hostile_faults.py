@@ -82,6 +82,7 @@ def _full_run_toml(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "fsync", fsync)
 
 
+@pytest.mark.slow  # runs `cockpit pilot` as far as a full disk lets it: 4-6 s each
 @pytest.mark.parametrize("fill", [_full_notebook_write, _full_run_toml], ids=["notebook", "run.toml"])
 def test_creating_a_run_on_a_full_disk_leaves_no_folder_no_row_and_no_used_id(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fill
@@ -105,6 +106,7 @@ def _tmpfs(path: Path, size: str) -> bool:
     return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)]).returncode == 0
 
 
+@pytest.mark.slow  # runs `cockpit pilot` as far as a full disk lets it: 4-6 s each
 def test_a_really_full_disk_when_creating_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """On a real filesystem that is full (a small tmpfs, when this test may mount one)."""
     disk = tmp_path / "disk"

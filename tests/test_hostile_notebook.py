@@ -215,6 +215,7 @@ def test_an_unreadable_notebook_is_one_paragraph_in_every_command(
     (camp / "campaign.toml").chmod(0o644) if kind == "unreadable" else None
 
 
+@pytest.mark.slow  # three cockpit check runs, each importing the task in a child process: 11 s
 def test_check_tells_a_task_file_or_module_that_does_not_exist(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -236,6 +237,7 @@ def test_check_tells_a_task_file_or_module_that_does_not_exist(
 MARKUP = ["[/bold]", "[bold red]x", "[link=file:///etc/passwd]y[/link]", "a[/]b", "\\[x]"]
 
 
+@pytest.mark.slow  # runs, compare, report and check (its child imports the task) at two widths: 16 s
 def test_markup_in_notebook_text_and_stop_reasons_is_printed_as_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -206,6 +206,7 @@ def test_a_torn_last_line_stays_pending_for_tail_and_summary(tmp_path: Path) -> 
     assert [e["kind"] for e in s2.events] == ["run_start", "gate"] and s2.bad_lines == 0
 
 
+@pytest.mark.slow  # writes and reads 200,000 events: 3.4 s
 def test_reading_a_long_run_holds_little_memory(tmp_path: Path) -> None:
     camp = make_campaign(tmp_path)
     _, rdir = write_run(camp, status=None)  # crashed: its status needs its events

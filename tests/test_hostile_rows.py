@@ -177,6 +177,7 @@ def _big(camp: Path, n: int) -> None:
     (camp / "campaign.toml").write_text(text + rows)
 
 
+@pytest.mark.slow  # a pilot's start and end over a notebook of 20,000 runs: 4.5 s
 def test_a_pilot_reads_and_writes_the_notebook_a_bounded_number_of_times(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -223,6 +224,7 @@ def test_a_pilot_reads_and_writes_the_notebook_a_bounded_number_of_times(
     assert nbm.load(camp).run(rid).status == "passed"
 
 
+@pytest.mark.slow  # writes and parses a notebook of 20,000 runs: 5 s
 def test_a_hand_edited_large_notebook_is_parsed_again(tmp_path: Path) -> None:
     camp = make_campaign(tmp_path)
     _big(camp, 20_000)

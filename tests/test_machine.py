@@ -76,6 +76,7 @@ def test_threads_leave_the_cpus_other_processes_keep_busy(monkeypatch: pytest.Mo
     assert [threads.threads_for(c, o) for c, o in ((2, 6.0), (2, 0.4), (16, 3.2), (1, 0), (8, 7.6))] == [1, 2, 13, 1, 1]
 
 
+@pytest.mark.slow  # starts a child process that computes
 def test_a_child_of_the_run_computes_with_the_runs_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     """The resume child started while the load differed used another thread count, and the demo's resume check
     failed on losses equal to six digits (4.475407/4.475407): the child now takes the run's count."""

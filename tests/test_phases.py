@@ -204,6 +204,7 @@ def test_labels_shifted_twice_are_caught() -> None:
 # --------------------------------------------------------------------------- forward: semantic checks
 
 
+@pytest.mark.slow  # trains a model until the mask's leak shows
 def test_causal_mask_that_sees_the_future_fails_forward() -> None:
     good = through(lm(), "forward")["forward"]
     assert check(good, "causal mask")["ok"] and check(good, "outputs are logits")["ok"]

@@ -466,7 +466,7 @@ def test_an_exception_raised_in_cockpits_own_frames_ends_the_script_as_cockpits(
 
     inst, sink = probe(steps=3)
     try:
-        reading._names(None)  # type: ignore[arg-type]  # raises TypeError inside Cockpit's code
+        reading.short_list(None)  # type: ignore[arg-type]  # raises TypeError inside Cockpit's code
     except TypeError as exc:
         monkeypatch.setattr(sys, "last_exc", exc, raising=False)
     inst.at_exit()

@@ -41,6 +41,7 @@ def train(model: nn.Module, batches: list[tuple[torch.Tensor, ...]], hidden: boo
         pass
 
 
+@pytest.mark.slow  # trains an RNN through the probe: 3 s
 def test_a_time_major_rnn_records_its_batch_not_its_bptt(probe):  # noqa: F811
     _, sink = probe(steps=2, to_end=True)
     torch.manual_seed(0)

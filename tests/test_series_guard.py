@@ -108,6 +108,7 @@ def test_a_configuration_that_diverged_is_not_repeated_silently(tmp_path: Path) 
     assert items[0].follows == bad and "a fixed data bug since" in items[0].notes
 
 
+@pytest.mark.slow  # cockpit check (the task imported), the series guard and compare: 5.4 s
 def test_a_protocol_change_after_runs_is_caught_by_check_series_and_compare(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

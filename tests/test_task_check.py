@@ -43,6 +43,7 @@ def no_run_made(camp: Path) -> bool:
     return not (camp / "runs").exists() or not any((camp / "runs").iterdir())
 
 
+@pytest.mark.slow  # imports the task in a child process, as check and pilot do
 @pytest.mark.parametrize("command", ["check", "pilot"])
 def test_a_task_file_that_does_not_parse_is_named_with_its_line(tmp_path: Path, command: str) -> None:
     camp = with_task(make_campaign(tmp_path), "import torch\n\ndef build_model(params:\n    pass\n")
@@ -53,6 +54,7 @@ def test_a_task_file_that_does_not_parse_is_named_with_its_line(tmp_path: Path, 
     assert no_run_made(camp)
 
 
+@pytest.mark.slow  # imports the task in a child process, as check and pilot do
 def test_a_task_that_raises_on_import_is_named_where_it_raised(tmp_path: Path) -> None:
     camp = with_task(make_campaign(tmp_path), "x = 1\nraise RuntimeError('no GPU here')\n")
     proc = cockpit("check", str(camp), cwd=tmp_path)
@@ -60,6 +62,7 @@ def test_a_task_that_raises_on_import_is_named_where_it_raised(tmp_path: Path) -
     assert "task.py:2" in proc.stderr and "RuntimeError: no GPU here" in proc.stderr
 
 
+@pytest.mark.slow  # imports the task in a child process, as check and pilot do
 @pytest.mark.parametrize("command", ["check", "pilot"])
 def test_an_empty_training_split_is_refused_before_a_run(tmp_path: Path, command: str) -> None:
     camp = make_campaign(tmp_path)
@@ -71,6 +74,7 @@ def test_an_empty_training_split_is_refused_before_a_run(tmp_path: Path, command
     assert no_run_made(camp)
 
 
+@pytest.mark.slow  # imports the task in a child process, as check and pilot do
 @pytest.mark.parametrize("command", ["check", "pilot"])
 def test_an_update_larger_than_the_dataset_is_refused(tmp_path: Path, command: str) -> None:
     camp = make_campaign(tmp_path)
@@ -81,6 +85,7 @@ def test_an_update_larger_than_the_dataset_is_refused(tmp_path: Path, command: s
     assert no_run_made(camp)
 
 
+@pytest.mark.slow  # imports the task in a child process, as check and pilot do
 def test_check_still_says_valid_for_a_campaign_that_can_run(tmp_path: Path) -> None:
     proc = cockpit("check", str(make_campaign(tmp_path)), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

@@ -108,6 +108,7 @@ def test_nothing_to_train_ends_as_a_failed_gate_not_a_bug_in_cockpit(tmp_path: P
 ACC = "accumulated == single batch"
 
 
+@pytest.mark.slow  # builds and trains a real architecture (nanoGPT, Mixtral, CLIP, CTC): the calibration tier
 def test_mixtral_router_loss_is_an_expected_batch_level_term_not_a_failure() -> None:
     from tests.verdict_tasks.mixtral_task import task
 
@@ -189,6 +190,7 @@ def test_a_label_smoothed_loss_with_a_floor_is_not_read_as_cannot_fit() -> None:
     assert losses[-1] > 0.1 * losses[0]  # the old 0.1x ratio would have failed it
 
 
+@pytest.mark.slow  # trains for a few hundred steps (about 17 s)
 def test_a_loss_held_up_by_its_output_scale_is_explained_and_the_ranking_decides() -> None:
     """The shelf's LoRA over a random base, in small: an output layer that does not train, after a norm, bounds
     the logits, so the loss stays above the input-blind loss while the ranking learns. The previous gate stopped
@@ -215,6 +217,7 @@ def test_a_loss_held_up_by_its_output_scale_is_explained_and_the_ranking_decides
     assert "cannot fit" in check(g, "loss falls below threshold")["detail"]
 
 
+@pytest.mark.slow  # builds and trains a real architecture (nanoGPT, Mixtral, CLIP, CTC): the calibration tier
 def test_a_real_nanogpt_that_clearly_learned_passes_at_its_own_rate() -> None:
     from tests.shelf.nanogpt_task import task
 
@@ -224,6 +227,7 @@ def test_a_real_nanogpt_that_clearly_learned_passes_at_its_own_rate() -> None:
     assert g.inputs["lr"] == 1e-3 and check(g, "targets recovered")["ok"]
 
 
+@pytest.mark.slow  # builds and trains a real architecture (nanoGPT, Mixtral, CLIP, CTC): the calibration tier
 def test_mixtral_with_its_balancing_term_fits_at_its_rate() -> None:
     from tests.verdict_tasks.mixtral_task import task
 
@@ -231,6 +235,7 @@ def test_mixtral_with_its_balancing_term_fits_at_its_rate() -> None:
     assert g.verdict.value == "pass" and g.inputs["lr"] == 1e-3, g.checks
 
 
+@pytest.mark.slow  # builds and trains a real architecture (nanoGPT, Mixtral, CLIP, CTC): the calibration tier
 def test_clip_with_a_learned_temperature_fits_at_3e_4_and_a_blind_twin_is_caught() -> None:
     from tests.verdict_tasks import clip_task
 
@@ -251,6 +256,7 @@ def test_a_negative_value_of_a_likelihood_loss_is_a_finding_not_a_pass() -> None
     assert "went negative" in c["detail"] and "cannot be below 0" in c["detail"], c["detail"]
 
 
+@pytest.mark.slow  # builds and trains a real architecture (nanoGPT, Mixtral, CLIP, CTC): the calibration tier
 def test_a_healthy_ctc_model_passes_and_its_range_is_checked() -> None:
     from tests.verdict_tasks import ctc
 
@@ -303,6 +309,7 @@ def _not_ok(gates: dict[str, Gate], skip: tuple[str, ...] = ()) -> list[tuple[st
     return [(p, c["name"], c["detail"]) for p, g in gates.items() if p not in skip for c in g.checks if not c["ok"]]
 
 
+@pytest.mark.slow  # builds and trains a real architecture (nanoGPT, Mixtral, CLIP, CTC): the calibration tier
 def test_a_healthy_mixtral_through_hf_causal_lm_passes_every_gate_without_a_warning() -> None:
     from tests.verdict_tasks.mixtral_task import task
 
@@ -312,6 +319,7 @@ def test_a_healthy_mixtral_through_hf_causal_lm_passes_every_gate_without_a_warn
     assert {g.verdict.value for g in gates.values()} == {"pass"}, {p: g.verdict.value for p, g in gates.items()}
 
 
+@pytest.mark.slow  # builds and trains a real architecture (nanoGPT, Mixtral, CLIP, CTC): the calibration tier
 def test_a_healthy_clip_passes_every_gate_it_owns_without_a_warning() -> None:
     from tests.verdict_tasks.clip_task import task
 
@@ -406,6 +414,7 @@ def test_a_first_adam_step_that_moves_as_many_elements_up_as_down_is_seen() -> N
     assert param_fingerprint(model)["weight"] != before["weight"]
 
 
+@pytest.mark.slow  # builds and trains a real architecture (nanoGPT, Mixtral, CLIP, CTC): the calibration tier
 def test_a_ctc_model_still_on_its_blank_plateau_when_the_steps_run_out_is_slow_not_blind() -> None:
     from tests.verdict_tasks import ctc
 

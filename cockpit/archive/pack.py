@@ -19,10 +19,10 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import tomli_w
 
@@ -30,30 +30,11 @@ from .. import events as ev
 from .. import fsutil, runs
 from .. import notebook as nbm
 from ..fsutil import sha256
+from ..gitinfo import FileRevision
+from ..gitinfo import file_revision as git_revision
 from .layout import CONTROL, FORMAT, MANIFEST, METRIC_JSON, METRIC_SUFFIXES, MODEL, ArchiveError
 
 # --------------------------------------------------------------------------- revisions
-
-
-def _git(cwd: Path, *args: str) -> str | None:
-    try:
-        proc = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
-
-
-def git_revision(path: Path | None) -> dict[str, Any] | str:
-    """The commit holding ``path``, and whether that file has uncommitted changes."""
-    if path is None:
-        return "source file not found"
-    folder = path if path.is_dir() else path.parent
-    top = _git(folder, "rev-parse", "--show-toplevel")
-    commit = _git(folder, "rev-parse", "HEAD") if top else None
-    if not top or not commit:
-        return "not a git checkout"
-    status = _git(Path(top), "status", "--porcelain", "--", str(path)) or ""
-    return {"repository": top, "commit": commit, "path": str(path), "uncommitted_changes": bool(status.strip())}
 
 
 def _module_file(name: str) -> Path | None:
@@ -84,12 +65,49 @@ def task_source(entry: str, campaign_dir: Path | None) -> Path | None:
     return _module_file(where)
 
 
+class Revisions(TypedDict):
+    """``revisions.json``: what code, data and packages made the archived run."""
+
+    task_entry: str
+    task_source: str | None
+    task_code: FileRevision | str
+    task_code_sha256: object  # as run.toml froze it
+    data_revision: object  # the export's (or the pilot's) data revision, or why there is none
+    cockpit_code: FileRevision | str
+    packages_at_run: object
+    stack_at_run: dict[str, object]
+    packages_at_archive: dict[str, str]
+    python_at_archive: str
+
+
+class _MetaRequired(TypedDict):
+    format: str  # layout.FORMAT
+    run: str
+    campaign: str
+    variant: str
+    seed: int
+    kind: str
+    entry: str
+    status: str
+    stop_reason: str
+    created: str
+    source: str
+
+
+class ArchiveMeta(_MetaRequired, total=False):
+    """The run's identity in the archive's manifest (and README)."""
+
+    weights: str  # what model/model.pt holds, in words
+    base: object  # an adapter's base model, by identity
+    weights_from: str
+
+
 def revisions(
     frozen: dict[str, Any],
     run_start: dict[str, Any],
     campaign_dir: Path | None,
-    data_revision: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    data_revision: object = None,
+) -> Revisions:
     entry = frozen.get("task", {}).get("entry", "")
     src = task_source(entry, campaign_dir)
     stack = run_start.get("stack") or {}
@@ -169,7 +187,7 @@ def _variant_config(nb: nbm.Notebook | None, variant: str) -> dict[str, Any]:
     return cfg
 
 
-def _readme(meta: dict[str, Any], files: list[str]) -> str:
+def _readme(meta: ArchiveMeta, files: list[str]) -> str:
     entry = meta["entry"]
     return f"""# Archive of run {meta["run"]} (campaign {meta["campaign"]}, variant {meta["variant"]}, seed {meta["seed"]})
 
@@ -291,7 +309,7 @@ def gather(rdir: Path | str, out: Path | str | None = None) -> Path:
         nb = nbm.load(campaign_dir) if campaign_dir else None
     except nbm.NotebookError:
         nb = None
-    meta = {
+    meta: ArchiveMeta = {
         "format": FORMAT,
         "run": frozen["run"]["id"],
         "campaign": frozen["run"].get("campaign", ""),
@@ -355,7 +373,8 @@ def gather(rdir: Path | str, out: Path | str | None = None) -> Path:
     return target
 
 
-def _export_manifest(path: Path) -> dict[str, Any]:
+def _export_manifest(path: Path) -> Mapping[str, Any]:
+    """The export's manifest.json as written (any JSON object; each reader checks its fields), or {}."""
     if not fsutil.is_regular(path):
         return {}
     try:
@@ -365,7 +384,7 @@ def _export_manifest(path: Path) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _weights_said(exported: bool, manifest: dict[str, Any]) -> str:
+def _weights_said(exported: bool, manifest: Mapping[str, Any]) -> str:
     if not exported:
         return (
             "The run exported no artifact (it did not complete): this is the model state of its final checkpoint, "

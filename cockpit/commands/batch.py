@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from typing import Any
+from typing import Any, TypedDict
 
 from .. import arithmetic, notebook
 from ..arithmetic import HELD, BatchPlan, Budget
@@ -92,6 +92,51 @@ def run(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- building
 
 
+# --------------------------------------------------------------------------- what `--json` prints
+
+
+class BudgetRecord(TypedDict):
+    updates: int
+    examples_seen: int
+    epochs_seen: float | None
+    incomplete_dropped: int
+    basis: str
+    amount: float
+
+
+class _EntryRequired(TypedDict):
+    label: str  # "batch", "changed", or the variant's id
+    microbatch: int
+    accumulation: int
+    data_replicas: int
+    model_parallel: int
+    dataset_size: int | None
+    drop_last: bool
+    examples_per_update: int
+    gpus: int
+
+
+class BatchEntry(_EntryRequired, total=False):
+    updates_per_epoch: int  # with a dataset size
+    examples_per_epoch: int
+    budget: BudgetRecord  # with a budget
+    rows: list[tuple[str, str]]  # the figures as the text shows them
+    changes: dict[str, object]  # a variant: the batch settings it changes
+    what_changes: str
+
+
+class _ResultRequired(TypedDict):
+    reference: BatchEntry
+    variants: list[BatchEntry]
+
+
+class BatchResult(_ResultRequired, total=False):
+    campaign: str  # from a campaign
+    file: str
+    held: str  # what a comparison holds constant
+    caveat: str
+
+
 def _plan(**kw: Any) -> BatchPlan:
     try:
         return BatchPlan(**kw)
@@ -110,20 +155,35 @@ def _resolve(plan: BatchPlan, **budget: Any) -> Budget | None:
         raise UsageError(f"{exc}.") from None
 
 
-def _entry(label: str, plan: BatchPlan, budget: Budget | None) -> dict[str, Any]:
-    entry: dict[str, Any] = {"label": label, **dataclasses.asdict(plan)}
-    entry["examples_per_update"] = plan.examples_per_update
-    entry["gpus"] = plan.gpus
+def plan_entry(label: str, plan: BatchPlan, budget: Budget | None) -> BatchEntry:
+    entry: BatchEntry = {
+        "label": label,
+        "microbatch": plan.microbatch,
+        "accumulation": plan.accumulation,
+        "data_replicas": plan.data_replicas,
+        "model_parallel": plan.model_parallel,
+        "dataset_size": plan.dataset_size,
+        "drop_last": plan.drop_last,
+        "examples_per_update": plan.examples_per_update,
+        "gpus": plan.gpus,
+    }
     if plan.dataset_size:
         entry["updates_per_epoch"] = plan.updates_per_epoch()
         entry["examples_per_epoch"] = plan.examples_per_epoch()
     if budget is not None:
-        entry["budget"] = dataclasses.asdict(budget)
+        entry["budget"] = {
+            "updates": budget.updates,
+            "examples_seen": budget.examples_seen,
+            "epochs_seen": budget.epochs_seen,
+            "incomplete_dropped": budget.incomplete_dropped,
+            "basis": budget.basis,
+            "amount": budget.amount,
+        }
     entry["rows"] = arithmetic.describe(plan, budget)
     return entry
 
 
-def from_numbers(args: argparse.Namespace) -> dict[str, Any]:
+def from_numbers(args: argparse.Namespace) -> BatchResult:
     if args.micro is None:
         raise UsageError(
             "give the microbatch (--micro N), or a campaign: for example "
@@ -148,8 +208,8 @@ def from_numbers(args: argparse.Namespace) -> dict[str, Any]:
         drop_last=not args.keep_last,
     )
     budget = _resolve(plan, updates=args.updates, epochs=args.epochs, examples=args.examples)
-    result: dict[str, Any] = {"reference": _entry("batch", plan, budget), "variants": []}
-    changed = {
+    result: BatchResult = {"reference": plan_entry("batch", plan, budget), "variants": []}
+    changed: dict[str, object] = {
         "microbatch": args.vs_micro,
         "accumulation": args.vs_accum,
         "data_replicas": args.vs_replicas,
@@ -180,18 +240,18 @@ def _flags(args: argparse.Namespace) -> list[tuple[str, int | None]]:
     ]
 
 
-def _variant(label: str, ref: BatchPlan, ref_budget: Budget, held: str, changed: dict[str, Any]) -> dict[str, Any]:
+def _variant(label: str, ref: BatchPlan, ref_budget: Budget, held: str, changed: dict[str, object]) -> BatchEntry:
     plan = _plan(**{**dataclasses.asdict(ref), **changed})
     if held == "epochs" and not (ref_budget.epochs_seen is not None and plan.dataset_size):
         raise UsageError("holding epochs constant needs the dataset size: add --dataset-size N.")
     budget = arithmetic.hold(held, plan, ref_budget)
-    entry = _entry(label, plan, budget)
+    entry = plan_entry(label, plan, budget)
     entry["changes"] = changed
     entry["what_changes"] = arithmetic.what_changes(held, ref, plan, ref_budget)
     return entry
 
 
-def from_campaign(nb: notebook.Notebook) -> dict[str, Any]:
+def from_campaign(nb: notebook.Notebook) -> BatchResult:
     held = nb.campaign.held_constant
     ref = nb.reference
     ref_params = nb.params(ref.id)
@@ -200,11 +260,11 @@ def from_campaign(nb: notebook.Notebook) -> dict[str, Any]:
         ref_budget: Budget | None = arithmetic.budget_from(ref_plan, ref_params)
     except ValueError:
         ref_budget = None  # epochs without a dataset size: the task knows it, not the file
-    result: dict[str, Any] = {
+    result: BatchResult = {
         "campaign": nb.campaign.name,
         "file": str(nb.path),
         "held": held,
-        "reference": _entry(ref.id, ref_plan, ref_budget),
+        "reference": plan_entry(ref.id, ref_plan, ref_budget),
         "variants": [],
     }
     for v in nb.variants:
@@ -212,18 +272,18 @@ def from_campaign(nb: notebook.Notebook) -> dict[str, Any]:
             continue
         params = nb.params(v.id)
         plan = arithmetic.plan_from(params)
-        changed = {k: v.set[k] for k in v.set if k in _BATCH_KEYS}
+        changed: dict[str, object] = {k: v.set[k] for k in v.set if k in _BATCH_KEYS}
         if ref_budget is None:
-            entry = _entry(v.id, plan, None)
+            entry = plan_entry(v.id, plan, None)
             entry["what_changes"] = "updates unknown until the task gives the dataset size"
         elif any(k in v.set for k in HELD):
-            entry = _entry(v.id, plan, arithmetic.budget_from(plan, params))
+            entry = plan_entry(v.id, plan, arithmetic.budget_from(plan, params))
             entry["what_changes"] = f"sets its own budget although the campaign holds {held} constant"
         elif held == "epochs" and not plan.dataset_size:
-            entry = _entry(v.id, plan, None)
+            entry = plan_entry(v.id, plan, None)
             entry["what_changes"] = arithmetic.what_changes(held, ref_plan, plan, ref_budget)
         else:
-            entry = _entry(v.id, plan, arithmetic.hold(held, plan, ref_budget))
+            entry = plan_entry(v.id, plan, arithmetic.hold(held, plan, ref_budget))
             entry["what_changes"] = arithmetic.what_changes(held, ref_plan, plan, ref_budget)
         entry["changes"] = changed
         result["variants"].append(entry)
@@ -237,7 +297,7 @@ _BATCH_KEYS = {f.name for f in dataclasses.fields(notebook.BatchSpec)}
 # --------------------------------------------------------------------------- text
 
 
-def _text(result: dict[str, Any]) -> list[str]:
+def _text(result: BatchResult) -> list[str]:
     out: list[str] = []
     if "campaign" in result:
         out.append(f"Campaign {result['campaign']} ({result['file']}), holding {result['held']} constant.")

@@ -17,13 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import events as ev
-from .. import fsutil, runs
+from .. import fsutil, runs, styles
+from .. import inspectview as iv
 from .. import notebook as nbm
 from ..errors import CockpitError, UsageError
-
-SUPERVISED = "bold black on green"
-MASKED = "dim"
-IGNORE = -100
+from ..inspectview import IGNORE, MASKED, SUPERVISED
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -96,58 +94,12 @@ def data_gate(rdir: Path) -> dict[str, Any] | None:
 
 def text_of(example: dict[str, Any]) -> Any:
     """The decoded text as rich Text: supervised spans highlighted, masked spans dimmed."""
-    from rich.text import Text
-
-    out = Text()
-    text = example.get("text")
-    if isinstance(text, list):
-        for span in text:
-            if isinstance(span, (list, tuple)) and len(span) == 2:
-                out.append(str(span[0]), style=SUPERVISED if span[1] else MASKED)
-            else:
-                out.append(str(span))
-    elif text is not None:
-        out.append(str(text))
-    else:
-        out.append("(the task has no decode function)", style="dim italic")
-    return out
+    return iv.text_of(example, iv.CLI)
 
 
 def positions(row: dict[str, Any], width: int) -> list[Any]:
     """The batch row position by position, in blocks that fit ``width`` columns."""
-    from rich.table import Table
-    from rich.text import Text
-
-    lists = {k: v for k, v in row.items() if isinstance(v, list) and all(not isinstance(x, list) for x in v)}
-    if not lists:
-        return []
-    n = max(len(v) for v in lists.values())
-    cell = max([3] + [len(str(x)) for v in lists.values() for x in v]) + 1
-    label_w = max(len(k) for k in lists) + 1
-    per_block = max(4, (width - label_w - 2) // cell)
-    blocks = []
-    for start in range(0, n, per_block):
-        tab = Table.grid(padding=(0, 0))
-        tab.add_column(width=label_w, no_wrap=True)
-        stop = min(n, start + per_block)
-        for _ in range(start, stop):
-            tab.add_column(justify="right", width=cell, no_wrap=True)
-        tab.add_row(Text("pos", style="dim"), *(Text(str(i), style="dim") for i in range(start, stop)))
-        masked = lists.get("attention_mask")
-        for k, v in lists.items():
-            cells = []
-            for i in range(start, stop):
-                x = v[i] if i < len(v) else ""
-                style = ""
-                pad = masked is not None and i < len(masked) and masked[i] == 0
-                if "label" in k or "target" in k:
-                    style = MASKED if x == IGNORE or x == "" else "bold green"
-                elif pad:
-                    style = MASKED
-                cells.append(Text(str(x), style=style))
-            tab.add_row(Text(k, style="bold"), *cells)
-        blocks.append(tab)
-    return blocks
+    return iv.positions(row, width, iv.CLI)
 
 
 def render(doc: dict[str, Any], rdir: Path, gate: dict[str, Any] | None, split: str | None, only: str | None) -> None:
@@ -175,7 +127,7 @@ def render(doc: dict[str, Any], rdir: Path, gate: dict[str, Any] | None, split: 
     )
     console.print(head)
     if gate is not None:
-        style = {"pass": "green", "warn": "yellow", "fail": "bold red"}.get(str(gate.get("verdict")), "dim")
+        style = styles.verdict_style(str(gate.get("verdict")))
         console.print(Text.assemble(("data gate: ", "bold"), (str(gate.get("verdict")), style)))
         for c in gate.get("checks", []):
             if not c.get("ok"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
-from .. import launch, runs
+from .. import launch, runs, styles
 from ..errors import UsageError
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def follow(rdir: Path, quiet: bool = False, poll_s: float = 0.1) -> runs.RunStat
                 console.print(at + Text(f"{e.get('phase')} …"), highlight=False)
             elif e["kind"] == ev.GATE:
                 verdict = str(e.get("verdict"))
-                style = {"pass": "green", "warn": "yellow", "fail": "bold red"}.get(verdict, "dim")
+                style = styles.verdict_style(verdict)
                 rank = f" rank {e['rank']}" if e.get("rank") is not None else ""
                 took = e.get("duration_s")
                 took_s = f"{took:.2f}" if isinstance(took, (int, float)) else "?"
@@ -111,7 +112,10 @@ def summary(st: runs.RunState) -> dict[str, Any]:
         "peak_counter": st.peak_counter,
         "duration_s": st.duration_s,
         "exit_code": int(st.exit_code),
-        "gates": [{**row(g), "inputs_full": g.get("inputs"), "machine": g.get("machine")} for g in st.gates],
+        "gates": [
+            {**dataclasses.asdict(row(g)), "inputs_full": g.get("inputs"), "machine": g.get("machine")}
+            for g in st.gates
+        ],
         "findings": [t.plain for t in findings(st.gates)],
         "absent": absent_words(st.gates),
         "busy": busy_words(st.gates),

@@ -9,7 +9,7 @@ from .. import plan as pl
 from ..errors import UsageError
 
 
-def _ints(text: str) -> tuple[int, ...]:
+def int_list(text: str) -> tuple[int, ...]:
     try:
         out = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
@@ -21,7 +21,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("campaign", nargs="?", default="campaigns/demo", help="campaign folder or campaign.toml")
-    p.add_argument("--days", type=_ints, default=pl.DEFAULT_DAYS, help="package lengths in days (default 3,7,30)")
+    p.add_argument("--days", type=int_list, default=pl.DEFAULT_DAYS, help="package lengths in days (default 3,7,30)")
     p.add_argument("--seeds", type=int, default=pl.DEFAULT_SEEDS, help="seeds per variant (default 3: 0, 1, 2)")
     p.add_argument(
         "--reserve-hours",

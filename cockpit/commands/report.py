@@ -6,12 +6,12 @@ import argparse
 
 from .. import plan as pl
 from .. import report as rp
-from .plan import _ints
+from .plan import int_list
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("campaign", nargs="?", default="campaigns/demo", help="campaign folder or campaign.toml")
-    p.add_argument("--days", type=_ints, default=pl.DEFAULT_DAYS, help="rental packages in days (default 3,7,30)")
+    p.add_argument("--days", type=int_list, default=pl.DEFAULT_DAYS, help="rental packages in days (default 3,7,30)")
     p.add_argument("--seeds", type=int, default=pl.DEFAULT_SEEDS, help="seeds per variant in the plan (default 3)")
     p.add_argument("--print", action="store_true", help="also print the report")
 

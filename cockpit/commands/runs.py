@@ -8,19 +8,7 @@ import json
 
 from .. import notebook as nbm
 from .. import runs
-
-STATUS_STYLE = {
-    "passed": "green",
-    "completed": "green",
-    "running": "cyan",
-    "created": "dim",
-    "failed": "red",
-    "diverged": "red",
-    "oom": "red",
-    "error": "red",
-    "crashed": "bold red",
-    "stopped": "yellow",
-}
+from ..styles import STATUS_STYLE
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -34,7 +34,7 @@ class Needs:
 
 
 @dataclass
-class Item:
+class StackCheck:
     name: str
     status: str  # pass | fail | absent | n/a
     detail: str
@@ -75,22 +75,22 @@ def probe(extensions: tuple[str, ...], timeout_s: float = TIMEOUT_S) -> dict[str
     return {"torch_error": f"the check process died ({how}) before reporting: {tail or 'no output'}", "extensions": []}
 
 
-def items(info: dict[str, Any], needs: Needs) -> list[Item]:
+def items(info: dict[str, Any], needs: Needs) -> list[StackCheck]:
     """Each stack item with pass/fail, from the child's report and what the campaign needs."""
-    out: list[Item] = []
+    out: list[StackCheck] = []
     if info.get("torch_error"):
-        out.append(Item("torch", "fail", f"cannot use torch: {info['torch_error']}"))
+        out.append(StackCheck("torch", "fail", f"cannot use torch: {info['torch_error']}"))
         for e in info.get("extensions", []):
             out.append(_ext(e))
         return out
     build = info.get("build", "?")
-    out.append(Item("torch", "pass", f"torch {info.get('torch')} ({build} build), Python {info.get('python')}"))
+    out.append(StackCheck("torch", "pass", f"torch {info.get('torch')} ({build} build), Python {info.get('python')}"))
     gpus = info.get("gpus") or []
     has_gpu = bool(info.get("cuda_available")) and bool(gpus)
     miss = "fail" if needs.gpu else "n/a"
     if build == "cuda":
         out.append(
-            Item(
+            StackCheck(
                 "CUDA runtime",
                 "pass" if info.get("cuda_available") else "fail",
                 f"CUDA {info.get('cuda')}"
@@ -102,19 +102,19 @@ def items(info: dict[str, Any], needs: Needs) -> list[Item]:
             )
         )
     else:
-        out.append(Item("CUDA runtime", miss, f"none: torch is a {build} build"))
+        out.append(StackCheck("CUDA runtime", miss, f"none: torch is a {build} build"))
     if info.get("driver"):
-        out.append(Item("driver", "pass", f"NVIDIA driver {info['driver']}"))
+        out.append(StackCheck("driver", "pass", f"NVIDIA driver {info['driver']}"))
     else:
         out.append(
-            Item(
+            StackCheck(
                 "driver", miss if not has_gpu else "fail", f"not found ({info.get('nvml_error') or 'NVML unavailable'})"
             )
         )
     if gpus:
         for g in gpus:
             out.append(
-                Item(
+                StackCheck(
                     f"GPU {g.get('index')}",
                     "pass",
                     f"{g.get('name')}, {int(g.get('total') or 0) / 2**20:,.0f} MiB, compute capability "
@@ -122,24 +122,24 @@ def items(info: dict[str, Any], needs: Needs) -> list[Item]:
                 )
             )
     else:
-        out.append(Item("GPUs", miss, "none visible"))
+        out.append(StackCheck("GPUs", miss, "none visible"))
     for k in info.get("kernels") or []:
         ok = k.get("fp32") and "error" not in k
         out.append(
-            Item(
+            StackCheck(
                 f"GPU {k.get('index')} kernel",
                 "pass" if ok else "fail",
                 "a matmul ran" if ok else f"a matmul failed: {k.get('error', 'wrong result')}",
             )
         )
     if not has_gpu:
-        out.append(Item("bf16", miss if needs.bf16 else "n/a", "not applicable without a GPU"))
+        out.append(StackCheck("bf16", miss if needs.bf16 else "n/a", "not applicable without a GPU"))
     else:
         sup = bool(info.get("bf16"))
         ran = all(k.get("bf16", True) for k in info.get("kernels") or [])
         ok = sup and ran
         out.append(
-            Item(
+            StackCheck(
                 "bf16",
                 "pass" if ok else ("fail" if needs.bf16 else "absent"),
                 ("supported, a bf16 matmul ran" if ok else "not supported on this GPU")
@@ -148,7 +148,7 @@ def items(info: dict[str, Any], needs: Needs) -> list[Item]:
         )
     nccl = bool(info.get("nccl"))
     out.append(
-        Item(
+        StackCheck(
             "NCCL",
             "pass" if nccl else ("fail" if needs.nccl and needs.gpu else ("absent" if has_gpu else "n/a")),
             ("available" if nccl else "not available")
@@ -161,13 +161,15 @@ def items(info: dict[str, Any], needs: Needs) -> list[Item]:
     return out
 
 
-def _ext(e: dict[str, Any]) -> Item:
+def _ext(e: dict[str, Any]) -> StackCheck:
     if e.get("ok"):
-        return Item(f"import {e['module']}", "pass", "imported" + (f" ({e['version']})" if e.get("version") else ""))
-    return Item(f"import {e['module']}", "fail", e.get("error", "import failed"))
+        return StackCheck(
+            f"import {e['module']}", "pass", "imported" + (f" ({e['version']})" if e.get("version") else "")
+        )
+    return StackCheck(f"import {e['module']}", "fail", e.get("error", "import failed"))
 
 
-def verdict(info: dict[str, Any], its: list[Item], needs: Needs) -> tuple[bool, str]:
+def verdict(info: dict[str, Any], its: list[StackCheck], needs: Needs) -> tuple[bool, str]:
     failed = [i for i in its if i.status == "fail"]
     has_gpu = bool(info.get("cuda_available")) and bool(info.get("gpus"))
     if info.get("torch_error"):

@@ -21,79 +21,11 @@ from typing import Any
 import psutil
 import torch
 
+from ..nvml import Nvml
+
 
 def _cuda() -> bool:
     return torch.cuda.is_available()
-
-
-class Nvml:
-    """NVML handles for the GPUs this process may see, or ``available = False``."""
-
-    def __init__(self) -> None:
-        self.available = False
-        self.handles: list[tuple[int, Any]] = []
-        self.names: list[str] = []
-        self.error = ""
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            count = pynvml.nvmlDeviceGetCount()
-            visible = _visible_indices(count)
-            for i in visible:
-                h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                name = pynvml.nvmlDeviceGetName(h)
-                self.handles.append((i, h))
-                self.names.append(name.decode() if isinstance(name, bytes) else str(name))
-            self._nvml = pynvml
-            self.available = bool(self.handles)
-            if not self.available:
-                self.error = "NVML reports no GPU"
-        except Exception as exc:  # noqa: BLE001 - no driver, no library: GPU counters are absent
-            self.error = f"{type(exc).__name__}: {exc}"
-
-    def memory(self) -> list[dict[str, Any]] | None:
-        if not self.available:
-            return None
-        out = []
-        for (i, h), name in zip(self.handles, self.names, strict=True):
-            info = self._nvml.nvmlDeviceGetMemoryInfo(h)
-            out.append({"index": i, "name": name, "used": int(info.used), "total": int(info.total)})
-        return out
-
-    def sample(self) -> list[dict[str, Any]] | None:
-        if not self.available:
-            return None
-        out = []
-        for i, h in self.handles:
-            info = self._nvml.nvmlDeviceGetMemoryInfo(h)
-            try:
-                util = int(self._nvml.nvmlDeviceGetUtilizationRates(h).gpu)
-            except Exception:  # noqa: BLE001 - not supported on every GPU
-                util = None
-            out.append({"index": i, "used": int(info.used), "total": int(info.total), "util": util})
-        return out
-
-    def driver(self) -> str | None:
-        if not self.available:
-            return None
-        v = self._nvml.nvmlSystemGetDriverVersion()
-        return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def _visible_indices(count: int) -> list[int]:
-    """NVML indices of CUDA_VISIBLE_DEVICES (numeric form), else all."""
-    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if vis is None or vis.strip() == "":
-        return list(range(count)) if vis is None else []
-    out = []
-    for part in vis.split(","):
-        part = part.strip()
-        if part.isdigit() and int(part) < count:
-            out.append(int(part))
-        elif not part.isdigit():  # UUIDs or MIG names: cannot map cheaply, show every GPU
-            return list(range(count))
-    return out
 
 
 def torch_counters(device: torch.device | None) -> dict[str, int] | None:

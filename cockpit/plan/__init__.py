@@ -32,7 +32,7 @@ from .. import arithmetic
 from .. import notebook as nbm
 from .. import sheet as sh
 from .disk import Disk, disk_for
-from .timing import Timing, _s, measure
+from .timing import Timing, measure, seconds_text
 
 __all__ = [
     "DEFAULT_DAYS",
@@ -326,8 +326,8 @@ def render(p: Plan) -> list[str]:
             continue
         devices.add(t.device)
         out.append(
-            f"- {v}: **{_h(c.hours)}** = {c.updates} updates x {_s(t.step_s)} + {c.validations} "
-            f"validations x {_s(t.eval_s)} + {c.saves} save{'s' if c.saves != 1 else ''} x {_s(t.save_s)}"
+            f"- {v}: **{_h(c.hours)}** = {c.updates} updates x {seconds_text(t.step_s)} + {c.validations} "
+            f"validations x {seconds_text(t.eval_s)} + {c.saves} save{'s' if c.saves != 1 else ''} x {seconds_text(t.save_s)}"
             + (
                 " (one quality-check run: a memory variant whose quality was never measured)"
                 if v in p.quality_checks
@@ -343,14 +343,14 @@ def render(p: Plan) -> list[str]:
             continue
         out.append(
             f"  - time per update: {t.step_source}"
-            + (f"; the worst-case update took {_s(t.worst_step_s)}" if t.worst_step_s else "")
+            + (f"; the worst-case update took {seconds_text(t.worst_step_s)}" if t.worst_step_s else "")
         )
         out.append(
             f"  - validation: {t.eval_source or 'not measured (counted as 0)'}; save: "
             f"{t.save_source or 'not measured (counted as 0)'}"
         )
         if t.export_s is not None:
-            out.append(f"  - export, kept in the reserve: {_s(t.export_s)} ({t.export_source})")
+            out.append(f"  - export, kept in the reserve: {seconds_text(t.export_s)} ({t.export_source})")
     if devices:
         out.append(
             f"- measured on: {', '.join(sorted(devices))}. These times hold for that machine; on another "

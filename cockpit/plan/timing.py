@@ -90,11 +90,12 @@ def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
                 n = int(timing.get("n") or 1)
                 t.step_source = (
                     f"pilot {pilot.id}: median of {n} timed update{'s' if n != 1 else ''} with the optimizer state "
-                    f"resident (spread {_s(timing['min'])} to {_s(timing['max'])}); a series run's own time replaces it"
+                    f"resident (spread {seconds_text(timing['min'])} to {seconds_text(timing['max'])}); "
+                    "a series run's own time replaces it"
                     if not pilot.probed
                     else f"probe {pilot.id}: median of {n} timed step{'s' if n != 1 else ''} of the script as it ran "
-                    f"(its own batch, data loading included; spread {_s(timing['min'])} to {_s(timing['max'])}), "
-                    "times the run's updates; a series run's own time replaces it"
+                    f"(its own batch, data loading included; spread {seconds_text(timing['min'])} to "
+                    f"{seconds_text(timing['max'])}), times the run's updates; a series run's own time replaces it"
                 )
                 t.step_spread = (float(timing["min"]), float(timing["max"]))
                 t.device = str(pilot.stack.get("device") or "cpu")
@@ -140,5 +141,5 @@ def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
     return t
 
 
-def _s(x: float | None) -> str:
+def seconds_text(x: float | None) -> str:
     return "not measured" if x is None else f"{x:.3g} s"

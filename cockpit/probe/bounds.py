@@ -23,7 +23,7 @@ from ..machine import CpuWatch, busy_words
 from ..pilot.gate import Gate
 from ..pilot.meter import Meter, PhaseMeasure
 from . import phases as ph
-from .reading import _read_hwm, _reset_hwm
+from .reading import read_peak_rss, reset_peak_rss
 
 
 class ProbeStop(SystemExit):
@@ -154,7 +154,7 @@ class Bounds:
         assert self.open is None, f"{name} opened while {self.open.name} is open"
         g = Gate(name, dict(inputs or {}))
         self.emit(ev.PHASE_START, phase=name, inputs=g.inputs)
-        hwm = _reset_hwm()
+        hwm = reset_peak_rss()
         cm = self.meter.measure(name)
         m = cm.__enter__()
         self.open = Open(name, g, cm, m, CpuWatch.start(), time.perf_counter(), hwm)
@@ -185,7 +185,7 @@ class Bounds:
         self.open = None
         o.cm.__exit__(None, None, None)
         if o.hwm:
-            peak = _read_hwm()
+            peak = read_peak_rss()
             if peak is not None:
                 o.measure.mem["rss_peak"] = max(int(o.measure.mem.get("rss_peak") or 0), peak)
         return o

@@ -329,10 +329,10 @@ class Instrument:
         how = "diverged" if obs.diverged else "stopped" if obs.stop_reason else "exception" if exc else "ended"
         mem = None
         if obs.cfg.mode == "resume":
-            from .reading import _read_hwm
+            from .reading import read_peak_rss
 
             mem = obs.meter.read()
-            peak = _read_hwm()
+            peak = read_peak_rss()
             if peak is not None:
                 mem["rss_peak"] = max(int(mem.get("rss_peak") or 0), peak)
         with contextlib.suppress(Exception):

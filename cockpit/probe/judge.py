@@ -56,7 +56,7 @@ class Watched:
             return f"signal {-rc}"
 
 
-def _gate(phase: str, check: str, detail: str, message: str, remedy: str = "") -> dict[str, Any]:
+def failed_gate(phase: str, check: str, detail: str, message: str, remedy: str = "") -> dict[str, Any]:
     return {
         "phase": phase,
         "verdict": ev.Verdict.FAIL.value,
@@ -148,7 +148,7 @@ KILLED = (
 
 
 def _open_gate(w: Watched, check: str, why: str) -> dict[str, Any] | None:
-    return _gate(w.open, check, why, why, KILLED if check == "script alive" else "") if w.open else None
+    return failed_gate(w.open, check, why, why, KILLED if check == "script alive" else "") if w.open else None
 
 
 def judge_gates(w: Watched, script: str) -> ev.Outcome:

@@ -43,7 +43,17 @@ import torch
 from . import phases as ph
 from .bounds import Config, Evaluation, Open, ProbeStop, Step
 from .evaluation import Evaluating
-from .reading import _first_tensor, _fmt, _loss_of, _shapes, _tell, batch_dim, fingerprint, is_oom, user_frame
+from .reading import (
+    batch_dim,
+    describe_inputs,
+    file_position,
+    fingerprint,
+    first_tensor,
+    input_shapes,
+    is_oom,
+    loss_of,
+    user_frame,
+)
 
 __all__ = [
     "Config",
@@ -102,17 +112,17 @@ class Observer(Evaluating):
         ev_ = self.evaluation
         if ev_ is not None and ev_.measured:
             if ev_.microbatch is None:
-                t = _first_tensor(args, kwargs)
+                t = first_tensor(args, kwargs)
                 found = batch_dim(module, args, kwargs, self.loader_sizes)
                 ev_.microbatch = int(t.shape[found[0]]) if t is not None and found is not None else None
-            loss = _loss_of(output)
+            loss = loss_of(output)
             if loss is not None:
                 ev_.losses.append(loss.detach())
             return
         o = self.open
         if o is not None and o.name == ph.FORWARD and "shapes" not in o.gate.inputs:
-            o.gate.inputs["shapes"] = _shapes(args, kwargs)
-            t = _first_tensor(args, kwargs)
+            o.gate.inputs["shapes"] = input_shapes(args, kwargs)
+            t = first_tensor(args, kwargs)
             found = batch_dim(module, args, kwargs, self.loader_sizes)
             if t is not None and t.dim() > 0 and found is not None:
                 o.gate.inputs["microbatch"] = int(t.shape[found[0]])
@@ -210,7 +220,7 @@ class Observer(Evaluating):
             "path": path,
             "name": name if isinstance(name, str) and os.path.isfile(name) else None,
             "target": target,
-            "pos": _tell(target),
+            "pos": file_position(target),
             "t0": time.perf_counter(),
         }
 
@@ -276,7 +286,7 @@ class Observer(Evaluating):
             if is_oom(exc):
                 first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
                 g.fail("memory", f"out of memory: {first}")
-                g.message = f"out of memory in {o.name} with inputs {_fmt(g.inputs)}"
+                g.message = f"out of memory in {o.name} with inputs {describe_inputs(g.inputs)}"
             else:
                 g.fail("script", f"{type(exc).__name__}: {str(exc)[:300]} ({user_frame(exc)})")
                 g.message = (

@@ -20,7 +20,7 @@ HWM = re.compile(rb"VmHWM:\s+(\d+)\s+kB")
 CHUNK = 1 << 22  # elements summed at once when fingerprinting a parameter (bounds the float64 copies)
 
 
-def _opt_step(opt: torch.optim.Optimizer) -> float | None:
+def optimizer_step_count(opt: torch.optim.Optimizer) -> float | None:
     for state in opt.state.values():
         s = state.get("step") if isinstance(state, dict) else None
         if s is not None:
@@ -31,7 +31,7 @@ def _opt_step(opt: torch.optim.Optimizer) -> float | None:
     return None
 
 
-def _first_tensor(args: Any, kwargs: dict[str, Any] | None) -> torch.Tensor | None:
+def first_tensor(args: Any, kwargs: dict[str, Any] | None) -> torch.Tensor | None:
     for a in list(args or ()) + list((kwargs or {}).values()):
         if isinstance(a, torch.Tensor):
             return a
@@ -85,7 +85,7 @@ def batch_dim(
     return 0, ""
 
 
-def _shapes(args: Any, kwargs: dict[str, Any] | None) -> dict[str, list[int]]:
+def input_shapes(args: Any, kwargs: dict[str, Any] | None) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for i, a in enumerate(args or ()):
         if isinstance(a, torch.Tensor):
@@ -96,7 +96,7 @@ def _shapes(args: Any, kwargs: dict[str, Any] | None) -> dict[str, list[int]]:
     return dict(list(out.items())[:8])
 
 
-def _loss_of(output: Any) -> torch.Tensor | None:
+def loss_of(output: Any) -> torch.Tensor | None:
     """The loss a model returned with its output (Hugging Face: ``.loss`` or ``["loss"]``), if any."""
     loss = getattr(output, "loss", None)
     if loss is None and isinstance(output, dict):
@@ -124,7 +124,7 @@ def fingerprint(params: Sequence[tuple[str, torch.Tensor]]) -> dict[str, tuple[f
     return out
 
 
-def _names(names: list[str], k: int = 4) -> str:
+def short_list(names: list[str], k: int = 4) -> str:
     return ", ".join(names[:k]) + (f" and {len(names) - k} more" if len(names) > k else "")
 
 
@@ -156,25 +156,25 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
-def _fmt(inputs: dict[str, Any]) -> str:
+def describe_inputs(inputs: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in inputs.items()) or "none"
 
 
-def _tell(target: Any) -> int | None:
+def file_position(target: Any) -> int | None:
     try:
         return int(target.tell()) if hasattr(target, "tell") else None
     except (OSError, ValueError):
         return None
 
 
-def _size(path: str) -> int | None:
+def file_size(path: str) -> int | None:
     try:
         return os.stat(path).st_size
     except OSError:
         return None
 
 
-def _reset_hwm() -> bool:
+def reset_peak_rss() -> bool:
     """Reset the kernel's peak-RSS counter (Linux: write 5 to /proc/self/clear_refs)."""
     try:
         with open("/proc/self/clear_refs", "w") as fh:
@@ -184,7 +184,7 @@ def _reset_hwm() -> bool:
         return False
 
 
-def _read_hwm() -> int | None:
+def read_peak_rss() -> int | None:
     try:
         with open("/proc/self/status", "rb") as fh:
             m = HWM.search(fh.read())

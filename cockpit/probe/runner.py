@@ -79,7 +79,7 @@ class ProbeRun(RunProcess):
             self.end_child(self.proc, "the run ended")
         if self.open is not None and outcome.status == ev.Status.STOPPED:
             why = f"stopped by a signal during this phase ({outcome.reason})"
-            self.emit_gate(judge._gate(self.open, "stopped", why, why))
+            self.emit_gate(judge.failed_gate(self.open, "stopped", why, why))
         # A probe says so in its stop reason (the campaign table and `cockpit runs` show it).
         return ev.Outcome(outcome.status, outcome.code, f"probe of {self.script}: {outcome.reason}")
 
@@ -235,7 +235,7 @@ class ProbeRun(RunProcess):
         bad = ended.status not in (ev.Status.PASSED, ev.Status.FAILED)
         if bad or second.hello is None:
             why = ended.reason
-            self.emit_gate(judge._gate(ph.RESUME, "new process", why, f"the resumed script: {why}"))
+            self.emit_gate(judge.failed_gate(ph.RESUME, "new process", why, f"the resumed script: {why}"))
             return ev.Outcome(ended.status, ended.code, f"the resumed script: {why}")
         exact = str(((first.gates.get(ph.STACK) or {}).get("inputs") or {}).get("device", "cpu")) == "cpu"
         g = resume.gate(first, second, self.cfg.compare_steps, exact)

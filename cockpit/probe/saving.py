@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from . import phases as ph
-from .reading import _names, _size, _tell
+from .reading import file_position, file_size, short_list
 from .updates import Updates
 
 
@@ -24,9 +24,9 @@ class Saving(Updates):
         took = time.perf_counter() - token["t0"]
         path, pos = token["path"], token["pos"]
         if path:
-            size = _size(path)
+            size = file_size(path)
         else:
-            now = _tell(token["target"])
+            now = file_position(token["target"])
             size = now - pos if pos is not None and now is not None else None
         path = path or token.get("name")  # a file object's own file: named, its size read from its position
         entry = {"path": os.path.abspath(path) if path else None, "bytes": size, "seconds": took, "step": self.step}
@@ -74,7 +74,7 @@ class Saving(Updates):
             f"{b['bytes'] / 2**20:.2f} MiB in {len(files)} file{'s' if len(files) != 1 else ''}, "
             f"{b['seconds']:.2f} s writing ({duration:.2f} s from the first write to the last)"
             if not empty
-            else f"empty: {_names(empty)}",
+            else f"empty: {short_list(empty)}",
         )
         g.extra["bytes"] = b["bytes"]
         g.extra["files"] = [f["path"] for f in files if f["path"]]

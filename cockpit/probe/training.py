@@ -26,7 +26,7 @@ from ..pilot.meter import PhaseMeasure, stack_info
 from ..pilot.stillness import classify
 from . import phases as ph
 from .bounds import Bounds, Open, Step
-from .reading import _first_tensor, _names, _read_hwm, fingerprint
+from .reading import fingerprint, first_tensor, read_peak_rss, short_list
 
 
 class Training(Bounds):
@@ -35,7 +35,7 @@ class Training(Bounds):
     def _stack(self, module: torch.nn.Module, args: Any) -> None:
         """The stack gate, at the first training forward: the device is known from the model."""
         p = next(module.parameters(), None)
-        t = p if p is not None else _first_tensor(args, None)
+        t = p if p is not None else first_tensor(args, None)
         self.device = t.device if t is not None else torch.device("cpu")
         if self.device.type == "cuda":
             if self.device.index is None:
@@ -67,7 +67,7 @@ class Training(Bounds):
         self.emit(ev.PHASE_START, phase=ph.STACK, inputs=g.inputs)
         mem = self.meter.read()  # start-up, never reset: the peak of building the model and the data
         o = Open(ph.STACK, g, None, PhaseMeasure(time.perf_counter() - self.t_start, mem), CpuWatch.start(), 0, False)
-        peak = _read_hwm()
+        peak = read_peak_rss()
         if peak is not None:
             mem["rss_peak"] = max(int(mem.get("rss_peak") or 0), peak)
         g.inputs["start_up_s"] = round(o.measure.duration_s, 3)
@@ -113,13 +113,13 @@ class Training(Bounds):
             "every trainable parameter has a gradient",
             not missing,
             f"{len(trainable) - len(missing)}/{len(trainable)}"
-            + (f"; none for {_names(missing)} (detached from the loss, or unused)" if missing else ""),
+            + (f"; none for {short_list(missing)} (detached from the loss, or unused)" if missing else ""),
             warn=True,  # a script may train parts in turn; the update's check says what moved
         )
         g.check(
             "finite gradients",
             not bad,
-            "all finite" if not bad else f"non-finite in {_names(bad)} (an fp16 grad scaler skips such a step)",
+            "all finite" if not bad else f"non-finite in {short_list(bad)} (an fp16 grad scaler skips such a step)",
             warn=True,
         )
         frozen_grad = [n for n, p in frozen if p.grad is not None]
@@ -128,7 +128,7 @@ class Training(Bounds):
             not frozen_grad,
             f"{len(frozen)} frozen, none with a gradient"
             if not frozen_grad
-            else f"{_names(frozen_grad)} have gradients",
+            else f"{short_list(frozen_grad)} have gradients",
         )
         self.record(o)
         # The rest of the first update (its other microbatches and the step) is measured as update_first;
@@ -214,7 +214,7 @@ class Training(Bounds):
                 bool(changed) and not unexplained,
                 f"{len(changed)}/{len(optimized)} tensors the optimizer holds changed"
                 + (
-                    f"; unchanged: {_names(unexplained)} (no gradient reached them, or too small a one to move them)"
+                    f"; unchanged: {short_list(unexplained)} (no gradient reached them, or too small a one to move them)"
                     if unexplained
                     else ""
                 )
@@ -224,15 +224,15 @@ class Training(Bounds):
         g.check(
             "frozen parameters unchanged",
             not frozen_changed,
-            f"{len(frozen)} frozen, unchanged" if not frozen_changed else f"changed: {_names(frozen_changed)}",
+            f"{len(frozen)} frozen, unchanged" if not frozen_changed else f"changed: {short_list(frozen_changed)}",
         )
         g.check(
             "optimizer holds every parameter with a gradient",
             not orphans,
             f"{len(held)} tensors in {len(opt.param_groups)} groups ({type(opt).__name__})"
-            + (f"; {_names(idle)} require grad, got no gradient and are in no optimizer" if idle else "")
+            + (f"; {short_list(idle)} require grad, got no gradient and are in no optimizer" if idle else "")
             if not orphans
-            else f"{len(orphans)} parameters receive gradients but no optimizer holds them: {_names(orphans)}; "
+            else f"{len(orphans)} parameters receive gradients but no optimizer holds them: {short_list(orphans)}; "
             "they never change (add them to the optimizer, or freeze them with requires_grad_(False))",
         )
         stateless = isinstance(opt, torch.optim.SGD) and not any(gr.get("momentum") for gr in opt.param_groups)
@@ -303,7 +303,7 @@ class Training(Bounds):
         if orphans:  # a second optimizer's model (a GAN's generator) has its gradients by now
             g.fail(
                 "optimizer holds every parameter with a gradient",
-                f"{len(orphans)} parameters receive gradients but no optimizer holds them: {_names(orphans)}; "
+                f"{len(orphans)} parameters receive gradients but no optimizer holds them: {short_list(orphans)}; "
                 "they never change (add them to an optimizer, or freeze them with requires_grad_(False))",
             )
         if cut:

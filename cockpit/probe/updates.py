@@ -22,7 +22,7 @@ import torch
 from .. import events as ev
 from . import phases as ph
 from .bounds import Step
-from .reading import _names, _opt_step, fingerprint
+from .reading import fingerprint, optimizer_step_count, short_list
 from .training import Training
 
 
@@ -47,7 +47,7 @@ class Updates(Training):
             self.lr if opt is not None else None,
             loss,
             t_end - self.step_t0,
-            _opt_step(opt) if opt is not None and (watched or self.cfg.mode == "resume") else None,
+            optimizer_step_count(opt) if opt is not None and (watched or self.cfg.mode == "resume") else None,
             self.microbatches,
         )
         self.microbatches = 0
@@ -149,13 +149,13 @@ class Updates(Training):
             "targeted parameters changed",
             bool(changed) and not unchanged,
             f"{len(changed)}/{len(trainable)} trainable tensors changed"
-            + (f"; unchanged: {_names(unchanged)}" if unchanged else ""),
+            + (f"; unchanged: {short_list(unchanged)}" if unchanged else ""),
             warn=bool(changed),
         )
         g.check(
             "frozen parameters unchanged",
             not frozen_changed,
-            f"{len(frozen)} frozen, unchanged" if not frozen_changed else f"changed: {_names(frozen_changed)}",
+            f"{len(frozen)} frozen, unchanged" if not frozen_changed else f"changed: {short_list(frozen_changed)}",
         )
         g.not_applicable(
             "optimizer holds every parameter with a gradient",
@@ -181,7 +181,7 @@ class Updates(Training):
                 + (
                     "no parameter changed (compared element by element) from the first backward to the end"
                     if not moved
-                    else f"{_names(moved)} changed where the probe could not tell when (after the last forward)"
+                    else f"{short_list(moved)} changed where the probe could not tell when (after the last forward)"
                 ),
             )
             g.message = f"no update seen: {g.checks[-1]['detail']}"

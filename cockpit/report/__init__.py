@@ -29,8 +29,8 @@ from .figures import (
     MARKERS,
     NotCounted,
     VariantResult,
-    _curve_charts,
     bar_chart,
+    curve_charts,
     line_chart,
     mean_curve,
     read_curve,
@@ -38,12 +38,12 @@ from .figures import (
 )
 from .sections import (
     NOT_OK,
-    _conclusion,
-    _held,
-    _runs_section,
-    _seeds_section,
+    conclusion_section,
     generated_conclusion,
+    held_section,
+    runs_section,
     script_section,
+    seeds_section,
 )
 
 __all__ = [
@@ -120,7 +120,7 @@ def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: 
         "## The script" if nb.is_probe else "## What was held constant",
         "",
     ]
-    out += script_section(nb, all_runs) if nb.is_probe else _held(nb)
+    out += script_section(nb, all_runs) if nb.is_probe else held_section(nb)
     out += [
         "",
         "## Runs",
@@ -128,9 +128,9 @@ def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: 
         f"Every run of the campaign, in order ({len(nb.runs)}), failed and diverged ones included.",
         "",
     ]
-    out += _runs_section(nb, all_runs)
+    out += runs_section(nb, all_runs)
     out += ["", "## Spread across seeds", ""]
-    out += _seeds_section(nb, res, skipped)
+    out += seeds_section(nb, res, skipped)
     out += ["", "## Decisions", ""]
     if nb.decisions:
         for d in sorted(nb.decisions, key=lambda d: d.date):
@@ -139,9 +139,9 @@ def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: 
         out.append("- none recorded")
     out += ["", "## Selection sheet", ""] + sheet_lines
     out += ["", "## Rental plan", ""] + plan_lines
-    out += ["", "## Conclusion", ""] + _conclusion(nb, generated)
+    out += ["", "## Conclusion", ""] + conclusion_section(nb, generated)
     out += ["", "## Charts", "", "### Loss curves", ""]
-    out += _curve_charts(res, all_runs)
+    out += curve_charts(res, all_runs)
     out += ["", "### Memory per phase", ""]
     if sheet is not None:
         gpu = sheet.measured_gpu

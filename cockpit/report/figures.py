@@ -148,7 +148,7 @@ def mean_curve(curves: list[list[tuple[float, float]]]) -> list[tuple[float, flo
     return [(x, sum(v) / len(v)) for x, v in sorted(by_step.items())]
 
 
-def _curve_charts(res: list[VariantResult], all_runs: list[sh.RunFiles]) -> list[str]:
+def curve_charts(res: list[VariantResult], all_runs: list[sh.RunFiles]) -> list[str]:
     """Training and validation loss per variant: the mean over the seeds that count in the table above."""
     dirs = {r.id: r.dir for r in all_runs}
     train, val = [], []

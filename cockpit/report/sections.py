@@ -46,7 +46,7 @@ def script_section(nb: nbm.Notebook, all_runs: list[sh.RunFiles]) -> list[str]:
     return out
 
 
-def _held(nb: nbm.Notebook) -> list[str]:
+def held_section(nb: nbm.Notebook) -> list[str]:
     c = nb.campaign
     out = [f"- held constant across variants: **{c.held_constant}**"]
     ref = nb.reference
@@ -140,7 +140,7 @@ def _peak(r: sh.RunFiles | None) -> str:
     return f"{peak:,.0f} ({counter})" if peak is not None else "absent"
 
 
-def _runs_section(nb: nbm.Notebook, all_runs: list[sh.RunFiles]) -> list[str]:
+def runs_section(nb: nbm.Notebook, all_runs: list[sh.RunFiles]) -> list[str]:
     by_id = {r.id: r for r in all_runs}
     metric = nb.campaign.quality_metric
     rows = []
@@ -218,7 +218,7 @@ def _runs_section(nb: nbm.Notebook, all_runs: list[sh.RunFiles]) -> list[str]:
     return out
 
 
-def _seeds_section(nb: nbm.Notebook, res: list[VariantResult], skipped: list[NotCounted]) -> list[str]:
+def seeds_section(nb: nbm.Notebook, res: list[VariantResult], skipped: list[NotCounted]) -> list[str]:
     metric = nb.campaign.quality_metric
     better = "higher is better" if nb.campaign.higher_is_better else "lower is better"
     out: list[str] = []
@@ -361,7 +361,7 @@ def generated_conclusion(
     return " ".join(parts)
 
 
-def _conclusion(nb: nbm.Notebook, generated: str) -> list[str]:
+def conclusion_section(nb: nbm.Notebook, generated: str) -> list[str]:
     c = nb.conclusion
     if c.text.strip():
         head = f"Written in the notebook ([conclusion]{', ' + c.date if c.date else ''})"

@@ -30,6 +30,7 @@ import tomli_w
 from .. import events as ev
 from .. import fsutil
 from .. import notebook as nbm
+from ..gitinfo import run_revision as git_revision
 from . import brief
 from .files import ARTIFACT_DIR, RUN_FILE, check_id, fmt_time, now, order_key, run_dir, runs_dir
 from .state import RunState, state
@@ -86,22 +87,6 @@ def package_versions(
         except metadata.PackageNotFoundError:
             pass
     return out
-
-
-def git_revision(where: Path) -> dict[str, Any]:
-    """The git commit of the folder holding the campaign (and so usually the task code), at run time."""
-    import subprocess
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, timeout=10).stdout.strip()
-
-    try:
-        commit = git("rev-parse", "HEAD")
-    except (OSError, subprocess.SubprocessError):
-        return {"git": "git not available"}
-    if not commit:
-        return {"git": "not a git checkout"}
-    return {"git": commit, "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
 def protocol_record(nb: nbm.Notebook) -> dict[str, Any]:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .. import notebook as nbm
     from .device import DeviceSource
     from .feeds import Feeds
-    from .notes import Saved
+    from .notebookedits import Saved
     from .runcache import RunCache
     from .seriesctl import SeriesDriver
 
@@ -30,7 +30,7 @@ class Launcher(Protocol):
 
 
 @dataclass(frozen=True)
-class Timing:
+class Intervals:
     """How often things are read. Tests shorten them; nothing here reads a clock."""
 
     events_s: float = 0.08  # drain new events, redraw what changed, while a run's own screen shows them coming fast
@@ -50,7 +50,7 @@ class Cockpit(Protocol):
     campaign_dir: Path
     device_source: DeviceSource
     launcher: Launcher
-    timing: Timing
+    timing: Intervals
     series: SeriesDriver
     feeds: Feeds
     cache: RunCache
@@ -62,7 +62,9 @@ class Cockpit(Protocol):
     def editable(self) -> bool: ...
 
     def need_notebook(self, what: str) -> bool: ...
-    def hidden(self, screen: Any) -> bool: ...  # under an opaque screen: out of every frame (stack.StackApp)
+    def hidden(
+        self, screen: Any
+    ) -> bool: ...  # under an opaque screen: out of every frame (screenstack.ScreenStackApp)
     def saved(self, saved: Saved) -> None: ...
     def reload_notebook(self, external: bool = False) -> None: ...
     def run_kind(self, run_id: str) -> str: ...

@@ -29,7 +29,7 @@ from textual.worker import Worker, WorkerState
 from .. import notebook as nbm
 from .. import runs
 from . import notebookread as nr
-from .api import Cockpit, Launcher, Timing
+from .api import Cockpit, Intervals, Launcher
 from .device import DeviceSource, NvmlSource
 from .editing import EditingApp
 from .feeds import ALL, Feeds
@@ -42,7 +42,7 @@ from .seriesctl import SeriesDriver
 if TYPE_CHECKING:
     from textual.command import Provider
 
-__all__ = ["CockpitApp", "Launcher", "ProcessLauncher", "Timing", "main"]
+__all__ = ["CockpitApp", "Launcher", "ProcessLauncher", "Intervals", "main"]
 
 
 def _commands() -> type[Provider]:
@@ -72,7 +72,7 @@ class CockpitApp(EditingApp):
         *,
         device_source: DeviceSource | None = None,
         launcher: Launcher | None = None,
-        timing: Timing | None = None,
+        timing: Intervals | None = None,
         watch: bool = True,
         sync_bytes: int = nr.SYNC_BYTES,
     ) -> None:
@@ -81,7 +81,7 @@ class CockpitApp(EditingApp):
         self.campaign_dir = self.notebook_path.parent
         self.device_source: DeviceSource = device_source or NvmlSource()
         self.launcher: Launcher = launcher or ProcessLauncher()
-        self.timing = timing or Timing()
+        self.timing = timing or Intervals()
         self.watch_notebook = watch
         self.notebook: nbm.Notebook = nr.placeholder(self.notebook_path)
         self.notebook_error = ""  # why the file cannot be read now ("" when it can)
@@ -105,7 +105,7 @@ class CockpitApp(EditingApp):
         got = nr.preview(self.notebook_path) if size is not None and size > sync_bytes else nr.read(self.notebook_path)
         self._take(got)
 
-    def _take(self, got: nr.Read) -> None:
+    def _take(self, got: nr.NotebookReading) -> None:
         if got.notebook is not None:
             self.notebook = got.notebook
             self.notebook_error = ""

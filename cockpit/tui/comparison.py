@@ -1,14 +1,10 @@
 """What the compare screen shows, read from the campaign's files. No textual, no torch.
 
-The figures are ``cockpit compare``'s: :func:`collect` builds the very
-dictionary :func:`cockpit.compare.summarize` builds, from the same functions
-(``train_runs``, ``group_runs``, ``pilot_memory``, ``flags``), but
-
-- read-only: ``compare.collect`` reconciles the notebook (a write), which the
-  TUI leaves to its own edits and to the series it drives;
-- from the app's cache of run folders (a finished run is read once) and, for
-  a running run, from its one incremental reader: opening compare on a
-  campaign of a thousand runs reads only what changed.
+The figures are ``cockpit compare``'s, from the same function
+(:func:`cockpit.compare.summarize`, which writes nothing), handed the run
+folders as the app already holds them: from its cache (a finished run is read
+once) and, for a running run, from its one incremental reader. Opening compare
+on a campaign of a thousand runs reads only what changed.
 
 ``comparetables`` lays the figures out for the width at hand.
 
@@ -90,7 +86,7 @@ def all_runs(campaign_dir: Path, cache: RunCache, live: dict[str, runs.RunFiles]
 
 
 @dataclass
-class Read:
+class ComparisonReading:
     """A comparison read in a worker: the figures, the train runs listed, the tables laid out at a width."""
 
     data: dict[str, Any]
@@ -104,7 +100,7 @@ def read(
     cache: RunCache,
     snapshots: list[tuple[str, list[dict[str, Any]], runs.RunState]],
     width: int,
-) -> Read:
+) -> ComparisonReading:
     """Everything the compare screen shows, read off the UI thread.
 
     ``snapshots``: the running runs as their readers hold them (id, events, state); the others
@@ -122,13 +118,15 @@ def read(
             continue
         live[rid] = build(rdir, frozen, evs, runs.read_json(rdir / runs.METRICS_FILE) or None, st)
     data = collect(nb, cache, live)
-    return Read(data, listing(nb, data), width, comparetables.laid_out(comparetables.tables(data, width), width))
+    return ComparisonReading(
+        data, listing(nb, data), width, comparetables.laid_out(comparetables.tables(data, width), width)
+    )
 
 
 def collect(
     nb: nbm.Notebook, cache: RunCache | None = None, live: dict[str, runs.RunFiles] | None = None
 ) -> dict[str, Any]:
-    """``compare.summarize`` without reconciling (no write), from cached runs."""
+    """``compare.summarize`` from cached runs (and the running runs' own readers)."""
     return compare.summarize(nb, all_runs(nb.directory, cache or RunCache(), live))
 
 

@@ -1,6 +1,6 @@
 """What the GPUs of this machine are doing, read through NVML. No textual here.
 
-NVML is initialised lazily, once, under a lock (as nvitop's ``libnvml`` does);
+NVML is read through cockpit/nvml.py (initialised lazily, once, under a lock, as nvitop's ``libnvml``);
 every field is read on its own, so one the driver does not support is shown
 as "not available" (None) instead of failing the whole reading; a missing
 library or driver becomes a snapshot with ``error`` set, never an exception.
@@ -12,7 +12,9 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
+
+from .. import nvml
 
 
 @dataclass(frozen=True)
@@ -69,77 +71,48 @@ class StaticDeviceSource:
 
 
 class NvmlSource:
-    """Reads NVML on demand. Safe to call from a worker thread."""
+    """Reads NVML on demand, through the one NVML wrapper (cockpit/nvml.py). Safe to call from a worker thread."""
 
     def machine(self, campaign_dir: Path, running: list[str]) -> MachineFacts | None:
         return machine_facts(campaign_dir, running)
 
-    def __init__(self) -> None:
+    def __init__(self, library: nvml.Library = nvml.NVML) -> None:
         self._lock = threading.Lock()
-        self._nvml: Any = None
-        self._error: str | None = None
-        self._ready = False
-
-    def _init(self) -> None:
-        if self._ready:
-            return
-        self._ready = True
-        try:
-            import pynvml  # nvidia-ml-py
-
-            pynvml.nvmlInit()
-            self._nvml = pynvml
-        except ImportError:
-            self._error = f"{NO_GPU}: the NVML bindings (nvidia-ml-py) are not installed"
-        except Exception as exc:  # pynvml.NVMLError and its many subclasses
-            self._error = f"{NO_GPU}: {_nvml_reason(exc)}"
+        self._lib = library
 
     def read(self) -> DeviceSnapshot:
         with self._lock:
-            self._init()
-            if self._nvml is None:
-                return DeviceSnapshot(error=self._error or NO_GPU)
-            nv = self._nvml
-            try:
-                count = nv.nvmlDeviceGetCount()
-            except Exception as exc:
-                return DeviceSnapshot(error=f"{NO_GPU}: {_nvml_reason(exc)}")
+            failure = self._lib.failure()
+            if isinstance(failure, ImportError):
+                return DeviceSnapshot(error=f"{NO_GPU}: the NVML bindings (nvidia-ml-py) are not installed")
+            if failure is not None:
+                return DeviceSnapshot(error=f"{NO_GPU}: {_nvml_reason(failure)}")
+            count = self._lib.device_count()
+            if count is None:
+                return DeviceSnapshot(error=f"{NO_GPU}: {_nvml_reason(self._lib.last_error)}")
             if count == 0:
                 return DeviceSnapshot(error=f"{NO_GPU}: the driver sees no devices")
-            driver = _try(lambda: _str(nv.nvmlSystemGetDriverVersion()))
+            driver = self._lib.driver()
             return DeviceSnapshot(gpus=tuple(self._gpu(i) for i in range(count)), driver=driver)
 
     def _gpu(self, i: int) -> GpuReading:
-        nv = self._nvml
-        h = nv.nvmlDeviceGetHandleByIndex(i)
-        mem = _try(lambda: nv.nvmlDeviceGetMemoryInfo(h))
-        util = _try(lambda: nv.nvmlDeviceGetUtilizationRates(h).gpu)
-        power = _try(lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
-        limit = _try(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0)
-        temp = _try(lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
-        procs = _try(lambda: nv.nvmlDeviceGetComputeRunningProcesses(h)) or []
+        lib = self._lib
+        h = lib.handle(i)
+        mem = lib.memory(h) if h is not None else None
         return GpuReading(
             index=i,
-            name=_try(lambda: _str(nv.nvmlDeviceGetName(h))) or f"GPU {i}",
-            used=getattr(mem, "used", None),
-            total=getattr(mem, "total", None),
-            util=util,
-            power_w=power,
-            power_limit_w=limit,
-            temperature_c=temp,
-            processes=tuple(GpuProcess(p.pid, _proc_name(p.pid), getattr(p, "usedGpuMemory", None)) for p in procs),
+            name=(lib.name(h) if h is not None else None) or f"GPU {i}",
+            used=mem.used if mem else None,
+            total=mem.total if mem else None,
+            util=lib.utilization(h) if h is not None else None,
+            power_w=lib.power_w(h) if h is not None else None,
+            power_limit_w=lib.power_limit_w(h) if h is not None else None,
+            temperature_c=lib.temperature_c(h) if h is not None else None,
+            processes=tuple(
+                GpuProcess(p.pid, _proc_name(p.pid), p.used)
+                for p in ((lib.processes(h) if h is not None else None) or [])
+            ),
         )
-
-
-def _try(fn: Any) -> Any:
-    try:
-        return fn()
-    except Exception:
-        return None
-
-
-def _str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _proc_name(pid: int) -> str:
@@ -151,7 +124,9 @@ def _proc_name(pid: int) -> str:
         return "?"
 
 
-def _nvml_reason(exc: Exception) -> str:
+def _nvml_reason(exc: BaseException | None) -> str:
+    if exc is None:
+        return "NVML gave no answer"
     text = str(exc) or type(exc).__name__
     if "Driver Not Loaded" in text or "Library Not Found" in text or "not found" in text.lower():
         return f"{text} (no NVIDIA driver on this machine)"

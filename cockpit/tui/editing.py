@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import notebook as nbm
-from .notes import Saved
+from .notebookedits import Saved
 from .toasts import ToastApp
 
 # actions (the app's and the screens') that read or write the notebook: not offered while it cannot be read

@@ -44,7 +44,7 @@ _KEY_KINDS = frozenset({ev.RUN_START, ev.PHASE_START, ev.GATE, ev.RUN_END})
 
 
 @dataclass
-class Series:
+class TimedValues:
     """Time-stamped values, halved by pairwise max when they grow past ``limit``."""
 
     limit: int = MAX_POINTS
@@ -91,12 +91,12 @@ class RunFeed:
     gates: dict[str, dict[str, Any]] = field(default_factory=dict)
     marks: list[PhaseMark] = field(default_factory=list)
     phase: str | None = None
-    # memory series: key -> Series; keys "gpu0", "gpu1" (NVML used), "alloc", "reserved", "rss"
-    mem: dict[str, Series] = field(default_factory=dict)
+    # memory series: key -> TimedValues; keys "gpu0", "gpu1" (NVML used), "alloc", "reserved", "rss"
+    mem: dict[str, TimedValues] = field(default_factory=dict)
     capacity: dict[str, float] = field(default_factory=dict)  # gpu key -> total bytes
-    loss: Series = field(default_factory=Series)
+    loss: TimedValues = field(default_factory=TimedValues)
     # Series (train) runs: loss by update number, every validation point, the latest step event.
-    step_loss: Series = field(default_factory=Series)
+    step_loss: TimedValues = field(default_factory=TimedValues)
     evals: list[dict[str, Any]] = field(default_factory=list)
     last_step: dict[str, Any] | None = None
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> its phase_start inputs
@@ -326,10 +326,10 @@ class RunFeed:
             if isinstance(gpu, dict) and gpu.get("total"):
                 self.capacity[f"gpu{gpu.get('index', 0)}"] = float(gpu["total"])
 
-    def _series(self, key: str) -> Series:
+    def _series(self, key: str) -> TimedValues:
         s = self.mem.get(key)
         if s is None:
-            s = self.mem[key] = Series()
+            s = self.mem[key] = TimedValues()
         return s
 
     # ---- queries

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .comparison import Curve
     from .device import DeviceSnapshot, MachineFacts
     from .ingest import RunFeed
-    from .notebookread import Read
+    from .notebookread import NotebookReading
 
 
 class NotebookChanged(Message):
@@ -33,7 +33,7 @@ class NotebookChanged(Message):
 class NotebookRead(Message):
     """campaign.toml was read in a worker: the notebook, or why it cannot be read."""
 
-    def __init__(self, read: Read, external: bool) -> None:
+    def __init__(self, read: NotebookReading, external: bool) -> None:
         super().__init__()
         self.read = read
         self.external = external

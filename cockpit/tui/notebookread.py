@@ -7,7 +7,7 @@ large to parse before the first frame:
 - a ``campaign.toml`` that exists but cannot be read (a folder there) is
   still the one opened (:func:`notebook_path`), so the app starts and says why;
 - any failure (broken TOML, bytes that are not UTF-8, nesting too deep, a
-  folder in place of the file, a permission error) becomes :class:`Read` with
+  folder in place of the file, a permission error) becomes :class:`NotebookReading` with
   ``error`` set: a message for the user, never an exception;
 - a file above ``SYNC_BYTES`` (1,000 runs is 0.4 MB and a second of parsing;
   200,000 decisions is 24 MB and 35 s) is first read as a *preview*: the same
@@ -32,7 +32,7 @@ PREVIEW_RUNS = 60
 
 
 @dataclass
-class Read:
+class NotebookReading:
     notebook: nbm.Notebook | None
     error: str = ""
     partial: bool = False  # a preview: run rows and decisions are not all read yet
@@ -72,14 +72,14 @@ def notebook_path(campaign: Path | str) -> Path:
         return path
 
 
-def read(path: Path) -> Read:
+def read(path: Path) -> NotebookReading:
     """The whole notebook, or why not."""
     if path.is_dir():  # nbm.load would take it for a campaign folder and look inside it
-        return Read(None, describe(IsADirectoryError(21, "Is a directory", str(path)), path))
+        return NotebookReading(None, describe(IsADirectoryError(21, "Is a directory", str(path)), path))
     try:
-        return Read(nbm.load(path))
+        return NotebookReading(nbm.load(path))
     except (Exception, RecursionError) as exc:  # noqa: BLE001 - every failure is shown, never fatal
-        return Read(None, describe(exc, path))
+        return NotebookReading(None, describe(exc, path))
 
 
 def size(path: Path) -> int | None:
@@ -89,7 +89,7 @@ def size(path: Path) -> int | None:
         return None
 
 
-def preview(path: Path, keep: int = PREVIEW_DECISIONS, runs: int = PREVIEW_RUNS) -> Read:
+def preview(path: Path, keep: int = PREVIEW_DECISIONS, runs: int = PREVIEW_RUNS) -> NotebookReading:
     """A first look at a large notebook: its sections, its first ``runs`` run rows and its last ``keep``
     decisions, read in milliseconds; or the whole notebook when there is nothing to leave out.
 
@@ -99,7 +99,7 @@ def preview(path: Path, keep: int = PREVIEW_DECISIONS, runs: int = PREVIEW_RUNS)
     try:
         raw = path.read_bytes()
     except (Exception, RecursionError) as exc:  # noqa: BLE001
-        return Read(None, describe(exc, path))
+        return NotebookReading(None, describe(exc, path))
     cut, total = _cut(raw, b"\n[[decisions]]", keep, last=True)
     cut, rows = _cut(cut, b"\n[[runs]]", runs, last=False)
     if total <= keep and rows <= runs:
@@ -112,7 +112,7 @@ def preview(path: Path, keep: int = PREVIEW_DECISIONS, runs: int = PREVIEW_RUNS)
         return read(path)
     nb.path = path
     nb.digest = None  # never a base for a save: the whole file was not read
-    return Read(nb, partial=True, decisions=total, runs=rows)
+    return NotebookReading(nb, partial=True, decisions=total, runs=rows)
 
 
 def _cut(raw: bytes, tag: bytes, keep: int, last: bool) -> tuple[bytes, int]:

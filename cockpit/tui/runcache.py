@@ -124,7 +124,7 @@ class RunCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[Path, Cached] = {}
-        # The last comparison read (comparison.Read), shown at once when compare opens while it
+        # The last comparison read (comparison.ComparisonReading), shown at once when compare opens while it
         # is read again; read ahead by the campaign screen after its runs changed.
         self.compared: Any = None
 

@@ -14,29 +14,14 @@ from typing import Any
 
 from rich.text import Text
 
-# A run's status (cockpit.events.Status), as written in events and the notebook.
-STATUS_STYLE = {
-    "created": "dim",
-    "running": "bold cyan",
-    "reading": "dim",  # the TUI is still reading the run's history: not known yet
-    "passed": "bold green",
-    "completed": "green",
-    "failed": "bold red",
-    "diverged": "bold red",
-    "oom": "bold red",
-    "error": "bold red",
-    "stopped": "yellow",
-    "crashed": "bold magenta",
-    "unreadable": "bold magenta",  # the TUI could not make sense of the run's events
-}
+from .. import styles
+
+# Status, verdict and check words and colours are the CLI's too: one table (cockpit/styles.py).
+STATUS_STYLE = styles.STATUS_STYLE
+VERDICT_STYLE = styles.VERDICT_STYLE
+VERDICT_WORD = styles.VERDICT_WORD
+CHECK_STYLE = styles.CHECK_STYLE
 BAD_STATUSES = frozenset({"failed", "diverged", "oom", "error", "crashed", "unreadable"})
-
-# A gate's verdict (cockpit.events.Verdict) and the word shown for it.
-VERDICT_STYLE = {"pass": "bold green", "warn": "bold yellow", "fail": "bold red", "skipped": "dim", "n/a": "dim"}
-VERDICT_WORD = {"pass": "pass", "warn": "warn", "fail": "fail", "skipped": "skipped", "n/a": "n/a"}
-
-# One check of a gate: its result in the CLI's words.
-CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "n/a": "dim"}
 
 # Other meanings
 RUNNING = "bold cyan"  # a phase or a run in progress

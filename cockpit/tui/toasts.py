@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from .plain import clean, clean_line
-from .stack import StackApp
+from .screenstack import ScreenStackApp
 
 
-class ToastApp(StackApp):
+class ToastApp(ScreenStackApp):
     """Notifications never markup, and held while a dialog waits for an answer."""
 
     def __init__(self) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cockpit import launch, runs
-from cockpit.tui.app import CockpitApp, Timing
+from cockpit.tui.app import CockpitApp, Intervals
 from cockpit.tui.device import DeviceSnapshot, GpuProcess, GpuReading, MachineFacts, StaticDeviceSource
 
 from .support import FIXTURE
@@ -97,7 +97,7 @@ def make_app(recorded: Path, launcher: SleepLauncher) -> Callable[..., CockpitAp
                 DeviceSnapshot(error="no NVIDIA GPU: NVML Shared Library Not Found (no NVIDIA driver on this machine)")
             )
         )
-        timing = kw.pop("timing", Timing(events_s=0.05, runs_s=0.5, notebook_s=0.2, device_s=0.5))
+        timing = kw.pop("timing", Intervals(events_s=0.05, runs_s=0.5, notebook_s=0.2, device_s=0.5))
         return CockpitApp(kw.pop("campaign", recorded), device_source=source, launcher=launcher, timing=timing, **kw)
 
     return make

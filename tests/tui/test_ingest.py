@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from cockpit import events as ev
-from cockpit.tui.ingest import RunFeed, Series, gate_peak
+from cockpit.tui.ingest import RunFeed, TimedValues, gate_peak
 from tests.tui.support import FIXTURE
 
 
@@ -62,7 +62,7 @@ def test_torn_line_waits_for_its_newline(tmp_path: Path):
 
 
 def test_downsampling_keeps_the_peak():
-    s = Series(limit=100)
+    s = TimedValues(limit=100)
     for i in range(10_000):
         s.add(float(i), 5.0 if i == 6_789 else 1.0)
     assert len(s.y) <= 100

@@ -19,6 +19,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
 from rich.console import Console, Group
 from rich.text import Text
 from textual.app import App
@@ -30,7 +31,7 @@ from cockpit import runs
 from cockpit.compare import TrainRun, _flat
 from cockpit.tui import comparetables
 from cockpit.tui import comparison as cmp
-from cockpit.tui.api import Timing
+from cockpit.tui.api import Intervals
 from cockpit.tui.runcache import Listing, RunCache
 from cockpit.tui.runtable import scan_one
 from cockpit.tui.screens.campaign import FIRST_ROWS, CampaignScreen
@@ -146,11 +147,14 @@ async def test_a_screen_under_an_opaque_screen_is_hidden_and_caught_up_when_show
             assert campaign in app._background_screens
 
 
+@pytest.mark.slow  # waits on the app's real timers: 4-5 s
 async def test_a_hidden_campaign_screen_leaves_its_rescans_until_shown_and_reads_fewer_events(make_app, monkeypatch):
     # Under a run's screen the campaign screen neither reads the run folders every runs_s nor redraws
     # its live rows; shown again, it reads them at once. The app reads the running runs' events every
     # events_s only while a run's own screen is in view, every overview_s otherwise.
-    app = make_app(timing=Timing(events_s=0.05, quiet_s=0.05, overview_s=0.5, runs_s=0.3, notebook_s=0.2, device_s=0.5))
+    app = make_app(
+        timing=Intervals(events_s=0.05, quiet_s=0.05, overview_s=0.5, runs_s=0.3, notebook_s=0.2, device_s=0.5)
+    )
     scans, polls = [], []
     original_scan = CampaignScreen.load_states
 
@@ -187,8 +191,11 @@ async def test_a_hidden_campaign_screen_leaves_its_rescans_until_shown_and_reads
         assert not app.hidden(campaign)
 
 
+@pytest.mark.slow  # waits on the app's real timers: 4-5 s
 async def test_a_run_screen_reads_every_tick_while_events_pour_in_and_less_often_while_they_trickle(make_app):
-    app = make_app(timing=Timing(events_s=0.05, quiet_s=0.3, overview_s=0.5, runs_s=0.5, notebook_s=0.2, device_s=0.5))
+    app = make_app(
+        timing=Intervals(events_s=0.05, quiet_s=0.3, overview_s=0.5, runs_s=0.5, notebook_s=0.2, device_s=0.5)
+    )
     polls: list[float] = []
     pouring = [False]
     async with app.run_test(size=SIZE) as pilot:

@@ -16,7 +16,7 @@ from cockpit import compare
 from cockpit import events as ev
 from cockpit import notebook as nbm
 from cockpit.tui import comparison as cmp
-from cockpit.tui.app import Timing
+from cockpit.tui.app import Intervals
 from cockpit.tui.screens.campaign import CampaignScreen
 from cockpit.tui.screens.compare import CompareScreen
 from cockpit.tui.screens.dialogs import ConfirmScreen
@@ -30,11 +30,11 @@ pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: no
 
 SIZE = (80, 24)
 WIDE = (120, 40)
-FAST = Timing(events_s=0.05, runs_s=0.3, notebook_s=0.2, device_s=0.5, series_s=0.1)
+FAST = Intervals(events_s=0.05, runs_s=0.3, notebook_s=0.2, device_s=0.5, series_s=0.1)
 
 
 def test_read_only_collect_matches_cockpit_compare(recorded: Path):
-    """The TUI's tables come from the same figures as `cockpit compare` (which reconciles first)."""
+    """The TUI's tables come from the same figures as `cockpit compare` (both read only)."""
     before = (recorded / "campaign.toml").read_bytes()
     nb = nbm.load(recorded)
     ours = cmp.collect(nb)

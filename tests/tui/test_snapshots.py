@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input
 
-from cockpit.tui.app import Timing
+from cockpit.tui.app import Intervals
 
 from . import scenarios
 
@@ -49,7 +49,7 @@ SETUP: dict[str, Callable[[Path], object]] = {
     "stopped_pilot": scenarios.add_stopped_pilot,
     "stopped_gate": scenarios.add_stopped_pilot,
 }
-SLOW = Timing(events_s=30, runs_s=30, notebook_s=30, device_s=30)
+SLOW = Intervals(events_s=30, runs_s=30, notebook_s=30, device_s=30)
 
 
 async def settle(pilot) -> None:

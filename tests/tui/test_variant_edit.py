@@ -9,7 +9,7 @@ import pytest
 from textual.widgets import Input
 
 from cockpit import notebook as nbm
-from cockpit.tui import notes
+from cockpit.tui import notebookedits as edits
 from cockpit.tui.screens.campaign import CampaignScreen
 from cockpit.tui.screens.variantdialog import VariantScreen
 from tests.tui.support import screen_text
@@ -124,10 +124,10 @@ async def test_a_variant_changed_on_disk_meanwhile_is_never_overwritten_unseen(m
 
 
 def test_overrides_are_read_as_toml_values_and_shown_back_the_same_way() -> None:
-    assert notes.parse_set("lr = 5e-5, microbatch = 4") == {"lr": 5e-05, "microbatch": 4}
-    assert notes.parse_set('{schedule = "cosine"}') == {"schedule": "cosine"}
-    assert notes.parse_set("schedule = cosine, warmup_updates = 10") == {"schedule": "cosine", "warmup_updates": 10}
-    assert notes.parse_set("  ") == {}
+    assert edits.parse_set("lr = 5e-5, microbatch = 4") == {"lr": 5e-05, "microbatch": 4}
+    assert edits.parse_set('{schedule = "cosine"}') == {"schedule": "cosine"}
+    assert edits.parse_set("schedule = cosine, warmup_updates = 10") == {"schedule": "cosine", "warmup_updates": 10}
+    assert edits.parse_set("  ") == {}
     with pytest.raises(nbm.NotebookError, match="KEY = VALUE"):
-        notes.parse_set("lr")
-    assert notes.parse_set(notes.shown_set({"lr": 5e-05, "precision": "bf16"})) == {"lr": 5e-05, "precision": "bf16"}
+        edits.parse_set("lr")
+    assert edits.parse_set(edits.shown_set({"lr": 5e-05, "precision": "bf16"})) == {"lr": 5e-05, "precision": "bf16"}

@@ -491,6 +491,6 @@ class CampaignScreen(Screen[None]):
         if rid is None:
             self.notify("no run selected", severity="warning")
         elif rid not in {r.id for r in self.nb.runs}:
-            self.notify(f"{rid} has no row in campaign.toml: run `cockpit runs` to reconcile", severity="warning")
+            self.notify(f"{rid} has no row in campaign.toml, so it cannot take a verdict", severity="warning")
         else:
             app_of(self).set_verdict(rid)

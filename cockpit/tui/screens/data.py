@@ -26,7 +26,9 @@ from textual.screen import Screen
 from textual.widgets import Header, OptionList, Static
 from textual.widgets.option_list import Option
 
+from ... import inspectview as iv
 from ... import runs
+from ...inspectview import IGNORE, MASKED, SUPERVISED
 from .. import style as sty
 from ..api import app_of
 from ..messages import DataRead
@@ -34,9 +36,16 @@ from ..plain import clean_line, one_line, plain
 from ..widgets.footer import FittingFooter
 from .run import NARROW
 
-SUPERVISED = "bold black on green"
-MASKED = "dim"
-IGNORE = -100
+# Values from the task are cleaned of control characters and a cell is at most 12 columns.
+SCREEN = iv.Layout(
+    text=plain,
+    cell=one_line,
+    key=lambda k: clean_line(k, 24),
+    cap=12,
+    spare=1,
+    gap=0,
+    no_decode="(no decode function in the task)",
+)
 
 
 def load_inspect(rdir: Path) -> tuple[dict[str, Any] | None, str]:
@@ -210,19 +219,7 @@ def gate_summary(gate: dict[str, Any] | None) -> Text:
 
 def text_of(e: dict[str, Any]) -> Text:
     """The decoded text: supervised spans highlighted, masked spans dimmed."""
-    out = Text()
-    text = e.get("text")
-    if isinstance(text, list):
-        for span in text:
-            if isinstance(span, (list, tuple)) and len(span) == 2:
-                out.append_text(plain(span[0], style=SUPERVISED if span[1] else MASKED))
-            else:
-                out.append_text(plain(span))
-    elif text is not None:
-        out.append_text(plain(text))
-    else:
-        out.append("(no decode function in the task)", style="dim italic")
-    return out
+    return iv.text_of(e, SCREEN)
 
 
 def example_view(e: dict[str, Any], width: int) -> RenderableType:
@@ -251,37 +248,4 @@ def example_view(e: dict[str, Any], width: int) -> RenderableType:
 
 def positions(row: dict[str, Any], width: int) -> list[Table]:
     """The batch row position by position, positions across, in blocks that fit ``width`` columns."""
-    lists = {
-        clean_line(k, 24): v
-        for k, v in row.items()
-        if isinstance(v, list) and all(not isinstance(x, (list, dict)) for x in v)
-    }
-    if not lists:
-        return []
-    n = max(len(v) for v in lists.values())
-    cell = min(12, max([3] + [len(clean_line(x, 12)) for v in lists.values() for x in v]))
-    label_w = max(len(k) for k in lists)
-    per_block = max(4, (width - label_w - 1) // (cell + 1))  # each column and the space before it
-    masked = lists.get("attention_mask")
-    blocks = []
-    for start in range(0, n, per_block):
-        tab = Table.grid(padding=(0, 1), pad_edge=False)
-        tab.add_column(width=label_w, no_wrap=True)
-        stop = min(n, start + per_block)
-        for _ in range(start, stop):
-            tab.add_column(justify="right", width=cell, no_wrap=True)
-        tab.add_row(Text("pos", style="dim"), *(Text(str(i), style="dim") for i in range(start, stop)))
-        for k, v in lists.items():
-            cells = []
-            for i in range(start, stop):
-                x = v[i] if i < len(v) else ""
-                style = ""
-                pad = masked is not None and i < len(masked) and masked[i] == 0
-                if "label" in k or "target" in k:
-                    style = MASKED if x == IGNORE or x == "" else "bold green"
-                elif pad:
-                    style = MASKED
-                cells.append(one_line(x, style=style, limit=cell))
-            tab.add_row(Text(k, style="bold"), *cells)
-        blocks.append(tab)
-    return blocks
+    return iv.positions(row, width, SCREEN)

@@ -22,9 +22,9 @@ from textual.suggester import SuggestFromList
 from textual.widgets import Input, Label, TextArea
 
 from ... import notebook as nbm
-from .. import notes
+from .. import notebookedits as edits
 from ..api import app_of
-from ..notes import SELECTION_FIELDS, Saved
+from ..notebookedits import SELECTION_FIELDS, Saved
 from ..plain import one_line
 from .dialogs import Dialog, FieldError, suggested
 
@@ -151,7 +151,7 @@ class NoteScreen(EditDialog):
             self.mark("runs", f"linked runs: no run {', '.join(map(repr, unknown))}; runs are {shown or 'none yet'}")
             return
         path, kind, digest = app_of(self).notebook_path, self.kind, self.digest
-        self.save(lambda: notes.add_note(path, digest, kind, text, linked))
+        self.save(lambda: edits.add_note(path, digest, kind, text, linked))
 
 
 class VerdictScreen(EditDialog):
@@ -183,7 +183,7 @@ class VerdictScreen(EditDialog):
         verdict = suggested(event.value, VERDICTS)
         event.input.value = verdict
         path, rid, seen = app_of(self).notebook_path, self.run_id, self.current
-        self.save(lambda: notes.set_verdict(path, rid, seen, verdict), now=lambda: nbm.load(path).run(rid).verdict)
+        self.save(lambda: edits.set_verdict(path, rid, seen, verdict), now=lambda: nbm.load(path).run(rid).verdict)
 
     def conflict(self, now: Any) -> None:
         if isinstance(now, str):
@@ -227,7 +227,7 @@ class ConclusionScreen(EditDialog):
             return
         text = self.query_one("#text", TextArea).text
         path, seen = app_of(self).notebook_path, self.current
-        self.save(lambda: notes.set_conclusion(path, seen, text, chosen), now=lambda: nbm.load(path).conclusion)
+        self.save(lambda: edits.set_conclusion(path, seen, text, chosen), now=lambda: nbm.load(path).conclusion)
 
     def conflict(self, now: Any) -> None:
         if isinstance(now, nbm.Conclusion):
@@ -277,7 +277,7 @@ class SelectionScreen(EditDialog):
                     )
             raw[name] = box.value
         try:
-            return notes.parse_selection(raw)
+            return edits.parse_selection(raw)
         except nbm.NotebookError as exc:
             name = str(exc).split(":", 1)[0].removeprefix("selection.")
             raise FieldError(f"f-{name}", str(exc).removeprefix("selection.")) from None
@@ -290,7 +290,7 @@ class SelectionScreen(EditDialog):
             self.mark(exc.field, str(exc))
             return
         path, seen = app_of(self).notebook_path, self.current
-        self.save(lambda: notes.set_selection(path, seen, values), now=lambda: nbm.load(path).selection)
+        self.save(lambda: edits.set_selection(path, seen, values), now=lambda: nbm.load(path).selection)
 
     def conflict(self, now: Any) -> None:
         if isinstance(now, nbm.Selection):

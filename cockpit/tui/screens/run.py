@@ -62,7 +62,7 @@ class RunScreen(Screen[None]):
 
     noun = "pilot"
     FIRST_FOCUS = "#gates"
-    follows_live = True  # the app reads its run's events every Timing.events_s while it is in view
+    follows_live = True  # the app reads its run's events every Intervals.events_s while it is in view
 
     def __init__(self, run_id: str) -> None:
         super().__init__()
@@ -85,7 +85,7 @@ class RunScreen(Screen[None]):
         with Horizontal(id="run-body"):
             yield GateTable(id="gates")
             with Vertical(id="charts"):
-                yield BraillePlot("memory", fmt=_mib_label, id="mem")
+                yield BraillePlot("memory", fmt=mib_label, id="mem")
                 yield BraillePlot("loss", zero_based=False, id="loss")
         yield TailLog(max_lines=500, id="log")
         yield FittingFooter()
@@ -379,6 +379,6 @@ def chart_every(feed: RunFeed) -> float:
     return min(CHART_MOST_S, max(CHART_EVERY_S, (feed.last_t - feed.first_t) / CHART_DOTS))
 
 
-def _mib_label(value: float) -> str:
+def mib_label(value: float) -> str:
     m = value / fm.MIB
     return f"{m / 1024:.1f}G" if m >= 10240 else f"{m:.0f}M"

@@ -35,7 +35,7 @@ from ..widgets.plot import BraillePlot, Line
 from ..widgets.table import CursorTable
 from ..widgets.tail import TailLog
 from ..widgets.text import TextBox
-from .run import RunScreen, _mib_label
+from .run import RunScreen, mib_label
 
 
 class TrainRunScreen(RunScreen):
@@ -59,7 +59,7 @@ class TrainRunScreen(RunScreen):
                 yield TextBox(id="train-metrics")
             with Vertical(id="charts"):
                 yield BraillePlot("loss", zero_based=False, id="loss")
-                yield BraillePlot("memory", fmt=_mib_label, id="mem")
+                yield BraillePlot("memory", fmt=mib_label, id="mem")
         yield TailLog(max_lines=500, id="log")
         yield FittingFooter()
 

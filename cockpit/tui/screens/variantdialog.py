@@ -1,5 +1,5 @@
 """Add or edit a variant from the campaign screen (``e``): its id, ``set`` (key = value overrides),
-``differs``, ``why`` and ``kind``, saved to campaign.toml through ``notes.save_variant``.
+``differs``, ``why`` and ``kind``, saved to campaign.toml through ``edits.save_variant``.
 
 The dialog opens on the selected run's variant (or the reference). Typing another
 variant's id loads that variant; a new id adds one, starting from the fields
@@ -24,7 +24,7 @@ from textual.suggester import SuggestFromList
 from textual.widgets import Input, Label
 
 from ... import notebook as nbm
-from .. import notes
+from .. import notebookedits as edits
 from ..api import app_of
 from .dialogs import FieldError, suggested
 from .editdialogs import EditDialog
@@ -68,7 +68,7 @@ class VariantScreen(EditDialog):
     def fill(self, v: nbm.Variant) -> None:
         with self.prevent(Input.Changed):
             self.query_one("#id", Input).value = v.id
-            self.query_one("#set", Input).value = notes.shown_set(v.set)
+            self.query_one("#set", Input).value = edits.shown_set(v.set)
             for name in WORDS:
                 self.query_one(f"#{name}", Input).value = getattr(v, name)
             self.query_one("#kind", Input).value = v.kind
@@ -99,7 +99,7 @@ class VariantScreen(EditDialog):
         if re.search(r"\s", vid):
             raise FieldError("id", f"id: {vid!r} has a space; an id is one word, e.g. lr3e-4")
         try:
-            values = notes.parse_set(self.query_one("#set", Input).value)
+            values = edits.parse_set(self.query_one("#set", Input).value)
         except nbm.NotebookError as exc:
             raise FieldError("set", str(exc)) from None
         box = self.query_one("#kind", Input)
@@ -119,7 +119,7 @@ class VariantScreen(EditDialog):
         if self.seen is not None:
             new = dataclasses.replace(new, reference=self.seen.reference)
         path, seen = app_of(self).notebook_path, self.seen
-        self.save(lambda: notes.save_variant(path, seen, new), now=lambda: _on_disk(path, seen.id if seen else new.id))
+        self.save(lambda: edits.save_variant(path, seen, new), now=lambda: _on_disk(path, seen.id if seen else new.id))
 
     def field_for(self, path: str) -> str | None:
         m = re.match(r"variants\[\d+\]\.(\w+)", path)
