@@ -26,6 +26,7 @@ EXAMPLES = {
     "campaigns/demo/campaign.toml",
     "campaigns/x",  # a user's campaign, in a docstring's example
     "campaigns/NAME/campaign.toml",  # what `cockpit new NAME` writes
+    "campaigns/train",  # what `cockpit probe -- python train.py` makes for a script
     "path/to/file.py",  # a task entry's form, in the task contract's docstrings
     "report/report.md",  # what `cockpit report` writes into a campaign
     "api/libnvml.py",  # nvitop's module, which cockpit/nvml.py follows
