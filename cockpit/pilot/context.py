@@ -1,6 +1,6 @@
 """The small context every phase works on: task, parameters, trainer, meter, run folder.
 
-A pilot process builds one from the frozen ``run.toml`` (:meth:`Context.from_run`);
+The pilot process builds one from the frozen ``run.toml`` (:mod:`.pilot`);
 a test builds one around an in-memory task (:meth:`Context.in_memory`) and runs
 a single phase without a subprocess, a run folder from the CLI or a notebook.
 """
@@ -23,6 +23,7 @@ import torch
 from .. import events as ev
 from .. import runs
 from .meter import Meter
+from .microsteps import FirstUpdate, Updated
 from .task import Task
 from .trainer import Trainer, resolve_device, user
 
@@ -48,32 +49,12 @@ class Context:
     measures: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> mem, duration_s, inputs
     scans: dict[str, Any] = field(default_factory=dict)  # split -> datascan.SplitScan (the data gate's findings)
     saved: dict[str, Any] = field(default_factory=dict)  # what the save phase wrote (step, lr, data position)
-    steps: dict[str, Any] = field(default_factory=dict)  # state handed from forward to backward to update_first
+    first: FirstUpdate | None = None  # handed from forward to backward to update_first (and update_second)
     spawn: Spawn | None = None
     phase: str = ""
     data_revision: dict[str, Any] = field(default_factory=dict)  # the data gate's hash over every example
 
     # ---- building
-
-    @classmethod
-    def from_run(cls, rdir: Path, writer: ev.EventWriter, rank: int = 0, world: int = 1) -> Context:
-        frozen = runs.read_run_toml(rdir)
-        params = dict(frozen["params"])
-        device = resolve_device(params.get("device"))
-        if device.type == "cuda" and world > 1:
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        return cls(
-            params=params,
-            seed=int(frozen["run"]["seed"]),
-            device=device,
-            rdir=Path(rdir),
-            emit=writer.emit,
-            meter=Meter(device, emit=writer.emit),
-            pilot_cfg=dict(frozen.get("pilot", {})),
-            frozen=frozen,
-            rank=rank,
-            world=world,
-        )
 
     @classmethod
     def in_memory(
@@ -123,6 +104,12 @@ class Context:
         return self.trainer_
 
     @property
+    def first_update(self) -> FirstUpdate:
+        if self.first is None:
+            raise RuntimeError("no first update under way: the forward phase starts it")
+        return self.first
+
+    @property
     def the_task(self) -> Task:
         if self.task is None:
             raise RuntimeError("no task yet: the stack phase loads it")
@@ -147,16 +134,16 @@ class Context:
                 out["cropped_to"] = ml
         return out
 
-    def step_event(self, out: dict[str, Any], phase: str) -> None:
+    def step_event(self, out: Updated, phase: str, duration_s: float | None = None) -> None:
         self.emit(
             ev.STEP,
-            step=out.get("step", self.trainer.step),
-            loss=ev.finite_or_none(out.get("loss")),
-            lr=out.get("lr"),
-            grad_norm=ev.finite_or_none(out.get("grad_norm")),
-            examples=out.get("examples"),
+            step=out["step"],
+            loss=ev.finite_or_none(out["loss"]),
+            lr=out["lr"],
+            grad_norm=ev.finite_or_none(out["grad_norm"]),
+            examples=out["examples"],
             phase=phase,
-            duration_s=out.get("duration_s"),
+            duration_s=duration_s,
         )
 
     def peak(self, phase: str) -> int | None:

@@ -22,6 +22,7 @@ import torch
 from . import adapter as adapter_
 from . import frozen as frozen_
 from . import outputs, splits
+from .microsteps import Accumulated, Accumulation, Applied, Updated
 from .order import DataOrder
 from .rng import rng_state, seed_everything, set_rng_state
 from .task import Task
@@ -268,7 +269,7 @@ class Trainer:
 
     def accumulate(
         self, microbatches: list[list[dict[str, Any]]], check_finite: bool = True, weights: list[float] | None = None
-    ) -> dict[str, Any]:
+    ) -> Accumulated:
         """Forward and backward over the microbatches of one update; gradients left in .grad.
 
         A mean loss is divided by the number of microbatches (what a user's loop
@@ -276,41 +277,9 @@ class Trainer:
         accumulation gate uses it to measure what an even weighting would give).
         """
         self.optimizer.zero_grad(set_to_none=True)
-        total_sum = 0.0
-        total_count: float | None = None
-        means: list[float] = []
-        n_examples = 0
-        n = len(microbatches)
-        for i, mb in enumerate(microbatches):
-            batch = self.collate(mb)
-            n_examples += len(mb)
-            value, count = self.loss_of(batch)
-            v = float(value.detach())
-            if check_finite and not math.isfinite(v):
-                raise NonFinite("loss", v, self.step + 1)
-            if count is None:
-                scaled = value * (weights[i] if weights is not None else 1.0 / n)
-                means.append(v)
-            else:
-                scaled = value
-                total_sum += v
-                total_count = (total_count or 0.0) + float(count)
-            if self.scaler is not None:
-                scaled = self.scaler.scale(scaled)
-            sync = self.ddp.no_sync() if (self.ddp is not None and i < n - 1) else contextlib.nullcontext()
-            with sync:
-                scaled.backward()
-        if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)
-        if total_count is not None:
-            per_rank = self.reduce_count(total_count)
-            for p in self.model.parameters():
-                if p.grad is not None:
-                    p.grad.div_(per_rank)
-            loss = total_sum / max(total_count, 1e-12)
-        else:
-            loss = sum(means) / max(len(means), 1)
-        return {"loss": loss, "examples": n_examples * self.world, "count": total_count}
+        acc = Accumulation(self, microbatches, weights=weights, check_finite=check_finite)
+        acc.rest()
+        return acc.finish()
 
     def reduce_count(self, count: float) -> float:
         """Under DDP gradients are averaged over ranks; normalise by the mean count per rank."""
@@ -328,7 +297,7 @@ class Trainer:
             return 0.0
         return float(torch.stack(grads).norm())
 
-    def apply(self, check_finite: bool = True) -> dict[str, Any]:
+    def apply(self, check_finite: bool = True) -> Applied:
         clip = float(self.params.get("grad_clip") or 0.0)  # 0 (or absent): no clipping
         if clip > 0:
             norm = float(
@@ -348,13 +317,12 @@ class Trainer:
         self.step += 1
         return {"grad_norm": norm if math.isfinite(norm) else None, "lr": lr}
 
-    def update(self, microbatches: list[list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+    def update(self, microbatches: list[list[dict[str, Any]]] | None = None) -> Updated:
         mbs = microbatches if microbatches is not None else self.next_microbatches()
         self.model.train()
-        out = self.accumulate(mbs)
-        out.update(self.apply())
-        out["step"] = self.step
-        return out
+        acc = self.accumulate(mbs)
+        applied = self.apply()
+        return {**acc, **applied, "step": self.step}
 
     # ---- evaluation
 

@@ -216,16 +216,16 @@ class TrainingRun(CheckpointedRun):
             (loss,) = self._agree(out["loss"])
             if nonfinite and not math.isfinite(loss):
                 raise NonFinite("loss", loss, tr.step + 1)
-            out.update(tr.apply(check_finite=nonfinite))
+            applied = tr.apply(check_finite=nonfinite)
             duration = time.perf_counter() - t0
             self.step_times.append(duration)
             self.examples_seen += int(out["examples"])
-            grad_norm = out.get("grad_norm")
+            grad_norm = applied["grad_norm"]
             self.emit(
                 ev.STEP,
                 step=tr.step,
                 loss=ev.finite_or_none(loss),
-                lr=out.get("lr"),
+                lr=applied["lr"],
                 grad_norm=ev.finite_or_none(grad_norm),
                 examples=out["examples"],
                 duration_s=duration,
@@ -236,7 +236,7 @@ class TrainingRun(CheckpointedRun):
                     {
                         "step": tr.step,
                         "loss": loss,
-                        "lr": out.get("lr"),
+                        "lr": applied["lr"],
                         "grad_norm": grad_norm,
                         "examples_seen": self.examples_seen,
                         "elapsed_s": round(time.monotonic() - self.train_t0, 4),

@@ -8,7 +8,6 @@ its updates are timed for the time per update.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from typing import Any
@@ -18,52 +17,26 @@ import torch
 from .. import dist as dist_
 from ..context import Context
 from ..gate import Gate, Phase
-from ..trainer import NonFinite
+from ..microsteps import Updated
 from .steps import _names, base_inputs, param_fingerprint
 
 # --------------------------------------------------------------------------- the first optimizer step
 
 
 def update_first(ctx: Context, g: Gate) -> None:
-    tr, st = ctx.trainer, ctx.steps
-    mbs = st["mbs"]
+    tr, first = ctx.trainer, ctx.first_update
+    mbs = first.microbatches
     n = len(mbs)
     t0 = time.perf_counter()
-    for i, mb in enumerate(mbs[1:], start=1):
-        batch = tr.collate(mb)
-        # under DDP, gradients are all-reduced only on the update's last microbatch
-        ctx_ = tr.ddp.no_sync() if (tr.ddp is not None and i < n - 1) else contextlib.nullcontext()
-        with ctx_:
-            value, count = tr.loss_of(batch)
-            v = float(value.detach())
-            if not math.isfinite(v):
-                raise NonFinite("loss", v, 1)
-            if count is None:
-                st["means"].append(v)
-                scaled = value / n
-            else:
-                st["loss_sum"] += v
-                st["count_total"] += float(count)
-                scaled = value
-            if tr.scaler is not None:
-                scaled = tr.scaler.scale(scaled)
-            scaled.backward()
-    if tr.scaler is not None:
-        tr.scaler.unscale_(tr.optimizer)
-    if st["count_total"] is not None:
-        for p in tr.model.parameters():
-            if p.grad is not None:
-                p.grad.div_(tr.reduce_count(st["count_total"]))
-        loss = st["loss_sum"] / st["count_total"]
-    else:
-        loss = sum(st["means"]) / n
+    first.accumulation.rest()  # the update's other microbatches, as Trainer.accumulate walks them
+    loss = first.accumulation.finish()["loss"]
     scale_before = tr.scaler.get_scale() if tr.scaler is not None else None
-    out = tr.apply()
+    applied = tr.apply()
     skipped = tr.scaler is not None and scale_before is not None and tr.scaler.get_scale() < scale_before
-    out.update(step=tr.step, loss=loss, examples=sum(len(m) for m in mbs), duration_s=time.perf_counter() - t0)
-    ctx.step_event(out, "update_first")
+    out: Updated = {**applied, "step": tr.step, "loss": loss, "examples": sum(len(m) for m in mbs), "count": None}
+    ctx.step_event(out, "update_first", time.perf_counter() - t0)
     after = param_fingerprint(tr.model)
-    before = st["before"]
+    before = first.before
     changed = [n_ for n_ in tr.trainable_names if after[n_] != before[n_]]
     frozen_changed = [n_ for n_ in after if n_ not in tr.trainable_names and after[n_] != before[n_]]
     unchanged = sorted(set(tr.trainable_names) - set(changed))
@@ -72,8 +45,8 @@ def update_first(ctx: Context, g: Gate) -> None:
     grads = dict(tr.model.named_parameters())
     zero = [n_ for n_ in unchanged if grads[n_].grad is None or not bool(grads[n_].grad.any())]
     if not skipped:
-        st["zero_first"] = {n_: after[n_] for n_ in zero}
-        unchanged = [n_ for n_ in unchanged if n_ not in st["zero_first"]]
+        first.zero_first = {n_: after[n_] for n_ in zero}
+        unchanged = [n_ for n_ in unchanged if n_ not in first.zero_first]
     if skipped and tr.scaler is not None:
         # fp16: gradients overflowed at the scaler's initial scale, so it skipped this step and
         # halved the scale. Normal for a few steps; a warning, since nothing was updated yet.
@@ -250,13 +223,13 @@ def update_second(ctx: Context, g: Gate) -> None:
         if i == 0:
             g.inputs.update(ctx.batch_inputs(mbs[0]))
         out = tr.update(mbs)
-        out["duration_s"] = time.perf_counter() - t0
-        ctx.step_event(out, "update_second")
-        times.append(out["duration_s"])
+        took = time.perf_counter() - t0
+        ctx.step_event(out, "update_second", took)
+        times.append(took)
         losses.append(out["loss"])
     g.inputs["timed_updates"] = k
     g.check("step counted", tr.step == 1 + k, f"step {tr.step}")
-    zero_first = ctx.steps.get("zero_first") or {}
+    zero_first = ctx.first.zero_first if ctx.first is not None else {}
     if zero_first:
         now = param_fingerprint(tr.model)
         still = sorted(n for n, fp in zero_first.items() if now[n] == fp)

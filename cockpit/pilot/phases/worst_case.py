@@ -24,8 +24,7 @@ def run(ctx: Context, g: Gate) -> None:
     g.inputs.update(ctx.batch_inputs(worst))
     t0 = time.perf_counter()
     out = tr.update([worst] * tr.accumulation)
-    out["duration_s"] = time.perf_counter() - t0
-    ctx.step_event(out, "worst_case")
+    ctx.step_event(out, "worst_case", time.perf_counter() - t0)
     g.check("finite loss", math.isfinite(out["loss"]), f"loss {out['loss']:.4f}")
     g.extra["typical_peak"] = ctx.peak("update_second")
 
