@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 SCHEMA_VERSION = 1
 EVENTS_FILE = "events.jsonl"
@@ -97,6 +97,12 @@ class Status(str, enum.Enum):
 
 FINAL_STATUSES = frozenset(s for s in Status if s not in (Status.CREATED, Status.RUNNING))
 
+# The one set of bad endings (status words, as run folders and notebook rows spell them). A crashed run was
+# killed from outside: it ended badly, but nothing its settings decided made it end so, and it may go on from its
+# last checkpoint; ENDED_BY_ITSELF leaves it out (the series guard refuses to repeat only those).
+BAD_ENDINGS = frozenset(s.value for s in (Status.FAILED, Status.DIVERGED, Status.OOM, Status.ERROR, Status.CRASHED))
+ENDED_BY_ITSELF = BAD_ENDINGS - {Status.CRASHED.value}
+
 
 class ExitCode(enum.IntEnum):
     """Distinct exit codes per outcome, so scripts can branch on them."""
@@ -154,6 +160,29 @@ class Outcome:
     @classmethod
     def of(cls, status: Status, reason: str, code: ExitCode | None = None) -> Outcome:
         return cls(status, code if code is not None else STATUS_EXIT[status], reason)
+
+
+class RunEndFields(TypedDict):
+    """What every ``run_end`` carries beside ``v``, ``t`` and ``kind`` (a run process adds ``duration_s`` and its
+    kind's own figures)."""
+
+    status: str
+    stop_reason: str
+    phase: str | None
+    message: str
+    exit_code: int
+
+
+def run_end_fields(outcome: Outcome, phase: str | None, message: str | None = None) -> RunEndFields:
+    """The ``run_end`` fields for ``outcome``: its status, reason and exit code, the phase it ended in, and a
+    message (the reason unless something else is said)."""
+    return {
+        "status": outcome.status.value,
+        "stop_reason": outcome.reason,
+        "phase": phase,
+        "message": outcome.reason if message is None else message,
+        "exit_code": int(outcome.code),
+    }
 
 
 def exit_code_of(status: str, run_end: dict[str, Any] | None = None) -> ExitCode:
