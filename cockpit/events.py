@@ -17,9 +17,20 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
-SCHEMA_VERSION = 1
+from .schema import (
+    GATE_EXTRAS,
+    JSON,
+    SCHEMA_VERSION,
+    Check,
+    GateEvent,
+    GateExtras,
+    GateFields,
+    JSONObject,
+    RunEndFields,
+)
+
 EVENTS_FILE = "events.jsonl"
 
 # Event kinds. A pilot writes run_start first and run_end last; everything
@@ -59,8 +70,8 @@ PHASES = (
 #   run_start   run_id, campaign, variant, seed, run_kind, pid, world, phases[list], params{},
 #               stack{python, torch, cuda, driver, gpus[{index,name,total,capability}], ...}
 #   phase_start phase, inputs{}
-#   gate        phase, verdict, checks[{name, ok, detail, warn?}], inputs{}, remedy,
-#               message, duration_s,
+#   gate        phase, verdict, checks[{name, ok, detail, warn?, na?}], inputs{}, remedy,
+#               message, duration_s, and the phase's own figures (schema.GateExtras),
 #               mem{torch{allocated,reserved,peak_allocated,peak_reserved}|None,
 #                   nvml[{index,name,used,total}]|None, rss, rss_peak,
 #                   baseline{torch_allocated, nvml_used[], rss}}
@@ -68,7 +79,7 @@ PHASES = (
 #   step        step, loss, lr, grad_norm, examples, duration_s, phase
 #   eval        step, loss, metrics{}
 #   log         level, message
-#   run_end     status, stop_reason, phase, message, exit_code, duration_s
+#   run_end     status, stop_reason, phase, message, exit_code, duration_s (schema.RunEndFields)
 # Every event may carry ``rank`` (distributed runs) and ``device``.
 
 
@@ -94,6 +105,18 @@ class Status(str, enum.Enum):
     STOPPED = "stopped"  # SIGINT / SIGTERM / manual stop
     CRASHED = "crashed"  # process gone without a run_end event (SIGKILL, power, ...)
 
+
+__all__ = [
+    "GATE_EXTRAS",
+    "JSON",
+    "SCHEMA_VERSION",
+    "Check",
+    "GateEvent",
+    "GateExtras",
+    "GateFields",
+    "JSONObject",
+    "RunEndFields",
+]
 
 FINAL_STATUSES = frozenset(s for s in Status if s not in (Status.CREATED, Status.RUNNING))
 
@@ -160,17 +183,6 @@ class Outcome:
     @classmethod
     def of(cls, status: Status, reason: str, code: ExitCode | None = None) -> Outcome:
         return cls(status, code if code is not None else STATUS_EXIT[status], reason)
-
-
-class RunEndFields(TypedDict):
-    """What every ``run_end`` carries beside ``v``, ``t`` and ``kind`` (a run process adds ``duration_s`` and its
-    kind's own figures)."""
-
-    status: str
-    stop_reason: str
-    phase: str | None
-    message: str
-    exit_code: int
 
 
 def run_end_fields(outcome: Outcome, phase: str | None, message: str | None = None) -> RunEndFields:
@@ -351,6 +363,28 @@ def open_events(path: Path | str) -> Any:
         raise
     except IsADirectoryError as exc:  # pragma: no cover - open_regular says NotAFile first
         raise NotAFile(str(exc)) from None
+
+
+# The fast path of every reader of events.jsonl: a line's kind read from its first bytes, without decoding it.
+# make() puts "v", "t" and then "kind" first, so the event's own kind tag starts within KIND_AT bytes; a tag
+# further in is inside a payload (a log message quoting an event) and says nothing about the line.
+KIND_AT = 64
+KIND_TAGS = {k: (f'"kind":"{k}"'.encode(), f'"kind": "{k}"'.encode()) for k in KINDS}  # compact (EventWriter), spaced
+_KIND_KEY = b'"kind":'
+
+
+def kind_of_line(raw: bytes) -> str | None:
+    """The kind one line of events.jsonl names in its head, one of :data:`KINDS`; None when its head names none
+    (not an event Cockpit wrote, or a torn line): decode it to know."""
+    at = raw.find(_KIND_KEY, 0, KIND_AT + len(_KIND_KEY))
+    if at < 0 or at >= KIND_AT:
+        return None
+    rest = raw[at + len(_KIND_KEY) : at + len(_KIND_KEY) + 16].lstrip(b" ")
+    end = rest.find(b'"', 1)
+    if not rest.startswith(b'"') or end < 0:
+        return None
+    kind = rest[1:end].decode("ascii", "replace")
+    return kind if kind in KINDS else None
 
 
 def decode(raw: bytes) -> dict[str, Any] | None:

@@ -27,15 +27,18 @@ if TYPE_CHECKING:
 class Gate:
     phase: str
     inputs: dict[str, Any] = field(default_factory=dict)
-    checks: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[ev.Check] = field(default_factory=list)
     message: str = ""
     remedy: str = ""
     skipped: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: ev.GateExtras = field(default_factory=lambda: ev.GateExtras())
 
     def check(self, name: str, ok: bool, detail: str = "", warn: bool = False) -> bool:
         """Record one check. ``warn``: a failure of this check is a warning, not a failed gate."""
-        self.checks.append({"name": name, "ok": bool(ok), "detail": detail, **({"warn": True} if warn else {})})
+        c: ev.Check = {"name": name, "ok": bool(ok), "detail": detail}
+        if warn:
+            c["warn"] = True
+        self.checks.append(c)
         return bool(ok)
 
     def fail(self, name: str, detail: str) -> None:
@@ -64,7 +67,7 @@ class Gate:
             return ev.Verdict.NA
         return ev.Verdict.PASS
 
-    def failures(self) -> list[dict[str, Any]]:
+    def failures(self) -> list[ev.Check]:
         return [c for c in self.checks if not c["ok"] and not c.get("warn")]
 
 

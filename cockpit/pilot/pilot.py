@@ -201,18 +201,18 @@ def run_phase(ctx: Context, phase: Phase) -> tuple[Gate, PhaseEnded | None]:
         g.remedy = phase.remedy
     if verdict == ev.Verdict.FAIL and not g.message:
         g.message = "; ".join(f"{c['name']}: {c['detail']}" for c in g.failures())
-    ctx.emit(
-        ev.GATE,
-        phase=name,
-        verdict=verdict.value,
-        checks=g.checks,
-        inputs=g.inputs,
-        remedy=g.remedy if verdict in (ev.Verdict.FAIL, ev.Verdict.WARN) else "",
-        message=g.message,
-        duration_s=duration,
-        mem=mem,
+    gate: ev.GateEvent = {
+        "phase": name,
+        "verdict": verdict.value,
+        "checks": g.checks,
+        "inputs": g.inputs,
+        "remedy": g.remedy if verdict in (ev.Verdict.FAIL, ev.Verdict.WARN) else "",
+        "message": g.message,
+        "duration_s": duration,
+        "mem": mem,
         **g.extra,
-    )
+    }
+    ctx.emit(ev.GATE, **gate)
     peak = runs.mem_peak(mem)[0]
     level = (
         "info"
