@@ -40,9 +40,11 @@ from .model import (
     Variant,
 )
 from .parse import find, load, parse
+from .settings import Settings
 from .store import create, dumps, locked, mutate, save, task_template, template, to_dict, validate
 
 __all__ = [
+    "Settings",
     "DECISION_KINDS",
     "HELD",
     "LOCK_FILE",

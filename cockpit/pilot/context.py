@@ -22,6 +22,7 @@ import torch
 
 from .. import events as ev
 from .. import runs
+from ..notebook.settings import Settings
 from .meter import Meter
 from .microsteps import FirstUpdate, Updated
 from .task import Task
@@ -96,6 +97,11 @@ class Context:
     @property
     def dist(self) -> bool:
         return self.world > 1
+
+    @property
+    def settings(self) -> Settings:
+        """The run's effective settings, one accessor each, over the flat ``params`` the task receives."""
+        return Settings(self.params)
 
     @property
     def trainer(self) -> Trainer:

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from ..notebook.settings import Settings
 from . import adapter as adapter_
 from . import frozen as frozen_
 from . import outputs, splits
@@ -72,13 +73,14 @@ class Trainer:
         world: int = 1,
     ):
         self.task, self.params, self.seed = task, dict(params), seed
-        self.device = device or resolve_device(params.get("device"))
+        self.settings = s = Settings(self.params)
+        self.device = device or resolve_device(s.device)
         self.rank, self.world = rank, world
-        self.microbatch = int(params["microbatch"])
-        self.accumulation = int(params.get("accumulation") or 1)
-        self.eval_microbatch = int(params.get("eval_microbatch") or self.microbatch)
-        self.precision = params.get("precision") or "fp32"
-        self.total_updates = int(total_updates or params.get("updates") or 1)
+        self.microbatch = s.microbatch
+        self.accumulation = s.accumulation
+        self.eval_microbatch = s.eval_microbatch
+        self.precision = s.precision
+        self.total_updates = int(total_updates or s.updates or 1)
         self._splits: dict[str, Sequence[dict[str, Any]]] | None = dict(splits) if splits is not None else None
         self.step = 0
         self.model: Any = None
@@ -168,13 +170,11 @@ class Trainer:
             self.optimizer_source = f"the task's optimizer ({type(opt).__name__}, {len(opt.param_groups)} groups)"
         else:
             params = [p for p in self.model.parameters() if p.requires_grad]
-            kind = (self.params.get("optimizer") or "adamw").lower()
+            kind = (self.settings.optimizer or "adamw").lower()
             lr = float(self.params["lr"])
             wd = float(self.params.get("weight_decay") or 0.0)
             if kind == "sgd":
-                self.optimizer = torch.optim.SGD(
-                    params, lr=lr, momentum=float(self.params.get("momentum") or 0), weight_decay=wd
-                )
+                self.optimizer = torch.optim.SGD(params, lr=lr, momentum=self.settings.momentum, weight_decay=wd)
             elif kind == "adam":
                 self.optimizer = torch.optim.Adam(params, lr=lr, weight_decay=wd)
             else:
@@ -298,7 +298,7 @@ class Trainer:
         return float(torch.stack(grads).norm())
 
     def apply(self, check_finite: bool = True) -> Applied:
-        clip = float(self.params.get("grad_clip") or 0.0)  # 0 (or absent): no clipping
+        clip = self.settings.grad_clip  # 0 (or absent): no clipping
         if clip > 0:
             norm = float(
                 torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.grad is not None], clip)

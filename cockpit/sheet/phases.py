@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import notebook as nbm
+from ..notebook.settings import Settings
 from ..runs import RunFiles
 
 
@@ -74,8 +75,8 @@ def _truncation(run: RunFiles | None) -> int | None:
 
 
 def _strategy(nb: nbm.Notebook, params: dict[str, Any]) -> tuple[str, int]:
-    replicas = int(params.get("data_replicas") or 1)
-    mp = int(params.get("model_parallel") or 1)
+    s = Settings(params)
+    replicas, mp = s.data_replicas, s.model_parallel
     gpus = replicas * mp
     if nb.selection.strategy in nbm.STRATEGIES and (gpus > 1) == (nb.selection.strategy != "one GPU"):
         return nb.selection.strategy, gpus

@@ -49,7 +49,7 @@ BATCHNORM = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
 
 def tolerance(ctx: Context) -> float:
     tol = float(ctx.pilot_cfg.get("grad_tolerance", 1e-4))
-    if (ctx.params.get("precision") or "fp32") != "fp32":
+    if ctx.settings.precision != "fp32":
         tol = max(tol, 2e-2)
     return tol
 
@@ -375,7 +375,7 @@ def batch_level(ctx: Context, g: Gate, name: str, pct: str, dec: dict[str, Any],
 
 
 def inputs(ctx: Context) -> dict[str, Any]:
-    return {"accumulation": int(ctx.params.get("accumulation") or 1)}
+    return {"accumulation": ctx.settings.accumulation}
 
 
 PHASE = Phase(

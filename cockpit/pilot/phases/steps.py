@@ -38,12 +38,8 @@ def param_fingerprint(model: torch.nn.Module) -> dict[str, tuple[float, ...]]:
 
 
 def base_inputs(ctx: Context) -> dict[str, Any]:
-    p = ctx.params
-    return {
-        "microbatch": int(p["microbatch"]),
-        "accumulation": int(p.get("accumulation") or 1),
-        "precision": p.get("precision") or "fp32",
-    }
+    s = ctx.settings
+    return {"microbatch": s.microbatch, "accumulation": s.accumulation, "precision": s.precision}
 
 
 # --------------------------------------------------------------------------- forward

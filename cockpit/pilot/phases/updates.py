@@ -83,7 +83,7 @@ def update_first(ctx: Context, g: Gate) -> None:
     g.check("step counted", tr.step == 1, f"step {tr.step}")
     n_state = len(tr.optimizer.state)
     if not skipped:
-        stateless = tr.params.get("optimizer") == "sgd" and not tr.params.get("momentum")
+        stateless = tr.settings.optimizer == "sgd" and not tr.settings.momentum
         g.check("optimizer state allocated", n_state > 0 or stateless, f"state for {n_state} parameter tensors")
     optimizer_holds_trainable(ctx, g)
     g.check("gradient accumulation", True, f"{n} microbatches of {len(mbs[0])} per update")
@@ -176,8 +176,8 @@ def optimizer_holds_trainable(ctx: Context, g: Gate) -> None:
 def effective_batch(ctx: Context, g: Gate, micro: int, accum: int) -> None:
     from ...arithmetic import BatchPlan
 
-    declared = int(ctx.params.get("data_replicas") or 1)
-    plan = BatchPlan(micro, accum, ctx.world, int(ctx.params.get("model_parallel") or 1))
+    declared = ctx.settings.data_replicas
+    plan = BatchPlan(micro, accum, ctx.world, ctx.settings.model_parallel)
     g.inputs["examples_per_update"] = plan.examples_per_update
     if declared == ctx.world:
         g.check("effective batch", True, f"{plan.examples_per_update} = {micro} x {accum} x {ctx.world} replica(s)")

@@ -38,7 +38,7 @@ def _vs_typical(ctx: Context, g: Gate, mem: dict[str, Any]) -> None:
 
 
 def inputs(ctx: Context) -> dict[str, Any]:
-    return {"accumulation": int(ctx.params.get("accumulation") or 1)}
+    return {"accumulation": ctx.settings.accumulation}
 
 
 PHASE = Phase(
