@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -132,7 +132,8 @@ class Accumulation:
             t.count = (t.count or 0.0) + float(count)
         if tr.scaler is not None:
             scaled = tr.scaler.scale(scaled)
-        scaled.backward()
+        backward: Callable[[], None] = scaled.backward  # torch leaves Tensor.backward unannotated
+        backward()
 
     def forward(self) -> Forward:
         """The next microbatch's loss (under ``no_sync`` when it is not the update's last)."""
