@@ -23,12 +23,19 @@ from .schema import (
     GATE_EXTRAS,
     JSON,
     SCHEMA_VERSION,
+    Baseline,
     Check,
     GateEvent,
     GateExtras,
     GateFields,
+    GpuMemory,
+    GpuSample,
     JSONObject,
+    Mem,
+    PeakSummary,
     RunEndFields,
+    SampleFields,
+    TorchCounters,
 )
 
 EVENTS_FILE = "events.jsonl"
@@ -107,6 +114,13 @@ class Status(str, enum.Enum):
 
 
 __all__ = [
+    "PeakSummary",
+    "Baseline",
+    "GpuMemory",
+    "GpuSample",
+    "Mem",
+    "SampleFields",
+    "TorchCounters",
     "GATE_EXTRAS",
     "JSON",
     "SCHEMA_VERSION",

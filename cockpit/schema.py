@@ -22,6 +22,67 @@ JSON: TypeAlias = None | bool | int | float | str | Sequence["JSON"] | Mapping[s
 JSONObject = Mapping[str, JSON]
 
 
+class TorchCounters(TypedDict):
+    """torch's allocator on the run's GPU, in bytes."""
+
+    allocated: int
+    reserved: int
+    peak_allocated: int
+    peak_reserved: int
+
+
+class GpuMemory(TypedDict):
+    """One GPU as NVML sees it: everything every process holds, in bytes."""
+
+    index: int
+    name: str
+    used: int
+    total: int
+
+
+class GpuSample(TypedDict):
+    index: int
+    used: int
+    total: int
+    util: int | None
+
+
+class Baseline(TypedDict):
+    """What the process and the GPUs held before the model loaded."""
+
+    torch_allocated: int | None
+    nvml_used: list[int] | None
+    rss: int
+
+
+class Mem(TypedDict):
+    """One measurement within a phase's bounds (a gate's and a run_end's ``mem``); None: not measured here."""
+
+    torch: TorchCounters | None
+    nvml: list[GpuMemory] | None
+    rss: int
+    rss_peak: int
+    baseline: Baseline | None
+
+
+class SampleFields(TypedDict):
+    """A background sample, for live charts."""
+
+    phase: str
+    rss: int
+    nvml: list[GpuSample] | None
+    torch: Mapping[str, int] | None  # allocated, reserved
+
+
+class PeakSummary(TypedDict):
+    """A training run's peak over the whole run (metrics.json's ``peak``), with the counter named."""
+
+    peak_allocated: int | None
+    peak_reserved: int | None
+    rss_peak: int | None
+    counter: str
+
+
 class Check(TypedDict):
     """One check of a gate: its name, whether it held, what it measured; ``warn``: its failure is a warning;
     ``na``: its precondition did not hold, so it measured nothing (never a pass)."""
@@ -137,7 +198,7 @@ class GateFields(TypedDict):
     remedy: str
     message: str
     duration_s: float
-    mem: JSON
+    mem: Mem | JSONObject  # a probe's gates carry the figures its script reported
 
 
 class GateEvent(GateFields, GateExtras):

@@ -33,6 +33,15 @@ Emit = Callable[..., dict[str, Any]]
 Spawn = Callable[[str, "Context", bool], tuple[dict[str, Any] | None, str]]
 
 
+@dataclass(frozen=True)
+class Measured:
+    """What a phase's bounds measured, and the inputs it ran on (for a later phase's ratios, and run_end)."""
+
+    mem: ev.Mem
+    duration_s: float
+    inputs: dict[str, Any]
+
+
 @dataclass
 class Context:
     params: dict[str, Any]
@@ -47,7 +56,7 @@ class Context:
     world: int = 1
     task: Task | None = None
     trainer_: Trainer | None = None
-    measures: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> mem, duration_s, inputs
+    measures: dict[str, Measured] = field(default_factory=dict)  # by phase
     scans: dict[str, Any] = field(default_factory=dict)  # split -> datascan.SplitScan (the data gate's findings)
     saved: dict[str, Any] = field(default_factory=dict)  # what the save phase wrote (step, lr, data position)
     first: FirstUpdate | None = None  # handed from forward to backward to update_first (and update_second)
@@ -155,7 +164,7 @@ class Context:
     def peak(self, phase: str) -> int | None:
         """A measured phase's peak by the one rule (torch peak reserved on a GPU, else peak RSS)."""
         m = self.measures.get(phase)
-        return runs.mem_peak(m["mem"])[0] if m else None
+        return runs.mem_peak(m.mem)[0] if m else None
 
     def child(self, what: str, distributed: bool = False) -> tuple[dict[str, Any] | None, str]:
         """Run ``what`` ("resume" or "replay") in a new process and return what it found."""

@@ -96,5 +96,5 @@ class Phase:
     checks: tuple[str, ...] = ()
     independent: bool = False
     inputs: Callable[[Context], dict[str, Any]] = _no_inputs
-    after: Callable[[Context, Gate, dict[str, Any]], None] | None = None
+    after: Callable[[Context, Gate, ev.Mem], None] | None = None
     doc: str = ""

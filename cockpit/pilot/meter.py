@@ -16,10 +16,12 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import psutil
 import torch
+
+from .. import events as ev
 
 
 def _cuda() -> bool:
@@ -52,19 +54,19 @@ class Nvml:
         except Exception as exc:  # noqa: BLE001 - no driver, no library: GPU counters are absent
             self.error = f"{type(exc).__name__}: {exc}"
 
-    def memory(self) -> list[dict[str, Any]] | None:
+    def memory(self) -> list[ev.GpuMemory] | None:
         if not self.available:
             return None
-        out = []
+        out: list[ev.GpuMemory] = []
         for (i, h), name in zip(self.handles, self.names, strict=True):
             info = self._nvml.nvmlDeviceGetMemoryInfo(h)
             out.append({"index": i, "name": name, "used": int(info.used), "total": int(info.total)})
         return out
 
-    def sample(self) -> list[dict[str, Any]] | None:
+    def sample(self) -> list[ev.GpuSample] | None:
         if not self.available:
             return None
-        out = []
+        out: list[ev.GpuSample] = []
         for i, h in self.handles:
             info = self._nvml.nvmlDeviceGetMemoryInfo(h)
             try:
@@ -96,7 +98,7 @@ def _visible_indices(count: int) -> list[int]:
     return out
 
 
-def torch_counters(device: torch.device | None) -> dict[str, int] | None:
+def torch_counters(device: torch.device | None) -> ev.TorchCounters | None:
     if device is None or device.type != "cuda":
         return None
     return {
@@ -112,7 +114,7 @@ class PhaseMeasure:
     """Filled when the phase's ``with`` block ends."""
 
     duration_s: float = 0.0
-    mem: dict[str, Any] = field(default_factory=dict)
+    mem: ev.Mem = field(default_factory=lambda: cast(ev.Mem, {}))  # empty until the block ends
 
 
 class Meter:
@@ -122,7 +124,7 @@ class Meter:
         self.proc = psutil.Process()
         self.emit = emit
         self.phase_name = ""
-        self.baseline: dict[str, Any] | None = None
+        self.baseline: ev.Baseline | None = None
         self._sample_interval = 1.0 / sample_hz
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -141,7 +143,7 @@ class Meter:
             self._rss_peak = max(self._rss_peak, r)
         return r
 
-    def take_baseline(self) -> dict[str, Any]:
+    def take_baseline(self) -> ev.Baseline:
         """Before the model loads: what the process and the GPUs hold already."""
         self.sync()
         t = torch_counters(self.device)
@@ -171,7 +173,7 @@ class Meter:
             m.duration_s = time.perf_counter() - t0
             m.mem = self.read()
 
-    def read(self) -> dict[str, Any]:
+    def read(self) -> ev.Mem:
         rss = self.rss()
         with self._rss_lock:
             peak = self._rss_peak
@@ -201,15 +203,19 @@ class Meter:
         cuda = self.device is not None and self.device.type == "cuda"
         while not self._stop.wait(self._sample_interval):
             try:
-                payload: dict[str, Any] = {"phase": self.phase_name, "rss": self.rss(), "nvml": self.nvml.sample()}
-                payload["torch"] = (
-                    {
-                        "allocated": int(torch.cuda.memory_allocated(self.device)),
-                        "reserved": int(torch.cuda.memory_reserved(self.device)),
-                    }
-                    if cuda
-                    else None
-                )
+                payload: ev.SampleFields = {
+                    "phase": self.phase_name,
+                    "rss": self.rss(),
+                    "nvml": self.nvml.sample(),
+                    "torch": (
+                        {
+                            "allocated": int(torch.cuda.memory_allocated(self.device)),
+                            "reserved": int(torch.cuda.memory_reserved(self.device)),
+                        }
+                        if cuda
+                        else None
+                    ),
+                }
                 self.emit("sample", **payload)
             except Exception:  # noqa: BLE001 - a sampler must never take the run down
                 continue

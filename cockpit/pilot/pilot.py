@@ -20,7 +20,7 @@ from .. import events as ev
 from .. import machine, runs
 from . import dist as dist_
 from . import signals
-from .context import Context
+from .context import Context, Measured
 from .gate import Gate, Phase
 from .phases import PHASES
 from .process import Cause, RunProcess, cause_of, outcome_of, user_frame
@@ -193,7 +193,7 @@ def run_phase(ctx: Context, phase: Phase) -> tuple[Gate, PhaseEnded | None]:
         load["gpu_others"] = {str(k): v for k, v in held.items()}  # other processes' memory, per GPU, at the end
     if load["busy"]:
         g.extra["busy"] = machine.busy_words(load)
-    ctx.measures[name] = {"mem": mem, "duration_s": duration, "inputs": g.inputs}
+    ctx.measures[name] = Measured(mem, duration, g.inputs)
     if ended is None and phase.after is not None:
         phase.after(ctx, g, mem)
     verdict = g.verdict
@@ -291,4 +291,5 @@ class PilotRun(RunProcess):
         return f"after {self.current_phase()}"
 
     def end_fields(self, outcome: ev.Outcome) -> dict[str, Any]:
-        return {"inputs": self.ctx.measures.get(self.ctx.phase, {}).get("inputs", {})}
+        m = self.ctx.measures.get(self.ctx.phase)
+        return {"inputs": m.inputs if m is not None else {}}

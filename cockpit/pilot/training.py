@@ -86,7 +86,7 @@ class TrainingRun(CheckpointedRun):
         self.disk_full = False  # a checkpoint would not fit: no final save either
         self.replay: dict[str, Any] | None = None
         self.train_t0 = time.monotonic()
-        self.mem: dict[str, Any] = {}
+        self.mem: ev.Mem | None = None
 
     # ---- the skeleton's hooks
 
@@ -393,7 +393,7 @@ class TrainingRun(CheckpointedRun):
         )
         return result
 
-    def write_metrics(self, outcome: ev.Outcome, mem: dict[str, Any]) -> None:
+    def write_metrics(self, outcome: ev.Outcome, mem: ev.Mem) -> None:
         if not self.lead:
             return
         final = self.evals[-1] if self.evals else {}
@@ -423,12 +423,12 @@ class TrainingRun(CheckpointedRun):
         fsutil.write_text(self.rdir / runs.METRICS_FILE, json.dumps(metrics, indent=2, allow_nan=False, default=str))
 
 
-def _peak_summary(mem: dict[str, Any]) -> dict[str, Any]:
+def _peak_summary(mem: ev.Mem) -> ev.PeakSummary:
     """The run's peak memory over the whole training, with the counter named (GPU absent on CPU)."""
-    t = (mem or {}).get("torch")
+    t = mem.get("torch")
     return {
         "peak_allocated": t["peak_allocated"] if t else None,
         "peak_reserved": t["peak_reserved"] if t else None,
-        "rss_peak": (mem or {}).get("rss_peak"),
+        "rss_peak": mem.get("rss_peak"),
         "counter": runs.mem_peak(mem)[1] or "not measured",
     }

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ... import events as ev
 from .. import dist as dist_
 from ..context import Context
 from ..gate import Gate, Phase
@@ -262,7 +263,7 @@ def update_second(ctx: Context, g: Gate) -> None:
     g.extra["first_step_peak"] = ctx.peak("update_first")
 
 
-def _second_vs_first(ctx: Context, g: Gate, mem: dict[str, Any]) -> None:
+def _second_vs_first(ctx: Context, g: Gate, mem: ev.Mem) -> None:
     from ... import runs
 
     p1, p2 = ctx.peak("update_first"), runs.mem_peak(mem)[0]

@@ -6,6 +6,7 @@ import math
 import time
 from typing import Any
 
+from ... import events as ev
 from ..context import Context
 from ..gate import Gate, Phase
 
@@ -29,7 +30,7 @@ def run(ctx: Context, g: Gate) -> None:
     g.extra["typical_peak"] = ctx.peak("update_second")
 
 
-def _vs_typical(ctx: Context, g: Gate, mem: dict[str, Any]) -> None:
+def _vs_typical(ctx: Context, g: Gate, mem: ev.Mem) -> None:
     from ... import runs
 
     w, t = runs.mem_peak(mem)[0], ctx.peak("update_second")
