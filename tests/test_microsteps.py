@@ -126,3 +126,29 @@ def test_close_leaves_no_sync(tmp_path: Any) -> None:
     acc.forward()
     acc.close()  # the backward phase stops here when nothing trains
     assert log == ["enter", "loss", "exit"]
+
+
+def test_nothing_of_the_update_stays_resident_after_it(tmp_path: Any) -> None:
+    """The walk and its Accumulation refer to each other: without closing the walk, the last microbatch's loss
+    (and its batch) stayed alive until the next cyclic garbage collection, into the optimizer step."""
+    import gc
+    import weakref
+
+    ctx = _ctx(tmp_path)
+    tr = ctx.trainer
+    tr.build()
+    refs: list[weakref.ref[torch.Tensor]] = []
+    real = tr.loss_call
+
+    def loss_call(batch: dict[str, Any], net: Any = None) -> Any:
+        lo = real(batch, net)
+        refs.append(weakref.ref(lo.value))
+        return lo
+
+    tr.loss_call = loss_call  # type: ignore[method-assign]
+    gc.disable()
+    try:
+        tr.accumulate(tr.next_microbatches())
+        assert len(refs) == 3 and all(r() is None for r in refs)
+    finally:
+        gc.enable()

@@ -21,7 +21,9 @@ import contextlib
 import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+
+import torch
 
 from .outputs import LossOut
 from .usercode import NonFinite
@@ -50,6 +52,24 @@ class Updated(Accumulated, Applied):
     """One whole update: its loss and examples, the optimizer step's figures, and the step count after it."""
 
     step: int
+
+
+class Evaluated(TypedDict):
+    """One pass over a split in eval mode: its loss, the ids it saw in order, its rows, and whether the model was
+    in training mode before (it is put back so)."""
+
+    loss: float
+    ids: list[Any]
+    n: int
+    was_training: bool
+
+
+class ControlOutputs(TypedDict):
+    """What an export must reproduce on the control inputs: the loss, the predictions and the generated text."""
+
+    loss: torch.Tensor
+    predictions: torch.Tensor
+    generated: NotRequired[list[str]]
 
 
 @dataclass
@@ -167,6 +187,9 @@ class Accumulation:
     def finish(self) -> Accumulated:
         """Unscale the gradients, divide a summed loss's gradients by its count, and say what the update gave."""
         tr, t = self.trainer, self.totals
+        # The walk refers to this object and this object to the walk: closing it frees the last batch and loss
+        # now, not at the next cyclic garbage collection (they would stay resident into the optimizer step).
+        self.close()
         if tr.scaler is not None:
             tr.scaler.unscale_(tr.optimizer)
         if t.count is not None:

@@ -23,7 +23,7 @@ from ..notebook.settings import Settings
 from . import adapter as adapter_
 from . import frozen as frozen_
 from . import outputs, splits
-from .microsteps import Accumulated, Accumulation, Applied, Updated
+from .microsteps import Accumulated, Accumulation, Applied, ControlOutputs, Evaluated, Updated
 from .order import DataOrder
 from .rng import rng_state, seed_everything, set_rng_state
 from .task import Task
@@ -327,11 +327,12 @@ class Trainer:
     # ---- evaluation
 
     @torch.no_grad()
-    def evaluate(self, split: str = "val", examples: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def evaluate(self, split: str = "val", examples: Sequence[dict[str, Any]] | None = None) -> Evaluated:
         data = list(examples if examples is not None else self.splits[split])
         was_training = self.model.training
         self.model.eval()
-        total, count, ids, n_rows = 0.0, 0.0, [], 0
+        total, count, n_rows = 0.0, 0.0, 0
+        ids: list[Any] = []
         means: list[tuple[float, int]] = []
         try:
             for i in range(0, len(data), self.eval_microbatch):
@@ -372,7 +373,7 @@ class Trainer:
         return list(texts)
 
     @torch.no_grad()
-    def control_outputs(self, controls: list[dict[str, Any]]) -> dict[str, Any]:
+    def control_outputs(self, controls: list[dict[str, Any]]) -> ControlOutputs:
         """Loss, predictions (and generated text) of the control inputs in eval mode: what an export must reproduce."""
         was = self.model.training
         self.model.eval()
@@ -387,7 +388,7 @@ class Trainer:
         finally:
             self.model.train(was)
             set_rng_state(saved)
-        out: dict[str, Any] = {
+        out: ControlOutputs = {
             "loss": torch.tensor(loss, dtype=torch.float64),
             "predictions": pred.detach().cpu() if pred is not None else torch.tensor([]),
         }
