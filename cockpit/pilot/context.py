@@ -23,14 +23,15 @@ import torch
 from .. import events as ev
 from .. import runs
 from ..notebook.settings import Settings
+from .datascan import SplitScan
 from .meter import Meter
-from .microsteps import FirstUpdate, Updated
+from .microsteps import ChildFound, FirstUpdate, Saved, Updated
 from .task import Task
 from .trainer import Trainer, resolve_device, user
 
 Emit = Callable[..., dict[str, Any]]
 # spawn(what, ctx, distributed) -> (what the new process found, or None) and its words when it failed
-Spawn = Callable[[str, "Context", bool], tuple[dict[str, Any] | None, str]]
+Spawn = Callable[[str, "Context", bool], tuple[ChildFound | None, str]]
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,8 @@ class Context:
     task: Task | None = None
     trainer_: Trainer | None = None
     measures: dict[str, Measured] = field(default_factory=dict)  # by phase
-    scans: dict[str, Any] = field(default_factory=dict)  # split -> datascan.SplitScan (the data gate's findings)
-    saved: dict[str, Any] = field(default_factory=dict)  # what the save phase wrote (step, lr, data position)
+    scans: dict[str, SplitScan] = field(default_factory=dict)  # by split: the data gate's findings
+    saved: Saved | None = None  # what the save phase wrote
     first: FirstUpdate | None = None  # handed from forward to backward to update_first (and update_second)
     spawn: Spawn | None = None
     phase: str = ""
@@ -125,6 +126,12 @@ class Context:
         return self.first
 
     @property
+    def saved_state(self) -> Saved:
+        if self.saved is None:
+            raise RuntimeError("nothing saved yet: the save phase writes it")
+        return self.saved
+
+    @property
     def the_task(self) -> Task:
         if self.task is None:
             raise RuntimeError("no task yet: the stack phase loads it")
@@ -166,12 +173,12 @@ class Context:
         m = self.measures.get(phase)
         return runs.mem_peak(m.mem)[0] if m else None
 
-    def child(self, what: str, distributed: bool = False) -> tuple[dict[str, Any] | None, str]:
+    def child(self, what: str, distributed: bool = False) -> tuple[ChildFound | None, str]:
         """Run ``what`` ("resume" or "replay") in a new process and return what it found."""
         return (self.spawn or subprocess_child)(what, self, distributed)
 
 
-def subprocess_child(what: str, ctx: Context, distributed: bool) -> tuple[dict[str, Any] | None, str]:
+def subprocess_child(what: str, ctx: Context, distributed: bool) -> tuple[ChildFound | None, str]:
     """``python -m cockpit.pilot.child WHAT RUN_DIR`` in a new process; its findings from ``<what>.json``."""
     from . import dist as dist_
     from .threads import child_env
@@ -203,12 +210,12 @@ def subprocess_child(what: str, ctx: Context, distributed: bool) -> tuple[dict[s
     if proc.returncode != 0 or not out.exists():
         tail = proc.stdout.strip().splitlines()[-3:] if proc.stdout else []
         return None, f"exit {proc.returncode}: {' | '.join(tail)}"
-    data = json.loads(out.read_text())
+    data: ChildFound = json.loads(out.read_text())
     data["elapsed_s"] = elapsed
     return data, f"pid {data.get('pid')} in {elapsed:.1f} s"
 
 
-def in_process(what: str, ctx: Context, distributed: bool) -> tuple[dict[str, Any] | None, str]:
+def in_process(what: str, ctx: Context, distributed: bool) -> tuple[ChildFound | None, str]:
     """The child's work in this process (tests of a single phase): same checks, no new interpreter."""
     from . import child
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import torch
 
+from .order import Position
 from .outputs import LossOut
 from .usercode import NonFinite
 
@@ -70,6 +71,34 @@ class ControlOutputs(TypedDict):
     loss: torch.Tensor
     predictions: torch.Tensor
     generated: NotRequired[list[str]]
+
+
+class Saved(TypedDict):
+    """What the save phase wrote, for the resume phase to find again in a new process."""
+
+    step: int
+    lr: float
+    data: Position
+
+
+class ChildFound(TypedDict, total=False):
+    """What a new process reports (``resume.json``, ``replay.json``): the resume fields, or the replay ones."""
+
+    pid: int
+    elapsed_s: float
+    # resume: the state it restored, the losses of its next updates, its peak
+    step: int
+    lr: float
+    data: Position
+    losses: list[float]
+    peak: int
+    # replay: whether the export reloaded safely and reproduced its control outputs
+    safe: bool
+    weights: str
+    loaded: str
+    equal: bool
+    detail: str
+    generated: list[str]
 
 
 @dataclass
