@@ -25,6 +25,7 @@ from .schema import (
     SCHEMA_VERSION,
     Baseline,
     Check,
+    Decomposition,
     GateEvent,
     GateExtras,
     GateFields,
@@ -114,6 +115,7 @@ class Status(str, enum.Enum):
 
 
 __all__ = [
+    "Decomposition",
     "PeakSummary",
     "Baseline",
     "GpuMemory",

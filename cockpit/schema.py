@@ -149,6 +149,17 @@ class Inspected(TypedDict):
     examples: int
 
 
+class Decomposition(TypedDict):
+    """The whole batch's loss against its microbatches' combined, the relative gap and the arithmetic's noise
+    floor, and a batch-level term the model's output names ("" if none)."""
+
+    whole: float
+    combined: float
+    gap: float
+    floor: float
+    source: str
+
+
 class OverfitRetry(TypedDict):
     lr: float
     steps: int
@@ -172,7 +183,7 @@ class GateExtras(TypedDict, total=False):
     first_step_peak: int | None  # update_second
     peak_vs_first: float  # update_second
     relative_difference: float  # accumulation
-    decomposition: JSONObject  # accumulation: how the accumulated gradient's difference splits
+    decomposition: Decomposition  # accumulation: whether the loss decomposes over examples
     typical_peak: int | None  # worst_case
     worst_vs_typical: float  # worst_case
     overfit: JSONObject  # overfit: the loss curve and its judgement

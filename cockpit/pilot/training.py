@@ -38,7 +38,7 @@ from .. import events as ev
 from . import checkpoint as ck
 from . import resumable, signals
 from .checkpointing import CheckpointedRun, DiskFullSoon
-from .predictions import predict_pass
+from .predictions import PredictionRow, predict_pass
 from .process import outcome_of
 from .signals import Stopped
 from .splits import data_revision
@@ -76,7 +76,7 @@ class TrainingRun(CheckpointedRun):
         self.evals: list[dict[str, Any]] = []
         self.best: tuple[float, int] | None = None  # (val loss, step)
         self.since_best = 0
-        self.last_rows: list[dict[str, Any]] | None = None
+        self.last_rows: list[PredictionRow] | None = None
         self.last_rows_step: int | None = None
         self.curve: resumable.Csv | None = None
         self.evals_csv: resumable.Csv | None = None
