@@ -19,25 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .schema import (
-    GATE_EXTRAS,
-    JSON,
-    SCHEMA_VERSION,
-    Baseline,
-    Check,
-    Decomposition,
-    GateEvent,
-    GateExtras,
-    GateFields,
-    GpuMemory,
-    GpuSample,
-    JSONObject,
-    Mem,
-    PeakSummary,
-    RunEndFields,
-    SampleFields,
-    TorchCounters,
-)
+from .schema import *  # noqa: F403 - the schema's records are read and written as events' names
+from .schema import SCHEMA_VERSION, RunEndFields
 
 EVENTS_FILE = "events.jsonl"
 
@@ -113,26 +96,6 @@ class Status(str, enum.Enum):
     STOPPED = "stopped"  # SIGINT / SIGTERM / manual stop
     CRASHED = "crashed"  # process gone without a run_end event (SIGKILL, power, ...)
 
-
-__all__ = [
-    "Decomposition",
-    "PeakSummary",
-    "Baseline",
-    "GpuMemory",
-    "GpuSample",
-    "Mem",
-    "SampleFields",
-    "TorchCounters",
-    "GATE_EXTRAS",
-    "JSON",
-    "SCHEMA_VERSION",
-    "Check",
-    "GateEvent",
-    "GateExtras",
-    "GateFields",
-    "JSONObject",
-    "RunEndFields",
-]
 
 FINAL_STATUSES = frozenset(s for s in Status if s not in (Status.CREATED, Status.RUNNING))
 

@@ -228,3 +228,31 @@ class RunEndFields(TypedDict):
 
 
 GATE_EXTRAS = frozenset(GateExtras.__annotations__)
+
+__all__ = [
+    "Baseline",
+    "Check",
+    "Decomposition",
+    "Determinism",
+    "GATE_EXTRAS",
+    "GateEvent",
+    "GateExtras",
+    "GateFields",
+    "GpuMemory",
+    "GpuSample",
+    "InitialLoss",
+    "Inspected",
+    "JSON",
+    "JSONObject",
+    "Mem",
+    "OptimizerState",
+    "OverfitRetry",
+    "PeakSummary",
+    "Predictions",
+    "RunEndFields",
+    "SCHEMA_VERSION",
+    "SampleFields",
+    "StepTime",
+    "TorchCounters",
+    "Truncation",
+]
