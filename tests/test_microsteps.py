@@ -41,7 +41,7 @@ class RecordingDDP:
 
 def _recorded(ctx: Context, log: list[str]) -> None:
     tr = ctx.trainer
-    tr.ddp = RecordingDDP(log, tr.model)  # type: ignore[assignment]
+    tr.ddp = RecordingDDP(log, tr.model)
     real = tr.loss_call
 
     def loss_call(batch: dict[str, Any], net: Any = None) -> Any:

@@ -21,7 +21,7 @@ import contextlib
 import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import Any, NotRequired, Protocol, TypedDict
 
 import torch
 
@@ -29,8 +29,22 @@ from .order import Position
 from .outputs import LossOut
 from .usercode import NonFinite
 
-if TYPE_CHECKING:
-    from .trainer import Trainer
+
+class Stepper(Protocol):
+    """What the loop needs of a trainer (:class:`cockpit.pilot.trainer.Trainer` is the one there is)."""
+
+    model: Any  # the bare module
+    ddp: Any  # the DDP wrapper when distributed, else None
+    optimizer: Any
+    scaler: torch.amp.GradScaler | None
+    step: int
+    world: int
+
+    def collate(self, examples: list[dict[str, Any]]) -> dict[str, Any]: ...
+
+    def loss_call(self, batch: dict[str, Any], net: Any = None) -> LossOut: ...
+
+    def reduce_count(self, count: float) -> float: ...
 
 
 class Accumulated(TypedDict):
@@ -137,7 +151,7 @@ class Accumulation:
 
     def __init__(
         self,
-        trainer: Trainer,
+        trainer: Stepper,
         microbatches: list[list[dict[str, Any]]],
         *,
         weights: list[float] | None = None,
