@@ -166,6 +166,15 @@ class OverfitRetry(TypedDict):
     last: float | None
 
 
+class RunEndFigures(TypedDict, total=False):
+    """What a run process adds to its run_end: a pilot, the inputs of the phase it ended in; a training run, its
+    updates and its memory over the whole run."""
+
+    inputs: JSONObject
+    updates: int
+    mem: Mem | None
+
+
 class GateExtras(TypedDict, total=False):
     """A gate's own figures, beside its checks. Each phase writes the ones it measures."""
 
@@ -230,6 +239,7 @@ class RunEndFields(TypedDict):
 GATE_EXTRAS = frozenset(GateExtras.__annotations__)
 
 __all__ = [
+    "RunEndFigures",
     "Baseline",
     "Check",
     "Decomposition",

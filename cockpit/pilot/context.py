@@ -40,7 +40,7 @@ class Measured:
 
     mem: ev.Mem
     duration_s: float
-    inputs: dict[str, Any]
+    inputs: dict[str, ev.JSON]
 
 
 @dataclass
@@ -146,8 +146,8 @@ class Context:
             return int(user("max_length", self.task.max_length, self.params))
         return None
 
-    def batch_inputs(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {"microbatch": len(examples), "ids": [e.get("id") for e in examples][:8]}
+    def batch_inputs(self, examples: list[dict[str, Any]]) -> dict[str, ev.JSON]:
+        out: dict[str, ev.JSON] = {"microbatch": len(examples), "ids": [e.get("id") for e in examples][:8]}
         task = self.the_task
         if task.length:
             out["lengths"] = [int(user("length", task.length, e)) for e in examples]

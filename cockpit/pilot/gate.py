@@ -13,9 +13,9 @@ means writing one module and adding it there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import events as ev
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 @dataclass
 class Gate:
     phase: str
-    inputs: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, ev.JSON] = field(default_factory=dict)
     checks: list[ev.Check] = field(default_factory=list)
     message: str = ""
     remedy: str = ""
@@ -74,7 +74,7 @@ class Gate:
 Body = Callable[["Context", Gate], None]
 
 
-def _no_inputs(ctx: Context) -> dict[str, Any]:
+def _no_inputs(ctx: Context) -> dict[str, ev.JSON]:
     return {}
 
 
@@ -95,6 +95,6 @@ class Phase:
     remedy: str
     checks: tuple[str, ...] = ()
     independent: bool = False
-    inputs: Callable[[Context], dict[str, Any]] = _no_inputs
+    inputs: Callable[[Context], Mapping[str, ev.JSON]] = _no_inputs
     after: Callable[[Context, Gate, ev.Mem], None] | None = None
     doc: str = ""

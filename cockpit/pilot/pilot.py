@@ -277,7 +277,7 @@ class PilotRun(RunProcess):
             world=world,
         )
 
-    def start_fields(self) -> dict[str, Any]:
+    def start_fields(self) -> dict[str, ev.JSON]:
         return {"phases": [p.name for p in PHASES]}
 
     def body(self) -> ev.Outcome:
@@ -290,6 +290,6 @@ class PilotRun(RunProcess):
     def where(self) -> str:
         return f"after {self.current_phase()}"
 
-    def end_fields(self, outcome: ev.Outcome) -> dict[str, Any]:
+    def end_fields(self, outcome: ev.Outcome) -> ev.RunEndFigures:
         m = self.ctx.measures.get(self.ctx.phase)
         return {"inputs": m.inputs if m is not None else {}}

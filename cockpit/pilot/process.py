@@ -15,6 +15,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +148,7 @@ class RunProcess:
 
     # ---- what a kind of run adds
 
-    def start_fields(self) -> dict[str, Any]:
+    def start_fields(self) -> dict[str, ev.JSON]:
         return {}
 
     def body(self) -> ev.Outcome:
@@ -165,7 +166,8 @@ class RunProcess:
         """Work after the body, whatever its outcome (a training run's final checkpoint); may change it."""
         return outcome
 
-    def end_fields(self, outcome: ev.Outcome) -> dict[str, Any]:
+    def end_fields(self, outcome: ev.Outcome) -> Mapping[str, object]:
+        """What this kind of run adds to its run_end (ev.RunEndFigures for a pilot and a training run)."""
         return {}
 
     # ---- the skeleton

@@ -29,7 +29,7 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import torch
 
@@ -48,6 +48,18 @@ from .trainer import NonFinite, Trainer, user
 
 class Diverged(Exception):
     """The training loss rose above the divergence factor times its starting value."""
+
+
+class Replayed(TypedDict):
+    """The trained model exported, reloaded in a new process and replayed on the control inputs."""
+
+    export_s: float
+    weights: str
+    weights_bytes: int
+    equal: bool
+    detail: str
+    base: NotRequired[dict[str, ev.JSON]]
+    generated: NotRequired[list[str]]
 
 
 class TrainingRun(CheckpointedRun):
@@ -73,7 +85,7 @@ class TrainingRun(CheckpointedRun):
         self.step_times: list[float] = []
         self.eval_times: list[float] = []
         self.save_time: float | None = None
-        self.evals: list[dict[str, Any]] = []
+        self.evals: list[dict[str, float]] = []  # step, val_loss and the metrics of each validation
         self.best: tuple[float, int] | None = None  # (val loss, step)
         self.since_best = 0
         self.last_rows: list[PredictionRow] | None = None
@@ -84,14 +96,14 @@ class TrainingRun(CheckpointedRun):
         self.data_revision: dict[str, Any] = {}
         self.last_checkpoint_bytes = 0
         self.disk_full = False  # a checkpoint would not fit: no final save either
-        self.replay: dict[str, Any] | None = None
+        self.replay: Replayed | None = None
         self.train_t0 = time.monotonic()
         self.mem: ev.Mem | None = None
 
     # ---- the skeleton's hooks
 
-    def start_fields(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def start_fields(self) -> dict[str, ev.JSON]:
+        out: dict[str, ev.JSON] = {
             "phases": ["train"],
             "stop": self.stop,
             "validation": self.validation,
@@ -118,7 +130,7 @@ class TrainingRun(CheckpointedRun):
     def where(self) -> str:
         return f"during {self.phase}, after {self._step()} of {self.total} updates"
 
-    def end_fields(self, outcome: ev.Outcome) -> dict[str, Any]:
+    def end_fields(self, outcome: ev.Outcome) -> ev.RunEndFigures:
         return {"updates": self._step(), "mem": self.mem}
 
     def finish(self, outcome: ev.Outcome) -> ev.Outcome:
@@ -264,7 +276,7 @@ class TrainingRun(CheckpointedRun):
 
     # ---- validation
 
-    def evaluate(self) -> dict[str, Any]:
+    def evaluate(self) -> dict[str, float]:
         tr = self.trainer
         assert tr is not None and self.task is not None
         self.phase = "validation"
@@ -286,7 +298,7 @@ class TrainingRun(CheckpointedRun):
             duration_s=dt,
             examples=out["n"],
         )
-        point = {"step": tr.step, "val_loss": loss, **metrics}
+        point: dict[str, float] = {"step": tr.step, "val_loss": loss, **metrics}
         self.evals.append(point)
         if self.lead:
             if self.evals_csv is None:
@@ -337,7 +349,7 @@ class TrainingRun(CheckpointedRun):
             self.log(f"after {status.value}: {failed.reason}", "warn")
         return outcome
 
-    def export_and_replay(self) -> dict[str, Any]:
+    def export_and_replay(self) -> Replayed:
         """The trained model as the pilot proved it can be shipped: exported, reloaded in a new process, replayed."""
         from .context import Context, subprocess_child
 
@@ -375,7 +387,7 @@ class TrainingRun(CheckpointedRun):
             frozen=self.frozen,
         )
         data, said = subprocess_child("replay", ctx, False)
-        result: dict[str, Any] = {
+        result: Replayed = {
             "export_s": round(export_s, 3),
             "weights": manifest["weights"],
             "weights_bytes": manifest["files"][ck.MODEL_FILE]["bytes"],

@@ -393,7 +393,7 @@ def batch_level(ctx: Context, g: Gate, name: str, pct: str, dec: ev.Decompositio
     )
 
 
-def inputs(ctx: Context) -> dict[str, Any]:
+def inputs(ctx: Context) -> dict[str, ev.JSON]:
     return {"accumulation": ctx.settings.accumulation}
 
 

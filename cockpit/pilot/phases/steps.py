@@ -12,10 +12,10 @@ names defined here.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 
+from ... import events as ev
 from .. import outputs
 from ..context import Context
 from ..gate import Gate, Phase
@@ -37,7 +37,7 @@ def param_fingerprint(model: torch.nn.Module) -> dict[str, tuple[float, ...]]:
     return out
 
 
-def base_inputs(ctx: Context) -> dict[str, Any]:
+def base_inputs(ctx: Context) -> dict[str, ev.JSON]:
     s = ctx.settings
     return {"microbatch": s.microbatch, "accumulation": s.accumulation, "precision": s.precision}
 

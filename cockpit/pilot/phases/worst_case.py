@@ -38,7 +38,7 @@ def _vs_typical(ctx: Context, g: Gate, mem: ev.Mem) -> None:
         g.extra["worst_vs_typical"] = w / t
 
 
-def inputs(ctx: Context) -> dict[str, Any]:
+def inputs(ctx: Context) -> dict[str, ev.JSON]:
     return {"accumulation": ctx.settings.accumulation}
 
 
