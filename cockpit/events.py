@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+from .schema import *  # noqa: F403 - the schema's records are read and written as events' names
+from .schema import SCHEMA_VERSION, RunEndFields
+
 EVENTS_FILE = "events.jsonl"
 
 # Event kinds. A pilot writes run_start first and run_end last; everything
@@ -59,8 +61,8 @@ PHASES = (
 #   run_start   run_id, campaign, variant, seed, run_kind, pid, world, phases[list], params{},
 #               stack{python, torch, cuda, driver, gpus[{index,name,total,capability}], ...}
 #   phase_start phase, inputs{}
-#   gate        phase, verdict, checks[{name, ok, detail, warn?}], inputs{}, remedy,
-#               message, duration_s,
+#   gate        phase, verdict, checks[{name, ok, detail, warn?, na?}], inputs{}, remedy,
+#               message, duration_s, and the phase's own figures (schema.GateExtras),
 #               mem{torch{allocated,reserved,peak_allocated,peak_reserved}|None,
 #                   nvml[{index,name,used,total}]|None, rss, rss_peak,
 #                   baseline{torch_allocated, nvml_used[], rss}}
@@ -68,7 +70,7 @@ PHASES = (
 #   step        step, loss, lr, grad_norm, examples, duration_s, phase
 #   eval        step, loss, metrics{}
 #   log         level, message
-#   run_end     status, stop_reason, phase, message, exit_code, duration_s
+#   run_end     status, stop_reason, phase, message, exit_code, duration_s (schema.RunEndFields)
 # Every event may carry ``rank`` (distributed runs) and ``device``.
 
 
@@ -96,6 +98,12 @@ class Status(str, enum.Enum):
 
 
 FINAL_STATUSES = frozenset(s for s in Status if s not in (Status.CREATED, Status.RUNNING))
+
+# The one set of bad endings (status words, as run folders and notebook rows spell them). A crashed run was
+# killed from outside: it ended badly, but nothing its settings decided made it end so, and it may go on from its
+# last checkpoint; ENDED_BY_ITSELF leaves it out (the series guard refuses to repeat only those).
+BAD_ENDINGS = frozenset(s.value for s in (Status.FAILED, Status.DIVERGED, Status.OOM, Status.ERROR, Status.CRASHED))
+ENDED_BY_ITSELF = BAD_ENDINGS - {Status.CRASHED.value}
 
 
 class ExitCode(enum.IntEnum):
@@ -154,6 +162,18 @@ class Outcome:
     @classmethod
     def of(cls, status: Status, reason: str, code: ExitCode | None = None) -> Outcome:
         return cls(status, code if code is not None else STATUS_EXIT[status], reason)
+
+
+def run_end_fields(outcome: Outcome, phase: str | None, message: str | None = None) -> RunEndFields:
+    """The ``run_end`` fields for ``outcome``: its status, reason and exit code, the phase it ended in, and a
+    message (the reason unless something else is said)."""
+    return {
+        "status": outcome.status.value,
+        "stop_reason": outcome.reason,
+        "phase": phase,
+        "message": outcome.reason if message is None else message,
+        "exit_code": int(outcome.code),
+    }
 
 
 def exit_code_of(status: str, run_end: dict[str, Any] | None = None) -> ExitCode:
@@ -322,6 +342,28 @@ def open_events(path: Path | str) -> Any:
         raise
     except IsADirectoryError as exc:  # pragma: no cover - open_regular says NotAFile first
         raise NotAFile(str(exc)) from None
+
+
+# The fast path of every reader of events.jsonl: a line's kind read from its first bytes, without decoding it.
+# make() puts "v", "t" and then "kind" first, so the event's own kind tag starts within KIND_AT bytes; a tag
+# further in is inside a payload (a log message quoting an event) and says nothing about the line.
+KIND_AT = 64
+KIND_TAGS = {k: (f'"kind":"{k}"'.encode(), f'"kind": "{k}"'.encode()) for k in KINDS}  # compact (EventWriter), spaced
+_KIND_KEY = b'"kind":'
+
+
+def kind_of_line(raw: bytes) -> str | None:
+    """The kind one line of events.jsonl names in its head, one of :data:`KINDS`; None when its head names none
+    (not an event Cockpit wrote, or a torn line): decode it to know."""
+    at = raw.find(_KIND_KEY, 0, KIND_AT + len(_KIND_KEY))
+    if at < 0 or at >= KIND_AT:
+        return None
+    rest = raw[at + len(_KIND_KEY) : at + len(_KIND_KEY) + 16].lstrip(b" ")
+    end = rest.find(b'"', 1)
+    if not rest.startswith(b'"') or end < 0:
+        return None
+    kind = rest[1:end].decode("ascii", "replace")
+    return kind if kind in KINDS else None
 
 
 def decode(raw: bytes) -> dict[str, Any] | None:

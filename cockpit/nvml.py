@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .schema import GpuMemory, GpuSample
+
 
 @dataclass(frozen=True)
 class Memory:
@@ -184,10 +186,10 @@ class Nvml:
         if not self.available:
             self.error = "NVML reports no GPU"
 
-    def memory(self) -> list[dict[str, Any]] | None:
+    def memory(self) -> list[GpuMemory] | None:
         if not self.available:
             return None
-        out = []
+        out: list[GpuMemory] = []
         for (i, h), name in zip(self.handles, self.names, strict=True):
             mem = self.lib.memory(h)
             if mem is None:
@@ -195,10 +197,10 @@ class Nvml:
             out.append({"index": i, "name": name, "used": mem.used, "total": mem.total})
         return out
 
-    def sample(self) -> list[dict[str, Any]] | None:
+    def sample(self) -> list[GpuSample] | None:
         if not self.available:
             return None
-        out = []
+        out: list[GpuSample] = []
         for i, h in self.handles:
             mem = self.lib.memory(h)
             if mem is None:

@@ -212,8 +212,10 @@ def test_gpu_names() -> None:
 
 
 @pytest.mark.slow  # runs real training steps on the CPU
-def test_cli_estimate_json(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = cli.main(["estimate", str(HERE), "--no-table", "--json", "--gpu", "L4", "80"])
+def test_cli_estimate_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = tmp_path / "estimate"  # the estimate is saved beside the notebook: never into the repository
+    shutil.copytree(HERE, folder, ignore=shutil.ignore_patterns("estimates", "__pycache__"))
+    rc = cli.main(["estimate", str(folder), "--no-table", "--json", "--gpu", "L4", "80"])
     out = capsys.readouterr().out
     assert rc == 0
     e = json.loads(out)
@@ -225,6 +227,7 @@ def test_cli_estimate_json(capsys: pytest.CaptureFixture[str]) -> None:
     # the same phases traced with the CPU's semantics, beside: bf16 cross_entropy holds more on the CPU
     assert all(p["cpu_allocated_mib"] is not None for p in e["phases"])
     assert e["phases"][0]["cpu_allocated_mib"] > e["phases"][0]["allocated_mib"]
+    assert (folder / "estimates" / "ref.json").is_file() and not (HERE / "estimates").exists()
 
 
 # --------------------------------------------------------------------------- refusals and fallbacks

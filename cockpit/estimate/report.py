@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..notebook.settings import Settings
 from . import gpu
 from .allocator import segment_size
 from .trace import Trace
@@ -188,8 +189,8 @@ def build(
         campaign=campaign,
         variant=variant,
         microbatch=main.microbatch,
-        accumulation=int(params.get("accumulation") or 1),
-        precision=str(params.get("precision") or "fp32"),
+        accumulation=Settings(params).accumulation,
+        precision=Settings(params).precision,
         parameters=main.parameters,
         trainable=main.trainable,
         optimizer=main.optimizer,

@@ -43,11 +43,13 @@ from .model import (
     probe_placeholders,
 )
 from .parse import find, load, parse
+from .settings import Settings
 from .store import create, dumps, locked, mutate, save, task_template, template, to_dict, validate
 
 __all__ = [
     "probe_placeholders",
     "CAMPAIGN_KINDS",
+    "Settings",
     "DECISION_KINDS",
     "HELD",
     "LOCK_FILE",

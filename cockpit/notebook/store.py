@@ -139,7 +139,7 @@ def _scalar(v: Any) -> str | None:
         if "\n" in v or "\r" in v:
             return None  # tomli_w writes it as a multi-line string, readable in the file
         # A JSON string is a TOML basic string (the same escapes), except that TOML also forbids a raw DEL.
-        out = _json_string(v)
+        out: str = _json_string(v)
         return out.replace("\x7f", "\\u007f") if "\x7f" in out else out
     if t is bool:
         return "true" if v else "false"

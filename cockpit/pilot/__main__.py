@@ -36,14 +36,10 @@ def main(argv: list[str]) -> int:
         return run(rdir, rank, world, resume)
     except signals.Stopped as exc:  # arrived while the run's modules were still being imported
         with ev.EventWriter(rdir / ev.EVENTS_FILE, rank=rank if world > 1 else None) as writer:
-            writer.emit(
-                ev.RUN_END,
-                status=ev.Status.STOPPED.value,
-                stop_reason=f"stopped by signal ({signals.received() or exc}) before the run started",
-                phase=None,
-                message=str(exc),
-                exit_code=int(ev.ExitCode.STOPPED),
+            stopped = ev.Outcome.of(
+                ev.Status.STOPPED, f"stopped by signal ({signals.received() or exc}) before the run started"
             )
+            writer.emit(ev.RUN_END, **ev.run_end_fields(stopped, None, str(exc)))
         _end(rdir, rank)
         return int(ev.ExitCode.STOPPED)
 
@@ -102,14 +98,8 @@ def run(rdir: Path, rank: int, world: int, resume: bool = False) -> int:
         if outcome.code == ev.ExitCode.DISK_FULL:
             fsutil.release()
         try:
-            writer.emit(
-                ev.RUN_END,
-                status=outcome.status.value,
-                stop_reason=outcome.reason,
-                phase=ev.last_phase(runs.summary(rdir, write_back=False).events),
-                message=str(exc),
-                exit_code=code,
-            )
+            phase = ev.last_phase(runs.summary(rdir, write_back=False).events)
+            writer.emit(ev.RUN_END, **ev.run_end_fields(outcome, phase, str(exc)))
         except OSError as err:  # a full disk may refuse even the final event: said in output.log
             print(f"[error] could not write the final event ({outcome.reason}): {err}", file=sys.stderr)
     finally:

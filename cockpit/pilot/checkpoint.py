@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -17,6 +18,7 @@ import torch
 
 from .. import fsutil
 from ..fsutil import sha256  # one hashing function for exports and archives
+from .microsteps import ControlOutputs
 
 MODEL_FILE = "model.pt"
 CONTROL_FILE = "control.pt"
@@ -144,7 +146,7 @@ def load_exported(tr: Any, state: dict[str, Any], manifest: dict[str, Any]) -> t
     return True, f"{said}; adapter loaded ({len(state)} tensors)"
 
 
-def compare_controls(got: dict[str, Any], recorded: dict[str, Any], n: int, exact: bool) -> tuple[bool, str]:
+def compare_controls(got: ControlOutputs, recorded: Mapping[str, Any], n: int, exact: bool) -> tuple[bool, str]:
     """Whether replayed control outputs reproduce the recorded ones: bit-identical (CPU) or within 1e-5 (GPU)."""
     same_pred = bool(torch.equal(got["predictions"], recorded["predictions"]))
     a, b = float(got["loss"]), float(recorded["loss"])

@@ -21,6 +21,7 @@ import torch
 
 from .. import fsutil, runs
 from . import checkpoint as ck
+from .microsteps import ChildFound
 from .task import Task, load_task
 from .trainer import Trainer, resolve_device
 
@@ -47,10 +48,10 @@ def _peak(tr: Trainer) -> int:
 
 def resume_with(
     task: Task, params: dict[str, Any], seed: int, rdir: Path, device: torch.device, pilot: dict[str, Any]
-) -> dict[str, Any]:
+) -> ChildFound:
     tr = _trainer(task, params, seed, device)
     tr.load_state_dict(ck.safe_load(Path(rdir) / runs.CHECKPOINT, map_location=tr.device))
-    out: dict[str, Any] = {
+    out: ChildFound = {
         "pid": os.getpid(),
         "step": tr.step,
         "lr": float(tr.optimizer.param_groups[0]["lr"]),
@@ -64,17 +65,17 @@ def resume_with(
 
 def replay_with(
     task: Task, params: dict[str, Any], seed: int, rdir: Path, device: torch.device, pilot: dict[str, Any]
-) -> dict[str, Any]:
+) -> ChildFound:
     adir = Path(rdir) / runs.ARTIFACT_DIR
     manifest = ck.verify_manifest(adir)
     tr = _trainer(task, params, seed, device)
     return {"pid": os.getpid(), "safe": True, **replay_into(tr, adir / ck.MODEL_FILE, adir / ck.CONTROL_FILE, manifest)}
 
 
-def replay_into(tr: Trainer, model_file: Path, control_file: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+def replay_into(tr: Trainer, model_file: Path, control_file: Path, manifest: dict[str, Any]) -> ChildFound:
     """Load the exported weights (safely; an adapter only over its recorded base) and replay the control inputs."""
     loaded, said = ck.load_exported(tr, ck.safe_load(model_file, map_location=tr.device), manifest)
-    out: dict[str, Any] = {"weights": manifest.get("weights", "whole model"), "loaded": said}
+    out: ChildFound = {"weights": manifest.get("weights", "whole model"), "loaded": said}
     if not loaded:
         return {**out, "equal": False, "detail": said}
     recorded = ck.safe_load(control_file)

@@ -1,6 +1,6 @@
 """The small context every phase works on: task, parameters, trainer, meter, run folder.
 
-A pilot process builds one from the frozen ``run.toml`` (:meth:`Context.from_run`);
+The pilot process builds one from the frozen ``run.toml`` (:mod:`.pilot`);
 a test builds one around an in-memory task (:meth:`Context.in_memory`) and runs
 a single phase without a subprocess, a run folder from the CLI or a notebook.
 """
@@ -22,13 +22,25 @@ import torch
 
 from .. import events as ev
 from .. import runs
+from ..notebook.settings import Settings
+from .datascan import SplitScan
 from .meter import Meter
+from .microsteps import ChildFound, FirstUpdate, Saved, Updated
 from .task import Task
 from .trainer import Trainer, resolve_device, user
 
 Emit = Callable[..., dict[str, Any]]
 # spawn(what, ctx, distributed) -> (what the new process found, or None) and its words when it failed
-Spawn = Callable[[str, "Context", bool], tuple[dict[str, Any] | None, str]]
+Spawn = Callable[[str, "Context", bool], tuple[ChildFound | None, str]]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a phase's bounds measured, and the inputs it ran on (for a later phase's ratios, and run_end)."""
+
+    mem: ev.Mem
+    duration_s: float
+    inputs: dict[str, ev.JSON]
 
 
 @dataclass
@@ -45,35 +57,15 @@ class Context:
     world: int = 1
     task: Task | None = None
     trainer_: Trainer | None = None
-    measures: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> mem, duration_s, inputs
-    scans: dict[str, Any] = field(default_factory=dict)  # split -> datascan.SplitScan (the data gate's findings)
-    saved: dict[str, Any] = field(default_factory=dict)  # what the save phase wrote (step, lr, data position)
-    steps: dict[str, Any] = field(default_factory=dict)  # state handed from forward to backward to update_first
+    measures: dict[str, Measured] = field(default_factory=dict)  # by phase
+    scans: dict[str, SplitScan] = field(default_factory=dict)  # by split: the data gate's findings
+    saved: Saved | None = None  # what the save phase wrote
+    first: FirstUpdate | None = None  # handed from forward to backward to update_first (and update_second)
     spawn: Spawn | None = None
     phase: str = ""
     data_revision: dict[str, Any] = field(default_factory=dict)  # the data gate's hash over every example
 
     # ---- building
-
-    @classmethod
-    def from_run(cls, rdir: Path, writer: ev.EventWriter, rank: int = 0, world: int = 1) -> Context:
-        frozen = runs.read_run_toml(rdir)
-        params = dict(frozen["params"])
-        device = resolve_device(params.get("device"))
-        if device.type == "cuda" and world > 1:
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        return cls(
-            params=params,
-            seed=int(frozen["run"]["seed"]),
-            device=device,
-            rdir=Path(rdir),
-            emit=writer.emit,
-            meter=Meter(device, emit=writer.emit),
-            pilot_cfg=dict(frozen.get("pilot", {})),
-            frozen=frozen,
-            rank=rank,
-            world=world,
-        )
 
     @classmethod
     def in_memory(
@@ -117,10 +109,27 @@ class Context:
         return self.world > 1
 
     @property
+    def settings(self) -> Settings:
+        """The run's effective settings, one accessor each, over the flat ``params`` the task receives."""
+        return Settings(self.params)
+
+    @property
     def trainer(self) -> Trainer:
         if self.trainer_ is None:
             raise RuntimeError("no trainer yet: the data phase builds it")
         return self.trainer_
+
+    @property
+    def first_update(self) -> FirstUpdate:
+        if self.first is None:
+            raise RuntimeError("no first update under way: the forward phase starts it")
+        return self.first
+
+    @property
+    def saved_state(self) -> Saved:
+        if self.saved is None:
+            raise RuntimeError("nothing saved yet: the save phase writes it")
+        return self.saved
 
     @property
     def the_task(self) -> Task:
@@ -137,8 +146,8 @@ class Context:
             return int(user("max_length", self.task.max_length, self.params))
         return None
 
-    def batch_inputs(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {"microbatch": len(examples), "ids": [e.get("id") for e in examples][:8]}
+    def batch_inputs(self, examples: list[dict[str, Any]]) -> dict[str, ev.JSON]:
+        out: dict[str, ev.JSON] = {"microbatch": len(examples), "ids": [e.get("id") for e in examples][:8]}
         task = self.the_task
         if task.length:
             out["lengths"] = [int(user("length", task.length, e)) for e in examples]
@@ -147,29 +156,29 @@ class Context:
                 out["cropped_to"] = ml
         return out
 
-    def step_event(self, out: dict[str, Any], phase: str) -> None:
+    def step_event(self, out: Updated, phase: str, duration_s: float | None = None) -> None:
         self.emit(
             ev.STEP,
-            step=out.get("step", self.trainer.step),
-            loss=ev.finite_or_none(out.get("loss")),
-            lr=out.get("lr"),
-            grad_norm=ev.finite_or_none(out.get("grad_norm")),
-            examples=out.get("examples"),
+            step=out["step"],
+            loss=ev.finite_or_none(out["loss"]),
+            lr=out["lr"],
+            grad_norm=ev.finite_or_none(out["grad_norm"]),
+            examples=out["examples"],
             phase=phase,
-            duration_s=out.get("duration_s"),
+            duration_s=duration_s,
         )
 
     def peak(self, phase: str) -> int | None:
         """A measured phase's peak by the one rule (torch peak reserved on a GPU, else peak RSS)."""
         m = self.measures.get(phase)
-        return runs.mem_peak(m["mem"])[0] if m else None
+        return runs.mem_peak(m.mem)[0] if m else None
 
-    def child(self, what: str, distributed: bool = False) -> tuple[dict[str, Any] | None, str]:
+    def child(self, what: str, distributed: bool = False) -> tuple[ChildFound | None, str]:
         """Run ``what`` ("resume" or "replay") in a new process and return what it found."""
         return (self.spawn or subprocess_child)(what, self, distributed)
 
 
-def subprocess_child(what: str, ctx: Context, distributed: bool) -> tuple[dict[str, Any] | None, str]:
+def subprocess_child(what: str, ctx: Context, distributed: bool) -> tuple[ChildFound | None, str]:
     """``python -m cockpit.pilot.child WHAT RUN_DIR`` in a new process; its findings from ``<what>.json``."""
     from . import dist as dist_
     from .threads import child_env
@@ -201,12 +210,12 @@ def subprocess_child(what: str, ctx: Context, distributed: bool) -> tuple[dict[s
     if proc.returncode != 0 or not out.exists():
         tail = proc.stdout.strip().splitlines()[-3:] if proc.stdout else []
         return None, f"exit {proc.returncode}: {' | '.join(tail)}"
-    data = json.loads(out.read_text())
+    data: ChildFound = json.loads(out.read_text())
     data["elapsed_s"] = elapsed
     return data, f"pid {data.get('pid')} in {elapsed:.1f} s"
 
 
-def in_process(what: str, ctx: Context, distributed: bool) -> tuple[dict[str, Any] | None, str]:
+def in_process(what: str, ctx: Context, distributed: bool) -> tuple[ChildFound | None, str]:
     """The child's work in this process (tests of a single phase): same checks, no new interpreter."""
     from . import child
 

@@ -78,12 +78,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def is_timeout(exc: BaseException) -> bool:
-    from .trainer import is_collective_failure
-
-    return is_collective_failure(exc)
-
-
 def lagging(rdir: Path, world: int, me: int) -> str:
     """Which ranks are behind, from the shared events file: 'rank 1 last in phase X'."""
     evs = ev.read_events(Path(rdir) / ev.EVENTS_FILE)

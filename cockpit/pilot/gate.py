@@ -13,9 +13,9 @@ means writing one module and adding it there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import events as ev
 
@@ -26,16 +26,19 @@ if TYPE_CHECKING:
 @dataclass
 class Gate:
     phase: str
-    inputs: dict[str, Any] = field(default_factory=dict)
-    checks: list[dict[str, Any]] = field(default_factory=list)
+    inputs: dict[str, ev.JSON] = field(default_factory=dict)
+    checks: list[ev.Check] = field(default_factory=list)
     message: str = ""
     remedy: str = ""
     skipped: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: ev.GateExtras = field(default_factory=lambda: ev.GateExtras())
 
     def check(self, name: str, ok: bool, detail: str = "", warn: bool = False) -> bool:
         """Record one check. ``warn``: a failure of this check is a warning, not a failed gate."""
-        self.checks.append({"name": name, "ok": bool(ok), "detail": detail, **({"warn": True} if warn else {})})
+        c: ev.Check = {"name": name, "ok": bool(ok), "detail": detail}
+        if warn:
+            c["warn"] = True
+        self.checks.append(c)
         return bool(ok)
 
     def fail(self, name: str, detail: str) -> None:
@@ -64,14 +67,14 @@ class Gate:
             return ev.Verdict.NA
         return ev.Verdict.PASS
 
-    def failures(self) -> list[dict[str, Any]]:
+    def failures(self) -> list[ev.Check]:
         return [c for c in self.checks if not c["ok"] and not c.get("warn")]
 
 
 Body = Callable[["Context", Gate], None]
 
 
-def _no_inputs(ctx: Context) -> dict[str, Any]:
+def _no_inputs(ctx: Context) -> dict[str, ev.JSON]:
     return {}
 
 
@@ -92,6 +95,6 @@ class Phase:
     remedy: str
     checks: tuple[str, ...] = ()
     independent: bool = False
-    inputs: Callable[[Context], dict[str, Any]] = _no_inputs
-    after: Callable[[Context, Gate, dict[str, Any]], None] | None = None
+    inputs: Callable[[Context], Mapping[str, ev.JSON]] = _no_inputs
+    after: Callable[[Context, Gate, ev.Mem], None] | None = None
     doc: str = ""

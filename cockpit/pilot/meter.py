@@ -16,11 +16,12 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import psutil
 import torch
 
+from .. import events as ev
 from ..nvml import Nvml
 
 
@@ -28,7 +29,7 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def torch_counters(device: torch.device | None) -> dict[str, int] | None:
+def torch_counters(device: torch.device | None) -> ev.TorchCounters | None:
     if device is None or device.type != "cuda":
         return None
     return {
@@ -44,7 +45,7 @@ class PhaseMeasure:
     """Filled when the phase's ``with`` block ends."""
 
     duration_s: float = 0.0
-    mem: dict[str, Any] = field(default_factory=dict)
+    mem: ev.Mem = field(default_factory=lambda: cast(ev.Mem, {}))  # empty until the block ends
 
 
 class Meter:
@@ -54,7 +55,7 @@ class Meter:
         self.proc = psutil.Process()
         self.emit = emit
         self.phase_name = ""
-        self.baseline: dict[str, Any] | None = None
+        self.baseline: ev.Baseline | None = None
         self._sample_interval = 1.0 / sample_hz
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -73,7 +74,7 @@ class Meter:
             self._rss_peak = max(self._rss_peak, r)
         return r
 
-    def take_baseline(self) -> dict[str, Any]:
+    def take_baseline(self) -> ev.Baseline:
         """Before the model loads: what the process and the GPUs hold already."""
         self.sync()
         t = torch_counters(self.device)
@@ -103,7 +104,7 @@ class Meter:
             m.duration_s = time.perf_counter() - t0
             m.mem = self.read()
 
-    def read(self) -> dict[str, Any]:
+    def read(self) -> ev.Mem:
         rss = self.rss()
         with self._rss_lock:
             peak = self._rss_peak
@@ -133,15 +134,19 @@ class Meter:
         cuda = self.device is not None and self.device.type == "cuda"
         while not self._stop.wait(self._sample_interval):
             try:
-                payload: dict[str, Any] = {"phase": self.phase_name, "rss": self.rss(), "nvml": self.nvml.sample()}
-                payload["torch"] = (
-                    {
-                        "allocated": int(torch.cuda.memory_allocated(self.device)),
-                        "reserved": int(torch.cuda.memory_reserved(self.device)),
-                    }
-                    if cuda
-                    else None
-                )
+                payload: ev.SampleFields = {
+                    "phase": self.phase_name,
+                    "rss": self.rss(),
+                    "nvml": self.nvml.sample(),
+                    "torch": (
+                        {
+                            "allocated": int(torch.cuda.memory_allocated(self.device)),
+                            "reserved": int(torch.cuda.memory_reserved(self.device)),
+                        }
+                        if cuda
+                        else None
+                    ),
+                }
                 self.emit("sample", **payload)
             except Exception:  # noqa: BLE001 - a sampler must never take the run down
                 continue

@@ -10,11 +10,20 @@ examples per update``). Without it the last update is smaller.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypedDict
 
 import torch
 
 from .task import DataTooSmall
+
+
+class Position(TypedDict):
+    """Where the data order is: the epoch and the cursor within it."""
+
+    epoch: int
+    cursor: int
 
 
 @dataclass
@@ -72,8 +81,8 @@ class DataOrder:
             self.accumulation = acc
         return mbs[0]
 
-    def state(self) -> dict[str, int]:
+    def state(self) -> Position:
         return {"epoch": self.epoch, "cursor": self.cursor}
 
-    def load(self, st: dict[str, int]) -> None:
+    def load(self, st: Mapping[str, int]) -> None:
         self.epoch, self.cursor = int(st["epoch"]), int(st["cursor"])

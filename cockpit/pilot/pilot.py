@@ -20,12 +20,11 @@ from .. import events as ev
 from .. import machine, runs
 from . import dist as dist_
 from . import signals
-from .context import Context
+from .context import Context, Measured
 from .gate import Gate, Phase
 from .phases import PHASES
-from .process import RunProcess, outcome_of, user_frame
-from .task import TaskError
-from .trainer import NonFinite, UserCodeError, is_oom
+from .process import Cause, RunProcess, cause_of, outcome_of, user_frame
+from .trainer import NonFinite, UserCodeError
 
 
 def _injected(phase: str) -> str | None:
@@ -68,18 +67,19 @@ class PhaseEnded(Exception):
         super().__init__(outcome.reason)
 
 
-def _failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> PhaseEnded:
+def phase_failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> PhaseEnded:
     """Turn what a phase raised into its failed check, its message and the run's outcome."""
     name = phase.name
     at = f"in {name}"
-    if signals.stopped_by(exc) or signals.received():  # a stop, even one torch turned into a RuntimeError
+    cause = cause_of(exc)  # the run process's classification; the words here speak of the phase and its gate
+    if cause is Cause.STOPPED:  # a stop, even one torch turned into a RuntimeError
         g.fail("stopped", "stopped by a signal during this phase")
         return PhaseEnded(outcome_of(exc, f"during {name}"))
-    if isinstance(exc, NonFinite):
+    if isinstance(exc, NonFinite):  # Cause.NON_FINITE
         g.fail("finite", str(exc))
         g.message = f"{exc}; inputs: {_fmt_inputs(g.inputs)}"
         return PhaseEnded(ev.Outcome.of(ev.Status.DIVERGED, f"non-finite {exc.what} {at}"))
-    if isinstance(exc, UserCodeError):
+    if isinstance(exc, UserCodeError):  # Cause.USER_CODE
         outcome = outcome_of(exc, at)  # prints the task's traceback to output.log
         g.fail("task code", f"{exc.where}() raised {type(exc.exc).__name__}: {exc.exc}")
         g.message = (
@@ -93,12 +93,12 @@ def _failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> PhaseEnd
         return PhaseEnded(
             ev.Outcome.of(ev.Status.ERROR, f"{exc.where}() raised {type(exc.exc).__name__} {at}", outcome.code)
         )
-    if isinstance(exc, TaskError):  # the task or the campaign cannot do what the phase needs: the user's to fix
+    if cause is Cause.TASK:  # the task or the campaign cannot do what the phase needs: the user's to fix
         g.fail("task and data", str(exc))
         g.message = str(exc)
         g.remedy = getattr(exc, "remedy", "") or "fix the task file or [task] entry as the message says"
         return PhaseEnded(ev.Outcome.of(ev.Status.FAILED, f"{exc} ({at})", ev.ExitCode.GATE_FAILED))
-    if ctx.dist and dist_.is_timeout(exc):
+    if ctx.dist and cause is Cause.COLLECTIVE:
         who = dist_.lagging(ctx.rdir, ctx.world, ctx.rank)
         lost = "closed by peer" in str(exc)
         what = "lost its peer (another rank went away)" if lost else f"timed out after {dist_.timeout_s():g} s"
@@ -113,14 +113,14 @@ def _failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> PhaseEnd
             ),
             collective_broken=True,
         )
-    if is_oom(exc):
+    if cause is Cause.OOM:
         outcome_of(exc, at)  # frees the allocator's cache
         g.fail("memory", f"out of memory: {str(exc).splitlines()[0][:300]}")
         g.message = f"out of memory in {name} with inputs {_fmt_inputs(g.inputs)}"
         g.remedy = oom_remedy(name, g.inputs)
         return PhaseEnded(ev.Outcome.of(ev.Status.OOM, f"out of memory {at}"))
     outcome = outcome_of(exc, at)  # prints the traceback when it is a bug in Cockpit
-    if outcome.code == ev.ExitCode.DISK_FULL:
+    if cause is Cause.DISK_FULL:
         g.fail("disk space", outcome.reason)
         g.message = outcome.reason
         g.remedy = "free space on the disk that holds the campaign's runs/ folder, then pilot again"
@@ -182,7 +182,7 @@ def run_phase(ctx: Context, phase: Phase) -> tuple[Gate, PhaseEnded | None]:
             _inject(ctx, name)
             phase.run(ctx, g)
     except (Exception, signals.Stopped, KeyboardInterrupt) as exc:
-        ended = _failed(ctx, phase, g, exc)
+        ended = phase_failed(ctx, phase, g, exc)
     mem = measure.mem if measure is not None and measure.mem else ctx.meter.read()
     duration = measure.duration_s if measure is not None else 0.0
     g.extra["machine"] = load = cpu.stop()
@@ -193,7 +193,7 @@ def run_phase(ctx: Context, phase: Phase) -> tuple[Gate, PhaseEnded | None]:
         load["gpu_others"] = {str(k): v for k, v in held.items()}  # other processes' memory, per GPU, at the end
     if load["busy"]:
         g.extra["busy"] = machine.busy_words(load)
-    ctx.measures[name] = {"mem": mem, "duration_s": duration, "inputs": g.inputs}
+    ctx.measures[name] = Measured(mem, duration, g.inputs)
     if ended is None and phase.after is not None:
         phase.after(ctx, g, mem)
     verdict = g.verdict
@@ -201,18 +201,18 @@ def run_phase(ctx: Context, phase: Phase) -> tuple[Gate, PhaseEnded | None]:
         g.remedy = phase.remedy
     if verdict == ev.Verdict.FAIL and not g.message:
         g.message = "; ".join(f"{c['name']}: {c['detail']}" for c in g.failures())
-    ctx.emit(
-        ev.GATE,
-        phase=name,
-        verdict=verdict.value,
-        checks=g.checks,
-        inputs=g.inputs,
-        remedy=g.remedy if verdict in (ev.Verdict.FAIL, ev.Verdict.WARN) else "",
-        message=g.message,
-        duration_s=duration,
-        mem=mem,
+    gate: ev.GateEvent = {
+        "phase": name,
+        "verdict": verdict.value,
+        "checks": g.checks,
+        "inputs": g.inputs,
+        "remedy": g.remedy if verdict in (ev.Verdict.FAIL, ev.Verdict.WARN) else "",
+        "message": g.message,
+        "duration_s": duration,
+        "mem": mem,
         **g.extra,
-    )
+    }
+    ctx.emit(ev.GATE, **gate)
     peak = runs.mem_peak(mem)[0]
     level = (
         "info"
@@ -277,7 +277,7 @@ class PilotRun(RunProcess):
             world=world,
         )
 
-    def start_fields(self) -> dict[str, Any]:
+    def start_fields(self) -> dict[str, ev.JSON]:
         return {"phases": [p.name for p in PHASES]}
 
     def body(self) -> ev.Outcome:
@@ -290,5 +290,6 @@ class PilotRun(RunProcess):
     def where(self) -> str:
         return f"after {self.current_phase()}"
 
-    def end_fields(self, outcome: ev.Outcome) -> dict[str, Any]:
-        return {"inputs": self.ctx.measures.get(self.ctx.phase, {}).get("inputs", {})}
+    def end_fields(self, outcome: ev.Outcome) -> ev.RunEndFigures:
+        m = self.ctx.measures.get(self.ctx.phase)
+        return {"inputs": m.inputs if m is not None else {}}

@@ -7,18 +7,51 @@ validation of a paid run holds no surprise.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
 from .task import Task
 from .trainer import Trainer, UserCodeError, user
 
+
+class Decoded(TypedDict, total=False):
+    """A row rendered by the task's ``decode``: its text, or its input and target (and the prediction put in the
+    target's place, when the batch lets it)."""
+
+    text: str
+    input: str
+    target: str
+    prediction: str
+    prediction_mode: str
+    decode_error: str
+
+
+class PredictionRow(TypedDict, total=False):
+    """One validation example's prediction, as predictions.jsonl holds it (``why`` when there is none to judge)."""
+
+    id: Any  # the example's own id, as its dataset gives it
+    prediction: Any  # the label name, the predicted ids, the decoded text, or None
+    why: str
+    n_targets: int
+    n_correct: int
+    correct: bool
+    target_ids: list[int]
+    predicted_ids: list[int]
+    target: Any  # the label name (or id), or the decoded target text
+    text: str
+    input: str
+    prediction_mode: str
+    decode_error: str
+    generated: str
+    generated_mode: str
+
+
 GENERATE_ROWS = 16  # a task that generates: free-running text for the first validation examples (whole batches)
 
 
 @torch.no_grad()
-def predict_pass(tr: Trainer) -> tuple[dict[str, float], list[dict[str, Any]]]:
+def predict_pass(tr: Trainer) -> tuple[dict[str, float], list[PredictionRow]]:
     """Metrics and one row per validation example from the task's ``predict`` (if it has one).
 
     Predictions of a causal LM are teacher-forced next tokens at the supervised
@@ -28,7 +61,7 @@ def predict_pass(tr: Trainer) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """
     task = tr.task
     data = list(tr.splits["val"])
-    rows: list[dict[str, Any]] = []
+    rows: list[PredictionRow] = []
     correct = counted = exact = n_rows = 0
     flat = False
     was = tr.model.training
@@ -84,7 +117,7 @@ def predict_pass(tr: Trainer) -> tuple[dict[str, float], list[dict[str, Any]]]:
 
 def _rows(
     task: Task, batch: dict[str, Any], ids: list[Any], pred: torch.Tensor, lab: torch.Tensor, counts: torch.Tensor
-) -> list[dict[str, Any]]:
+) -> list[PredictionRow]:
     out = []
     names = task.label_names
     swapped = (
@@ -98,7 +131,7 @@ def _rows(
         t_ids = lab[r][m].tolist() if lab.dim() > 1 else [int(lab[r])] if bool(m) else []
         p_ids = pred[r][m].tolist() if lab.dim() > 1 else [int(pred[r])] if bool(m) else []
         n_ok = sum(1 for a, b in zip(t_ids, p_ids, strict=True) if a == b)
-        row: dict[str, Any] = {
+        row: PredictionRow = {
             "id": x,
             "n_targets": len(t_ids),
             "n_correct": n_ok,
@@ -146,12 +179,12 @@ def _predicted_batch(
     return swapped
 
 
-def _decoded(task: Task, batch: dict[str, Any], r: int, swapped: dict[str, Any] | None) -> dict[str, Any]:
+def _decoded(task: Task, batch: dict[str, Any], r: int, swapped: dict[str, Any] | None) -> Decoded:
     try:
         spans = user("decode", task.decode, batch, r)
     except UserCodeError as exc:
         return {"decode_error": str(exc)}
-    out: dict[str, Any] = {}
+    out: Decoded = {}
     if isinstance(spans, str):
         out["text"] = spans
     else:

@@ -10,10 +10,12 @@ task's code, an error in Cockpit). The row in the notebook is then written by
 
 from __future__ import annotations
 
+import enum
 import os
 import sys
 import time
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,19 +39,52 @@ def user_frame(exc: BaseException) -> str:
     return f"{f.filename}:{f.lineno} in {f.name}" if f else "no frame"
 
 
+class Cause(enum.Enum):
+    """What ended a run or a phase: the one classification of an exception, in the order it is decided."""
+
+    STOPPED = "stopped"  # a stop signal, whatever it turned into on its way up (torch.save: a RuntimeError)
+    DISK_FULL = "disk full"  # no space left, however deep in the chain of causes
+    NON_FINITE = "non-finite"
+    USER_CODE = "task code"  # the task's own code raised
+    TASK = "task"  # the task or the campaign cannot do what is asked: the user's to fix
+    OOM = "out of memory"
+    COLLECTIVE = "collective"  # a distributed collective timed out or lost its peer
+    INTERNAL = "internal"  # a bug in Cockpit
+
+
+def cause_of(exc: BaseException) -> Cause:
+    """Which kind of ending ``exc`` is. A stop wins over everything; a full disk over what it was raised in."""
+    if signals.stopped_by(exc) or signals.received():
+        return Cause.STOPPED
+    if fsutil.disk_full(exc) is not None:
+        return Cause.DISK_FULL
+    if isinstance(exc, NonFinite):
+        return Cause.NON_FINITE
+    if isinstance(exc, UserCodeError):
+        return Cause.USER_CODE
+    if isinstance(exc, TaskError):
+        return Cause.TASK
+    if is_oom(exc):
+        return Cause.OOM
+    if is_collective_failure(exc):
+        return Cause.COLLECTIVE
+    return Cause.INTERNAL
+
+
 def outcome_of(exc: BaseException, at: str) -> ev.Outcome:
     """How a run ended from the exception that ended it. ``at`` says where ("in validation").
 
-    A stop signal wins over whatever it turned into on its way up (inside
-    ``torch.save`` it becomes a RuntimeError); a full disk is named as such.
+    The kind of ending is :func:`cause_of`'s; this says it in the run's words, prints the traceback of an
+    exception in the task's code or in Cockpit to output.log, and frees the allocator's cache after an OOM.
     """
-    if signals.stopped_by(exc) or signals.received():
+    cause = cause_of(exc)
+    if cause is Cause.STOPPED:
         name = signals.received() or (str(exc) if isinstance(exc, Stopped) else "")
         sig = f" ({name})" if name else ""
         return ev.Outcome.of(ev.Status.STOPPED, f"stopped by signal{sig} {at}")
-    full = fsutil.disk_full(exc)
-    if full is not None:
-        where = f" writing {full.filename}" if getattr(full, "filename", None) else ""
+    if cause is Cause.DISK_FULL:
+        full = fsutil.disk_full(exc)
+        where = f" writing {full.filename}" if full is not None and getattr(full, "filename", None) else ""
         return ev.Outcome.of(
             ev.Status.ERROR,
             f"disk full: no space left on the device{where} {at}; free space (old checkpoints, "
@@ -65,14 +100,14 @@ def outcome_of(exc: BaseException, at: str) -> ev.Outcome:
         return ev.Outcome.of(
             ev.Status.ERROR, f"{exc.where}() raised {type(exc.exc).__name__}: {exc.exc} {at} ({user_frame(exc.exc)})"
         )
-    if isinstance(exc, TaskError):
+    if cause is Cause.TASK:
         return ev.Outcome.of(ev.Status.ERROR, f"task: {exc}", ev.ExitCode.USAGE)
-    if is_oom(exc):
+    if cause is Cause.OOM:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         return ev.Outcome.of(ev.Status.OOM, f"out of memory {at}: {first}")
-    if is_collective_failure(exc):
+    if cause is Cause.COLLECTIVE:
         return ev.Outcome.of(
             ev.Status.ERROR, f"a collective failed {at}: {str(exc).splitlines()[0][:200]}", ev.ExitCode.RANK_FAILED
         )
@@ -113,7 +148,7 @@ class RunProcess:
 
     # ---- what a kind of run adds
 
-    def start_fields(self) -> dict[str, Any]:
+    def start_fields(self) -> dict[str, ev.JSON]:
         return {}
 
     def body(self) -> ev.Outcome:
@@ -131,7 +166,8 @@ class RunProcess:
         """Work after the body, whatever its outcome (a training run's final checkpoint); may change it."""
         return outcome
 
-    def end_fields(self, outcome: ev.Outcome) -> dict[str, Any]:
+    def end_fields(self, outcome: ev.Outcome) -> Mapping[str, object]:
+        """What this kind of run adds to its run_end (ev.RunEndFigures for a pilot and a training run)."""
         return {}
 
     # ---- the skeleton
@@ -166,13 +202,6 @@ class RunProcess:
             fsutil.release()  # the room set aside at the start: enough for the final event and the row
         extra = self.end_fields(outcome)
         self.emit(
-            ev.RUN_END,
-            status=outcome.status.value,
-            stop_reason=outcome.reason,
-            phase=self.current_phase(),
-            message=outcome.reason,
-            exit_code=int(outcome.code),
-            duration_s=time.time() - self.t0,
-            **extra,
+            ev.RUN_END, **ev.run_end_fields(outcome, self.current_phase()), duration_s=time.time() - self.t0, **extra
         )
         return int(outcome.code)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import notebook as nbm
+from ..notebook.settings import Settings
 
 NEEDED = ("train", "val")  # the pilot trains on the first and validates on the second
 
@@ -52,9 +53,8 @@ def sizes(nb: nbm.Notebook, vid: str, params: dict[str, Any], splits: dict[str, 
         elif len(splits[name]) == 0:
             out.append({"where": f"{where}, datasets()", "what": f"the {name!r} split is empty"})
     train = splits.get("train")
-    micro = int(params.get("microbatch") or 1)
-    accum = int(params.get("accumulation") or 1)
-    ranks = int(params.get("data_replicas") or 1)
+    s = Settings(params)
+    micro, accum, ranks = int(params.get("microbatch") or 1), s.accumulation, s.data_replicas
     per_update = micro * accum * ranks
     if train is not None and 0 < len(train) < per_update:
         out.append(

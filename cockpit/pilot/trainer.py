@@ -19,9 +19,11 @@ from typing import Any
 
 import torch
 
+from ..notebook.settings import Settings
 from . import adapter as adapter_
 from . import frozen as frozen_
 from . import outputs, splits
+from .microsteps import Accumulated, Accumulation, Applied, ControlOutputs, Evaluated, Updated
 from .order import DataOrder
 from .rng import rng_state, seed_everything, set_rng_state
 from .task import Task
@@ -71,13 +73,14 @@ class Trainer:
         world: int = 1,
     ):
         self.task, self.params, self.seed = task, dict(params), seed
-        self.device = device or resolve_device(params.get("device"))
+        self.settings = s = Settings(self.params)
+        self.device = device or resolve_device(s.device)
         self.rank, self.world = rank, world
-        self.microbatch = int(params["microbatch"])
-        self.accumulation = int(params.get("accumulation") or 1)
-        self.eval_microbatch = int(params.get("eval_microbatch") or self.microbatch)
-        self.precision = params.get("precision") or "fp32"
-        self.total_updates = int(total_updates or params.get("updates") or 1)
+        self.microbatch = s.microbatch
+        self.accumulation = s.accumulation
+        self.eval_microbatch = s.eval_microbatch
+        self.precision = s.precision
+        self.total_updates = int(total_updates or s.updates or 1)
         self._splits: dict[str, Sequence[dict[str, Any]]] | None = dict(splits) if splits is not None else None
         self.step = 0
         self.model: Any = None
@@ -167,13 +170,11 @@ class Trainer:
             self.optimizer_source = f"the task's optimizer ({type(opt).__name__}, {len(opt.param_groups)} groups)"
         else:
             params = [p for p in self.model.parameters() if p.requires_grad]
-            kind = (self.params.get("optimizer") or "adamw").lower()
+            kind = (self.settings.optimizer or "adamw").lower()
             lr = float(self.params["lr"])
             wd = float(self.params.get("weight_decay") or 0.0)
             if kind == "sgd":
-                self.optimizer = torch.optim.SGD(
-                    params, lr=lr, momentum=float(self.params.get("momentum") or 0), weight_decay=wd
-                )
+                self.optimizer = torch.optim.SGD(params, lr=lr, momentum=self.settings.momentum, weight_decay=wd)
             elif kind == "adam":
                 self.optimizer = torch.optim.Adam(params, lr=lr, weight_decay=wd)
             else:
@@ -268,7 +269,7 @@ class Trainer:
 
     def accumulate(
         self, microbatches: list[list[dict[str, Any]]], check_finite: bool = True, weights: list[float] | None = None
-    ) -> dict[str, Any]:
+    ) -> Accumulated:
         """Forward and backward over the microbatches of one update; gradients left in .grad.
 
         A mean loss is divided by the number of microbatches (what a user's loop
@@ -276,41 +277,9 @@ class Trainer:
         accumulation gate uses it to measure what an even weighting would give).
         """
         self.optimizer.zero_grad(set_to_none=True)
-        total_sum = 0.0
-        total_count: float | None = None
-        means: list[float] = []
-        n_examples = 0
-        n = len(microbatches)
-        for i, mb in enumerate(microbatches):
-            batch = self.collate(mb)
-            n_examples += len(mb)
-            value, count = self.loss_of(batch)
-            v = float(value.detach())
-            if check_finite and not math.isfinite(v):
-                raise NonFinite("loss", v, self.step + 1)
-            if count is None:
-                scaled = value * (weights[i] if weights is not None else 1.0 / n)
-                means.append(v)
-            else:
-                scaled = value
-                total_sum += v
-                total_count = (total_count or 0.0) + float(count)
-            if self.scaler is not None:
-                scaled = self.scaler.scale(scaled)
-            sync = self.ddp.no_sync() if (self.ddp is not None and i < n - 1) else contextlib.nullcontext()
-            with sync:
-                scaled.backward()
-        if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)
-        if total_count is not None:
-            per_rank = self.reduce_count(total_count)
-            for p in self.model.parameters():
-                if p.grad is not None:
-                    p.grad.div_(per_rank)
-            loss = total_sum / max(total_count, 1e-12)
-        else:
-            loss = sum(means) / max(len(means), 1)
-        return {"loss": loss, "examples": n_examples * self.world, "count": total_count}
+        acc = Accumulation(self, microbatches, weights=weights, check_finite=check_finite)
+        acc.rest()
+        return acc.finish()
 
     def reduce_count(self, count: float) -> float:
         """Under DDP gradients are averaged over ranks; normalise by the mean count per rank."""
@@ -328,8 +297,8 @@ class Trainer:
             return 0.0
         return float(torch.stack(grads).norm())
 
-    def apply(self, check_finite: bool = True) -> dict[str, Any]:
-        clip = float(self.params.get("grad_clip") or 0.0)  # 0 (or absent): no clipping
+    def apply(self, check_finite: bool = True) -> Applied:
+        clip = self.settings.grad_clip  # 0 (or absent): no clipping
         if clip > 0:
             norm = float(
                 torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.grad is not None], clip)
@@ -348,22 +317,22 @@ class Trainer:
         self.step += 1
         return {"grad_norm": norm if math.isfinite(norm) else None, "lr": lr}
 
-    def update(self, microbatches: list[list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+    def update(self, microbatches: list[list[dict[str, Any]]] | None = None) -> Updated:
         mbs = microbatches if microbatches is not None else self.next_microbatches()
         self.model.train()
-        out = self.accumulate(mbs)
-        out.update(self.apply())
-        out["step"] = self.step
-        return out
+        acc = self.accumulate(mbs)
+        applied = self.apply()
+        return {**acc, **applied, "step": self.step}
 
     # ---- evaluation
 
     @torch.no_grad()
-    def evaluate(self, split: str = "val", examples: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def evaluate(self, split: str = "val", examples: Sequence[dict[str, Any]] | None = None) -> Evaluated:
         data = list(examples if examples is not None else self.splits[split])
         was_training = self.model.training
         self.model.eval()
-        total, count, ids, n_rows = 0.0, 0.0, [], 0
+        total, count, n_rows = 0.0, 0.0, 0
+        ids: list[Any] = []
         means: list[tuple[float, int]] = []
         try:
             for i in range(0, len(data), self.eval_microbatch):
@@ -404,7 +373,7 @@ class Trainer:
         return list(texts)
 
     @torch.no_grad()
-    def control_outputs(self, controls: list[dict[str, Any]]) -> dict[str, Any]:
+    def control_outputs(self, controls: list[dict[str, Any]]) -> ControlOutputs:
         """Loss, predictions (and generated text) of the control inputs in eval mode: what an export must reproduce."""
         was = self.model.training
         self.model.eval()
@@ -419,7 +388,7 @@ class Trainer:
         finally:
             self.model.train(was)
             set_rng_state(saved)
-        out: dict[str, Any] = {
+        out: ControlOutputs = {
             "loss": torch.tensor(loss, dtype=torch.float64),
             "predictions": pred.detach().cpu() if pred is not None else torch.tensor([]),
         }

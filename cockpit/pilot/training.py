@@ -29,7 +29,10 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:  # typing.NotRequired is Python 3.11; annotations here are never evaluated
+    from typing import NotRequired
 
 import torch
 
@@ -38,7 +41,7 @@ from .. import events as ev
 from . import checkpoint as ck
 from . import resumable, signals
 from .checkpointing import CheckpointedRun, DiskFullSoon
-from .predictions import predict_pass
+from .predictions import PredictionRow, predict_pass
 from .process import outcome_of
 from .signals import Stopped
 from .splits import data_revision
@@ -48,6 +51,18 @@ from .trainer import NonFinite, Trainer, user
 
 class Diverged(Exception):
     """The training loss rose above the divergence factor times its starting value."""
+
+
+class Replayed(TypedDict):
+    """The trained model exported, reloaded in a new process and replayed on the control inputs."""
+
+    export_s: float
+    weights: str
+    weights_bytes: int
+    equal: bool
+    detail: str
+    base: NotRequired[dict[str, ev.JSON]]
+    generated: NotRequired[list[str]]
 
 
 class TrainingRun(CheckpointedRun):
@@ -73,10 +88,10 @@ class TrainingRun(CheckpointedRun):
         self.step_times: list[float] = []
         self.eval_times: list[float] = []
         self.save_time: float | None = None
-        self.evals: list[dict[str, Any]] = []
+        self.evals: list[dict[str, float]] = []  # step, val_loss and the metrics of each validation
         self.best: tuple[float, int] | None = None  # (val loss, step)
         self.since_best = 0
-        self.last_rows: list[dict[str, Any]] | None = None
+        self.last_rows: list[PredictionRow] | None = None
         self.last_rows_step: int | None = None
         self.curve: resumable.Csv | None = None
         self.evals_csv: resumable.Csv | None = None
@@ -84,14 +99,14 @@ class TrainingRun(CheckpointedRun):
         self.data_revision: dict[str, Any] = {}
         self.last_checkpoint_bytes = 0
         self.disk_full = False  # a checkpoint would not fit: no final save either
-        self.replay: dict[str, Any] | None = None
+        self.replay: Replayed | None = None
         self.train_t0 = time.monotonic()
-        self.mem: dict[str, Any] = {}
+        self.mem: ev.Mem | None = None
 
     # ---- the skeleton's hooks
 
-    def start_fields(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def start_fields(self) -> dict[str, ev.JSON]:
+        out: dict[str, ev.JSON] = {
             "phases": ["train"],
             "stop": self.stop,
             "validation": self.validation,
@@ -118,7 +133,7 @@ class TrainingRun(CheckpointedRun):
     def where(self) -> str:
         return f"during {self.phase}, after {self._step()} of {self.total} updates"
 
-    def end_fields(self, outcome: ev.Outcome) -> dict[str, Any]:
+    def end_fields(self, outcome: ev.Outcome) -> ev.RunEndFigures:
         return {"updates": self._step(), "mem": self.mem}
 
     def finish(self, outcome: ev.Outcome) -> ev.Outcome:
@@ -216,16 +231,16 @@ class TrainingRun(CheckpointedRun):
             (loss,) = self._agree(out["loss"])
             if nonfinite and not math.isfinite(loss):
                 raise NonFinite("loss", loss, tr.step + 1)
-            out.update(tr.apply(check_finite=nonfinite))
+            applied = tr.apply(check_finite=nonfinite)
             duration = time.perf_counter() - t0
             self.step_times.append(duration)
             self.examples_seen += int(out["examples"])
-            grad_norm = out.get("grad_norm")
+            grad_norm = applied["grad_norm"]
             self.emit(
                 ev.STEP,
                 step=tr.step,
                 loss=ev.finite_or_none(loss),
-                lr=out.get("lr"),
+                lr=applied["lr"],
                 grad_norm=ev.finite_or_none(grad_norm),
                 examples=out["examples"],
                 duration_s=duration,
@@ -236,7 +251,7 @@ class TrainingRun(CheckpointedRun):
                     {
                         "step": tr.step,
                         "loss": loss,
-                        "lr": out.get("lr"),
+                        "lr": applied["lr"],
                         "grad_norm": grad_norm,
                         "examples_seen": self.examples_seen,
                         "elapsed_s": round(time.monotonic() - self.train_t0, 4),
@@ -264,7 +279,7 @@ class TrainingRun(CheckpointedRun):
 
     # ---- validation
 
-    def evaluate(self) -> dict[str, Any]:
+    def evaluate(self) -> dict[str, float]:
         tr = self.trainer
         assert tr is not None and self.task is not None
         self.phase = "validation"
@@ -286,7 +301,7 @@ class TrainingRun(CheckpointedRun):
             duration_s=dt,
             examples=out["n"],
         )
-        point = {"step": tr.step, "val_loss": loss, **metrics}
+        point: dict[str, float] = {"step": tr.step, "val_loss": loss, **metrics}
         self.evals.append(point)
         if self.lead:
             if self.evals_csv is None:
@@ -337,7 +352,7 @@ class TrainingRun(CheckpointedRun):
             self.log(f"after {status.value}: {failed.reason}", "warn")
         return outcome
 
-    def export_and_replay(self) -> dict[str, Any]:
+    def export_and_replay(self) -> Replayed:
         """The trained model as the pilot proved it can be shipped: exported, reloaded in a new process, replayed."""
         from .context import Context, subprocess_child
 
@@ -375,7 +390,7 @@ class TrainingRun(CheckpointedRun):
             frozen=self.frozen,
         )
         data, said = subprocess_child("replay", ctx, False)
-        result: dict[str, Any] = {
+        result: Replayed = {
             "export_s": round(export_s, 3),
             "weights": manifest["weights"],
             "weights_bytes": manifest["files"][ck.MODEL_FILE]["bytes"],
@@ -393,7 +408,7 @@ class TrainingRun(CheckpointedRun):
         )
         return result
 
-    def write_metrics(self, outcome: ev.Outcome, mem: dict[str, Any]) -> None:
+    def write_metrics(self, outcome: ev.Outcome, mem: ev.Mem) -> None:
         if not self.lead:
             return
         final = self.evals[-1] if self.evals else {}
@@ -423,12 +438,12 @@ class TrainingRun(CheckpointedRun):
         fsutil.write_text(self.rdir / runs.METRICS_FILE, json.dumps(metrics, indent=2, allow_nan=False, default=str))
 
 
-def _peak_summary(mem: dict[str, Any]) -> dict[str, Any]:
+def _peak_summary(mem: ev.Mem) -> ev.PeakSummary:
     """The run's peak memory over the whole training, with the counter named (GPU absent on CPU)."""
-    t = (mem or {}).get("torch")
+    t = mem.get("torch")
     return {
         "peak_allocated": t["peak_allocated"] if t else None,
         "peak_reserved": t["peak_reserved"] if t else None,
-        "rss_peak": (mem or {}).get("rss_peak"),
+        "rss_peak": mem.get("rss_peak"),
         "counter": runs.mem_peak(mem)[1] or "not measured",
     }

@@ -11,11 +11,12 @@ import shlex
 from typing import Any
 
 from .. import arithmetic, runs
+from .. import events as ev
 from .. import notebook as nbm
 from .. import sheet as sh
 from .figures import NotCounted, VariantResult
 
-NOT_OK = ("failed", "diverged", "oom", "error", "crashed", "stopped")
+NOT_OK = ev.BAD_ENDINGS | {ev.Status.STOPPED.value}  # did not pass or complete
 
 
 def _md_cell(x: Any) -> str:

@@ -58,9 +58,11 @@ WRITE_BACK_BYTES = 1 << 20
 MAX_SUMMARY_BYTES = 32 << 20
 CHUNK = 1 << 20
 
-_SAMPLE = b'"kind":"sample"'
-_STEP = b'"kind":"step"'
-_OTHER = re.compile(rb'"kind":"(?:eval|gate|log|run_start|run_end|phase_start)"')
+# Whole blocks are counted by the compact tags EventWriter writes (a block with any other spelling, or a tag that
+# is not the line's own, fails the count and is read line by line through ev.kind_of_line).
+_SAMPLE = ev.KIND_TAGS[ev.SAMPLE][0]
+_STEP = ev.KIND_TAGS[ev.STEP][0]
+_OTHER = re.compile(b"|".join(re.escape(ev.KIND_TAGS[k][0]) for k in ev.KINDS if k not in (ev.SAMPLE, ev.STEP)))
 _PHASE = b'"phase":'
 
 
@@ -190,7 +192,7 @@ class Summary:
         off = base
         for line in block.split(b"\n")[:-1]:
             start, off = off, off + len(line) + 1
-            if _SAMPLE in line[:96]:
+            if ev.kind_of_line(line) == ev.SAMPLE:
                 self._count(ev.SAMPLE)
                 continue
             e = ev.decode(line) if len(line) <= ev.MAX_LINE else None
@@ -235,7 +237,7 @@ class Summary:
         for start in sorted(others):
             line = others[start]
             e = ev.decode(line) if len(line) <= ev.MAX_LINE else None
-            if e is None or not _OTHER.search(line[:96]):
+            if e is None or ev.kind_of_line(line) in (None, ev.SAMPLE, ev.STEP) or ev.kind_of_line(line) != e["kind"]:
                 return False
             decoded.append((start, e, line))
         for start, e, line in decoded:

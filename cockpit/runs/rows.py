@@ -23,7 +23,7 @@ import platform
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import tomli_w
 
@@ -89,6 +89,20 @@ def package_versions(
     return out
 
 
+class GitRevision(TypedDict, total=False):
+    """The commit of the folder holding the campaign (or why there is none), and whether its tracked files differ."""
+
+    git: str
+    dirty: bool
+
+
+class TaskRevision(TypedDict, total=False):
+    """A hash of the task's code and the file it is in ("not found" when the entry names no file)."""
+
+    task_code: str
+    task_file: str
+
+
 def protocol_record(nb: nbm.Notebook) -> dict[str, Any]:
     from ..notebook.protocol import record
 
@@ -115,7 +129,7 @@ def task_source(entry: str, campaign_dir: Path) -> Path | None:
     return None
 
 
-def task_revision(entry: str, campaign_dir: Path) -> dict[str, Any]:
+def task_revision(entry: str, campaign_dir: Path) -> TaskRevision:
     """A hash of the task's code: its file and the Python files beside it (the helpers it imports)."""
     import hashlib
 

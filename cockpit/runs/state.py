@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ HOST_PEAK = "process peak RSS"
 MIB = 2**20
 
 
-def mem_peak(mem: dict[str, Any] | None) -> tuple[int | None, str]:
+def mem_peak(mem: Mapping[str, Any] | None) -> tuple[int | None, str]:
     """The peak of one measurement (a gate's ``mem``, a run_end's ``mem``, metrics.json's ``peak``)."""
     mem = mem if isinstance(mem, dict) else {}
     t = mem.get("torch") if isinstance(mem.get("torch"), dict) else None
@@ -52,7 +52,7 @@ def _bytes(x: Any) -> int | None:
     return int(x)
 
 
-def peak_of(mems: Iterable[dict[str, Any] | None]) -> tuple[float | None, str]:
+def peak_of(mems: Iterable[Mapping[str, Any] | None]) -> tuple[float | None, str]:
     """The largest peak over several measurements, in MiB, and its counter (a GPU figure wins)."""
     gpu: list[int] = []
     host: list[int] = []

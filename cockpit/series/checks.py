@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 BUDGET_KEYS = ("updates", "epochs", "examples")
-BAD_ENDS = (ev.Status.DIVERGED.value, ev.Status.FAILED.value, ev.Status.OOM.value, ev.Status.ERROR.value)
+BAD_ENDS = ev.ENDED_BY_ITSELF  # a crashed run (killed from outside) may run again with the same settings
 
 
 def _settings(params: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import notebook as nbm
+from ..notebook.settings import Settings
 from ..runs import RunFiles
 
 
@@ -68,20 +69,14 @@ def _truncation(run: RunFiles | None) -> int | None:
     g = run.gate("data")
     if not g:
         return None
-    for holder in (g, g.get("extra") or {}):
-        t = holder.get("truncation")
-        if not isinstance(t, dict):
-            continue
-        parts = [t] if "lose_target_tokens" in t else [v for v in t.values() if isinstance(v, dict)]  # one per split
-        counts = [int(x["lose_target_tokens"]) for x in parts if isinstance(x.get("lose_target_tokens"), (int, float))]
-        if counts:
-            return sum(counts)
-    return None
+    t = g.get("truncation")  # schema.Truncation, among the gate's own figures
+    lost = t.get("lose_target_tokens") if isinstance(t, dict) else None
+    return int(lost) if isinstance(lost, (int, float)) and not isinstance(lost, bool) else None
 
 
 def _strategy(nb: nbm.Notebook, params: dict[str, Any]) -> tuple[str, int]:
-    replicas = int(params.get("data_replicas") or 1)
-    mp = int(params.get("model_parallel") or 1)
+    s = Settings(params)
+    replicas, mp = s.data_replicas, s.model_parallel
     gpus = replicas * mp
     if nb.selection.strategy in nbm.STRATEGIES and (gpus > 1) == (nb.selection.strategy != "one GPU"):
         return nb.selection.strategy, gpus

@@ -60,15 +60,7 @@ RUN_STYLES = (
 MAX_VARIANTS = 6  # variants chosen by default on the curves
 MAX_BAD = 6  # runs that ended badly chosen by default
 BAND_FROM = 4  # a variant with this many chosen seeds or more is drawn as mean and min-max band
-BAD = frozenset(
-    {
-        ev.Status.DIVERGED.value,
-        ev.Status.FAILED.value,
-        ev.Status.OOM.value,
-        ev.Status.ERROR.value,
-        ev.Status.CRASHED.value,
-    }
-)
+BAD = ev.BAD_ENDINGS  # the one set of runs that ended badly
 
 
 # --------------------------------------------------------------------------- the figures

@@ -37,7 +37,6 @@ CHUNK_BYTES = 16 * 1024
 BUDGET_S = 0.02  # parsing time per tick: the UI keeps the rest
 BEHIND_PER_STRIDE = 256 * 1024  # one more step of sample decimation per this much backlog
 MAX_STRIDE = 64
-SAMPLE_TAGS = (b'"kind":"sample"', b'"kind": "sample"')  # compact (EventWriter) or default json
 MAX_POINTS = 2048
 LOG_LINES = 500
 _KEY_KINDS = frozenset({ev.RUN_START, ev.PHASE_START, ev.GATE, ev.RUN_END})
@@ -184,7 +183,7 @@ class RunFeed:
             if lines is None:
                 return dirty
             for raw in lines:
-                if stride > 1 and (SAMPLE_TAGS[0] in raw or SAMPLE_TAGS[1] in raw):
+                if stride > 1 and ev.kind_of_line(raw) == ev.SAMPLE:
                     self._sample_n += 1
                     if self._sample_n % stride:
                         self.samples_skipped += 1

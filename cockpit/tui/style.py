@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.text import Text
 
+from .. import events as ev
 from .. import styles
 
 # Status, verdict and check words and colours are the CLI's too: one table (cockpit/styles.py).
@@ -21,7 +22,7 @@ STATUS_STYLE = styles.STATUS_STYLE
 VERDICT_STYLE = styles.VERDICT_STYLE
 VERDICT_WORD = styles.VERDICT_WORD
 CHECK_STYLE = styles.CHECK_STYLE
-BAD_STATUSES = frozenset({"failed", "diverged", "oom", "error", "crashed", "unreadable"})
+BAD_STATUSES = ev.BAD_ENDINGS | {"unreadable"}  # the one set of bad endings, and a run that cannot be read
 
 # Other meanings
 RUNNING = "bold cyan"  # a phase or a run in progress

@@ -32,14 +32,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import nn
 
+from ... import events as ev
 from .. import carried, outputs
 from ..context import Context
 from ..gate import Gate, Phase
+from ..microsteps import Accumulated
 from ..rng import rng_state, set_rng_state
 from ..trainer import Trainer
 
@@ -49,7 +51,7 @@ BATCHNORM = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
 
 def tolerance(ctx: Context) -> float:
     tol = float(ctx.pilot_cfg.get("grad_tolerance", 1e-4))
-    if (ctx.params.get("precision") or "fp32") != "fp32":
+    if ctx.settings.precision != "fp32":
         tol = max(tol, 2e-2)
     return tol
 
@@ -108,7 +110,20 @@ def _combined(parts: list[tuple[float, float | None]], weights: list[float]) -> 
     return sum(v * w for (v, _), w in zip(parts, weights, strict=True)) / max(sum(weights), 1e-30)
 
 
-def decomposition(tr: Trainer, mbs: list[list[dict[str, Any]]], counts: list[int]) -> dict[str, Any]:
+class Found(TypedDict, total=False):
+    """What the accumulation gate measured, for its verdict to explain a difference by."""
+
+    count_form: bool  # the loss came as (sum, count)
+    noise: float  # two single-batch gradients apart
+    seeded: bool  # that randomness replays under the seed
+    carried: list[str]  # state the model carries from call to call
+    frozen: float  # the difference with BatchNorm's statistics frozen
+    counts: list[int]  # supervised items per microbatch
+    weighted: float  # the difference with each microbatch weighed by its count
+    decomposition: ev.Decomposition
+
+
+def decomposition(tr: Trainer, mbs: list[list[dict[str, Any]]], counts: list[int]) -> ev.Decomposition:
     """Does the loss decompose over examples? The whole batch's loss against its microbatches' combined, each
     under the same replayed RNG state (with dropout off, nothing random is left to differ), and the noise floor
     of the arithmetic (the whole batch in reverse order: a decomposing loss gives the same up to rounding)."""
@@ -190,15 +205,15 @@ def run(ctx: Context, g: Gate) -> None:
     was = tr.model.training
     saved_scaler, saved_rng = tr.scaler, rng_state()
     buffers = {k: v.detach().clone() for k, v in tr.model.named_buffers()}  # BatchNorm's running statistics
-    found: dict[str, Any] = {}
+    found: Found = {}
     try:
         tr.model.train()
         for m in others:
             m.training = False  # this module only: BatchNorm children keep their batch statistics
         tr.scaler = None
-        first: dict[str, Any] = {}
-        acc = _grads(tr, lambda: first.update(tr.accumulate(mbs, check_finite=False)))
-        found["count_form"] = first.get("count") is not None
+        first: list[Accumulated] = []
+        acc = _grads(tr, lambda: first.append(tr.accumulate(mbs, check_finite=False)))
+        found["count_form"] = first[0]["count"] is not None
         single = _grads(tr, lambda: _single(tr, mbs))
         again = _grads(tr, lambda: _single(tr, mbs))  # the random stream moved on: any randomness left shows
         rel = _relative(acc, single)
@@ -244,9 +259,7 @@ def _declared(ctx: Context) -> str:
     return " and ".join(said)
 
 
-def _verdict(
-    ctx: Context, g: Gate, rel: float, tol: float, found: dict[str, Any], drops: list[Any], norms: list[Any]
-) -> None:
+def _verdict(ctx: Context, g: Gate, rel: float, tol: float, found: Found, drops: list[Any], norms: list[Any]) -> None:
     tr = ctx.trainer
     how = (
         "(sum, count) normalised over the update"
@@ -325,7 +338,13 @@ def _verdict(
         return
     dec = found.get("decomposition")
     if dec is not None:
-        g.extra["decomposition"] = {k: (round(v, 8) if isinstance(v, float) else v) for k, v in dec.items()}
+        g.extra["decomposition"] = {
+            **dec,
+            "whole": round(dec["whole"], 8),
+            "combined": round(dec["combined"], 8),
+            "gap": round(dec["gap"], 8),
+            "floor": round(dec["floor"], 8),
+        }
     floor = max(8 * dec["floor"], 1e-6 if tol <= 1e-4 else tol / 10) if dec else 0.0
     if dec is not None and (dec["gap"] > floor or dec["source"]):
         batch_level(ctx, g, name, pct, dec, declared)
@@ -345,7 +364,7 @@ def _verdict(
     )
 
 
-def batch_level(ctx: Context, g: Gate, name: str, pct: str, dec: dict[str, Any], declared: str) -> None:
+def batch_level(ctx: Context, g: Gate, name: str, pct: str, dec: ev.Decomposition, declared: str) -> None:
     """The loss does not decompose over examples: expected for the objectives that say or show so, else a warning."""
     tr = ctx.trainer
     n, m = tr.accumulation, tr.microbatch
@@ -374,8 +393,8 @@ def batch_level(ctx: Context, g: Gate, name: str, pct: str, dec: dict[str, Any],
     )
 
 
-def inputs(ctx: Context) -> dict[str, Any]:
-    return {"accumulation": int(ctx.params.get("accumulation") or 1)}
+def inputs(ctx: Context) -> dict[str, ev.JSON]:
+    return {"accumulation": ctx.settings.accumulation}
 
 
 PHASE = Phase(

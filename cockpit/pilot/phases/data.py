@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from ... import events as ev
 from .. import inspection
 from ..context import Context
 from ..datascan import SCAN_SECONDS, SplitScan, collate, ids_text, scan, share_text
@@ -392,7 +393,7 @@ def _ignored_batches(ctx: Context, g: Gate, s: SplitScan) -> None:
     )
 
 
-def inputs(ctx: Context) -> dict[str, Any]:
+def inputs(ctx: Context) -> dict[str, ev.JSON]:
     return {"microbatch": ctx.params["microbatch"], "max_length": ctx.max_length()}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from ... import events as ev
 from ..context import Context
 from ..datascan import SplitScan, ids_text
 from ..gate import Gate, Phase
@@ -121,7 +122,7 @@ def _identical_inputs(ctx: Context, g: Gate) -> None:
     )
 
 
-def inputs(ctx: Context) -> dict[str, Any]:
+def inputs(ctx: Context) -> dict[str, ev.JSON]:
     return {"group_unit": ctx.the_task.group_unit}
 
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..context import Context
 from ..gate import Gate, Phase
+from ..microsteps import ChildFound
 
 
 def run(ctx: Context, g: Gate) -> None:
     tr = ctx.trainer
     k = int(ctx.pilot_cfg.get("updates_after_resume", 2))
-    g.inputs.update({"from_step": ctx.saved["step"], "updates": k})
+    g.inputs.update({"from_step": ctx.saved_state["step"], "updates": k})
     losses = []
     for _ in range(k):
         out = tr.update()
@@ -26,9 +25,9 @@ def run(ctx: Context, g: Gate) -> None:
     g.extra["child_peak"] = data.get("peak")
 
 
-def compare(ctx: Context, g: Gate, data: dict[str, Any], losses: list[float]) -> None:
+def compare(ctx: Context, g: Gate, data: ChildFound, losses: list[float]) -> None:
     """What the resumed process found against what the uninterrupted pilot did."""
-    saved = ctx.saved
+    saved = ctx.saved_state
     g.check("step restored", data["step"] == saved["step"], f"step {data['step']} (saved {saved['step']})")
     g.check("learning rate restored", data["lr"] == saved["lr"], f"lr {data['lr']:.3g}")
     g.check(

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
+from ... import events as ev
 from ... import machine
 from ..context import Context
 from ..gate import Gate, Phase
@@ -59,7 +58,7 @@ def run(ctx: Context, g: Gate) -> None:
         )
 
 
-def inputs(ctx: Context) -> dict[str, Any]:
+def inputs(ctx: Context) -> dict[str, ev.JSON]:
     return {"device": str(ctx.device), "precision": ctx.params.get("precision")}
 
 

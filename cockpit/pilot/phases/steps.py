@@ -12,13 +12,14 @@ names defined here.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 
+from ... import events as ev
 from .. import outputs
 from ..context import Context
 from ..gate import Gate, Phase
+from ..microsteps import Accumulation, FirstUpdate
 from ..trainer import NonFinite, user
 from . import semantics
 
@@ -36,13 +37,9 @@ def param_fingerprint(model: torch.nn.Module) -> dict[str, tuple[float, ...]]:
     return out
 
 
-def base_inputs(ctx: Context) -> dict[str, Any]:
-    p = ctx.params
-    return {
-        "microbatch": int(p["microbatch"]),
-        "accumulation": int(p.get("accumulation") or 1),
-        "precision": p.get("precision") or "fp32",
-    }
+def base_inputs(ctx: Context) -> dict[str, ev.JSON]:
+    s = ctx.settings
+    return {"microbatch": s.microbatch, "accumulation": s.accumulation, "precision": s.precision}
 
 
 # --------------------------------------------------------------------------- forward
@@ -50,28 +47,25 @@ def base_inputs(ctx: Context) -> dict[str, Any]:
 
 def forward(ctx: Context, g: Gate) -> None:
     ctx.meter.take_baseline()  # before the model loads: what the process and the GPUs hold already
-    tr, st = ctx.trainer, ctx.steps
+    tr = ctx.trainer
     tr.build(allow_frozen=True)  # nothing requiring grad is the backward gate's finding, not a crash here
     n_params = sum(p.numel() for p in tr.model.parameters())
     n_train = sum(p.numel() for n, p in tr.model.named_parameters() if n in tr.trainable_names)
     g.inputs.update({"parameters": n_params, "trainable": n_train})
-    st["before"] = param_fingerprint(tr.model)
+    before = param_fingerprint(tr.model)
     mbs = tr.next_microbatches()
-    st["mbs"] = mbs
     g.inputs.update(ctx.batch_inputs(mbs[0]))
     g.inputs.update({"optimizer": tr.optimizer_source, "scheduler": tr.scheduler_source})
     tr.model.train()
     if tr.optimizer is not None:
         tr.optimizer.zero_grad(set_to_none=True)
-    batch = tr.collate(mbs[0])
-    if tr.ddp is not None and len(mbs) > 1:
-        st["no_sync"] = tr.ddp.no_sync()  # not the last microbatch: no all-reduce yet
-        st["no_sync"].__enter__()
+    acc = Accumulation(tr, mbs)
+    ctx.first = FirstUpdate(before=before, microbatches=mbs, accumulation=acc)
     with outputs.capture(tr.model) as cap, semantics.dtypes_seen() as dtypes:
-        lo = tr.loss_call(batch)
+        taken = acc.forward()  # under DDP's no_sync until its backward, when the update has more microbatches
+    batch, lo = taken.batch, taken.loss
     value, count = lo.value, lo.count
     g.inputs["loss"] = lo.form
-    st["value"], st["count"] = value, count
     ok_shape = value.dim() == 0
     g.check(
         "loss is a scalar",
@@ -134,21 +128,14 @@ def initial_loss(ctx: Context, g: Gate, loss: float) -> None:
 
 
 def backward(ctx: Context, g: Gate) -> None:
-    tr, st = ctx.trainer, ctx.steps
+    tr, first = ctx.trainer, ctx.first_update
+    acc = first.accumulation
     if tr.nothing_trains:
-        if "no_sync" in st:
-            st.pop("no_sync").__exit__(None, None, None)
+        acc.close()
         g.fail("something trains", tr.nothing_trains)
         g.message = f"nothing to train: {tr.nothing_trains}"
         return
-    value, count = st["value"], st["count"]
-    n = len(st["mbs"])
-    scaled = value if count is not None else value / n
-    if tr.scaler is not None:
-        scaled = tr.scaler.scale(scaled)
-    scaled.backward()
-    if "no_sync" in st:
-        st.pop("no_sync").__exit__(None, None, None)
+    acc.backward()
     missing, nonfinite, frozen_grad = [], [], []
     for name, p in tr.model.named_parameters():
         if name in tr.trainable_names:
@@ -180,10 +167,6 @@ def backward(ctx: Context, g: Gate) -> None:
         not frozen_grad,
         "none" if not frozen_grad else f"{', '.join(frozen_grad[:4])} have gradients",
     )
-    st["count_total"] = float(count) if count is not None else None
-    st["loss_sum"] = float(value.detach()) if count is not None else None
-    st["means"] = [float(value.detach())] if count is None else []
-    del st["value"]
 
 
 def trainable_as_declared(ctx: Context, g: Gate) -> None:

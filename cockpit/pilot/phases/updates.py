@@ -8,63 +8,37 @@ its updates are timed for the time per update.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from typing import Any
 
 import torch
 
+from ... import events as ev
 from .. import dist as dist_
 from ..context import Context
 from ..gate import Gate, Phase
+from ..microsteps import Updated
 from ..stillness import classify
-from ..trainer import NonFinite
 from .steps import _names, base_inputs, param_fingerprint
 
 # --------------------------------------------------------------------------- the first optimizer step
 
 
 def update_first(ctx: Context, g: Gate) -> None:
-    tr, st = ctx.trainer, ctx.steps
-    mbs = st["mbs"]
+    tr, first = ctx.trainer, ctx.first_update
+    mbs = first.microbatches
     n = len(mbs)
     t0 = time.perf_counter()
-    for i, mb in enumerate(mbs[1:], start=1):
-        batch = tr.collate(mb)
-        # under DDP, gradients are all-reduced only on the update's last microbatch
-        ctx_ = tr.ddp.no_sync() if (tr.ddp is not None and i < n - 1) else contextlib.nullcontext()
-        with ctx_:
-            value, count = tr.loss_of(batch)
-            v = float(value.detach())
-            if not math.isfinite(v):
-                raise NonFinite("loss", v, 1)
-            if count is None:
-                st["means"].append(v)
-                scaled = value / n
-            else:
-                st["loss_sum"] += v
-                st["count_total"] += float(count)
-                scaled = value
-            if tr.scaler is not None:
-                scaled = tr.scaler.scale(scaled)
-            scaled.backward()
-    if tr.scaler is not None:
-        tr.scaler.unscale_(tr.optimizer)
-    if st["count_total"] is not None:
-        for p in tr.model.parameters():
-            if p.grad is not None:
-                p.grad.div_(tr.reduce_count(st["count_total"]))
-        loss = st["loss_sum"] / st["count_total"]
-    else:
-        loss = sum(st["means"]) / n
+    first.accumulation.rest()  # the update's other microbatches, as Trainer.accumulate walks them
+    loss = first.accumulation.finish()["loss"]
     scale_before = tr.scaler.get_scale() if tr.scaler is not None else None
-    out = tr.apply()
+    applied = tr.apply()
     skipped = tr.scaler is not None and scale_before is not None and tr.scaler.get_scale() < scale_before
-    out.update(step=tr.step, loss=loss, examples=sum(len(m) for m in mbs), duration_s=time.perf_counter() - t0)
-    ctx.step_event(out, "update_first")
+    out: Updated = {**applied, "step": tr.step, "loss": loss, "examples": sum(len(m) for m in mbs), "count": None}
+    ctx.step_event(out, "update_first", time.perf_counter() - t0)
     after = param_fingerprint(tr.model)
-    before = st["before"]
+    before = first.before
     changed = [n_ for n_ in tr.trainable_names if after[n_] != before[n_]]
     frozen_changed = [n_ for n_ in after if n_ not in tr.trainable_names and after[n_] != before[n_]]
     unchanged = sorted(set(tr.trainable_names) - set(changed))
@@ -74,8 +48,8 @@ def update_first(ctx: Context, g: Gate) -> None:
     zero = still.no_gradient
     if not skipped:
         unchanged = [n_ for n_ in unchanged if n_ not in still.cancelled]  # the loss does not depend on them
-        st["zero_first"] = {n_: after[n_] for n_ in zero}
-        unchanged = [n_ for n_ in unchanged if n_ not in st["zero_first"]]
+        first.zero_first = {n_: after[n_] for n_ in zero}
+        unchanged = [n_ for n_ in unchanged if n_ not in first.zero_first]
     if skipped and tr.scaler is not None:
         # fp16: gradients overflowed at the scaler's initial scale, so it skipped this step and
         # halved the scale. Normal for a few steps; a warning, since nothing was updated yet.
@@ -113,7 +87,7 @@ def update_first(ctx: Context, g: Gate) -> None:
     g.check("step counted", tr.step == 1, f"step {tr.step}")
     n_state = len(tr.optimizer.state)
     if not skipped:
-        stateless = tr.params.get("optimizer") == "sgd" and not tr.params.get("momentum")
+        stateless = tr.settings.optimizer == "sgd" and not tr.settings.momentum
         g.check("optimizer state allocated", n_state > 0 or stateless, f"state for {n_state} parameter tensors")
     optimizer_holds_trainable(ctx, g)
     g.check("gradient accumulation", True, f"{n} microbatches of {len(mbs[0])} per update")
@@ -206,8 +180,8 @@ def optimizer_holds_trainable(ctx: Context, g: Gate) -> None:
 def effective_batch(ctx: Context, g: Gate, micro: int, accum: int) -> None:
     from ...arithmetic import BatchPlan
 
-    declared = int(ctx.params.get("data_replicas") or 1)
-    plan = BatchPlan(micro, accum, ctx.world, int(ctx.params.get("model_parallel") or 1))
+    declared = ctx.settings.data_replicas
+    plan = BatchPlan(micro, accum, ctx.world, ctx.settings.model_parallel)
     g.inputs["examples_per_update"] = plan.examples_per_update
     if declared == ctx.world:
         g.check("effective batch", True, f"{plan.examples_per_update} = {micro} x {accum} x {ctx.world} replica(s)")
@@ -253,13 +227,13 @@ def update_second(ctx: Context, g: Gate) -> None:
         if i == 0:
             g.inputs.update(ctx.batch_inputs(mbs[0]))
         out = tr.update(mbs)
-        out["duration_s"] = time.perf_counter() - t0
-        ctx.step_event(out, "update_second")
-        times.append(out["duration_s"])
+        took = time.perf_counter() - t0
+        ctx.step_event(out, "update_second", took)
+        times.append(took)
         losses.append(out["loss"])
     g.inputs["timed_updates"] = k
     g.check("step counted", tr.step == 1 + k, f"step {tr.step}")
-    zero_first = ctx.steps.get("zero_first") or {}
+    zero_first = ctx.first.zero_first if ctx.first is not None else {}
     if zero_first:
         now = param_fingerprint(tr.model)
         still = sorted(n for n, fp in zero_first.items() if now[n] == fp)
@@ -292,7 +266,7 @@ def update_second(ctx: Context, g: Gate) -> None:
     g.extra["first_step_peak"] = ctx.peak("update_first")
 
 
-def _second_vs_first(ctx: Context, g: Gate, mem: dict[str, Any]) -> None:
+def _second_vs_first(ctx: Context, g: Gate, mem: ev.Mem) -> None:
     from ... import runs
 
     p1, p2 = ctx.peak("update_first"), runs.mem_peak(mem)[0]

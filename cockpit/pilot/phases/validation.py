@@ -12,7 +12,7 @@ from ... import events as ev
 from .. import carried, inspection
 from ..context import Context
 from ..gate import Gate, Phase
-from ..predictions import predict_pass
+from ..predictions import PredictionRow, predict_pass
 from ..rng import rng_state, set_rng_state
 
 
@@ -74,9 +74,7 @@ def run(ctx: Context, g: Gate) -> None:
     generated = [r for r in rows if "generated" in r]
     if generated:
         g.extra["predictions"]["generated"] = len(generated)
-        g.extra["generated"] = [
-            {k: r.get(k) for k in ("id", "input", "target", "generated") if r.get(k) is not None} for r in generated[:3]
-        ]
+        g.extra["generated"] = [_shown(r) for r in generated[:3]]
         if ctx.rank == 0:
             inspection.add_generated(ctx)  # the data view shows it beside the target
     g.extra["val_loss"] = out["loss"]
@@ -189,3 +187,9 @@ PHASE = Phase(
     checks=("eval mode", "no grad", "complete outputs", "finite loss", "deterministic", "training mode restored"),
     doc="eval mode, no grad, whole split, complete outputs",
 )
+
+
+def _shown(r: PredictionRow) -> dict[str, ev.JSON]:
+    """A generated row as the gate shows it: its id, input, target and generated text, those it has."""
+    picked = {"id": r.get("id"), "input": r.get("input"), "target": r.get("target"), "generated": r.get("generated")}
+    return {k: v for k, v in picked.items() if v is not None}

@@ -6,6 +6,7 @@ import math
 import time
 from typing import Any
 
+from ... import events as ev
 from ..context import Context
 from ..gate import Gate, Phase
 
@@ -24,13 +25,12 @@ def run(ctx: Context, g: Gate) -> None:
     g.inputs.update(ctx.batch_inputs(worst))
     t0 = time.perf_counter()
     out = tr.update([worst] * tr.accumulation)
-    out["duration_s"] = time.perf_counter() - t0
-    ctx.step_event(out, "worst_case")
+    ctx.step_event(out, "worst_case", time.perf_counter() - t0)
     g.check("finite loss", math.isfinite(out["loss"]), f"loss {out['loss']:.4f}")
     g.extra["typical_peak"] = ctx.peak("update_second")
 
 
-def _vs_typical(ctx: Context, g: Gate, mem: dict[str, Any]) -> None:
+def _vs_typical(ctx: Context, g: Gate, mem: ev.Mem) -> None:
     from ... import runs
 
     w, t = runs.mem_peak(mem)[0], ctx.peak("update_second")
@@ -38,8 +38,8 @@ def _vs_typical(ctx: Context, g: Gate, mem: dict[str, Any]) -> None:
         g.extra["worst_vs_typical"] = w / t
 
 
-def inputs(ctx: Context) -> dict[str, Any]:
-    return {"accumulation": int(ctx.params.get("accumulation") or 1)}
+def inputs(ctx: Context) -> dict[str, ev.JSON]:
+    return {"accumulation": ctx.settings.accumulation}
 
 
 PHASE = Phase(

@@ -1,0 +1,97 @@
+"""A variant's effective settings, read through one accessor per setting.
+
+The notebook's ``[training]``, ``[batch]`` and ``[task.params]`` with the variant's overrides on top are one flat
+mapping (:meth:`Notebook.params`): it is what a run freezes in ``run.toml`` and what the task's functions receive.
+:class:`Settings` wraps that mapping once; the pilot, the series, the sheet and the plan ask it for a setting
+(``settings.accumulation``) instead of each spelling the setting's default (``int(p.get("accumulation") or 1)``).
+The mapping itself is still there, unchanged, as :attr:`Settings.params`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .model import Notebook
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One variant's effective settings (or a run's, from its frozen ``params``)."""
+
+    params: Mapping[str, Any]  # the flat mapping the task's functions receive, as the notebook or run.toml says
+
+    @classmethod
+    def of(cls, nb: Notebook, variant: str | None = None) -> Settings:
+        """The variant's settings (the reference's when ``variant`` is None), made from the notebook."""
+        return cls(nb.params(variant))
+
+    def flat(self) -> dict[str, Any]:
+        """A copy of the flat mapping, for the task's functions and for run.toml."""
+        return dict(self.params)
+
+    # ---- batch
+
+    @property
+    def microbatch(self) -> int:
+        return int(self.params["microbatch"])
+
+    @property
+    def accumulation(self) -> int:
+        """Microbatches per update (absent or 0: one)."""
+        return int(self.params.get("accumulation") or 1)
+
+    @property
+    def eval_microbatch(self) -> int:
+        """The validation microbatch (absent: the training one)."""
+        return int(self.params.get("eval_microbatch") or self.microbatch)
+
+    @property
+    def data_replicas(self) -> int:
+        return int(self.params.get("data_replicas") or 1)
+
+    @property
+    def model_parallel(self) -> int:
+        return int(self.params.get("model_parallel") or 1)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one run of the variant uses: data replicas times model-parallel ways."""
+        return self.data_replicas * self.model_parallel
+
+    @property
+    def per_update(self) -> int:
+        """Examples per update over every replica."""
+        return self.microbatch * self.accumulation * self.data_replicas
+
+    @property
+    def updates(self) -> int | None:
+        u = self.params.get("updates")
+        return int(u) if u else None
+
+    # ---- training
+
+    @property
+    def precision(self) -> str:
+        """fp32, bf16 or fp16 (absent: fp32)."""
+        return str(self.params.get("precision") or "fp32")
+
+    @property
+    def device(self) -> str | None:
+        d = self.params.get("device")
+        return str(d) if d is not None else None
+
+    @property
+    def optimizer(self) -> str | None:
+        o = self.params.get("optimizer")
+        return str(o) if o is not None else None
+
+    @property
+    def momentum(self) -> float:
+        return float(self.params.get("momentum") or 0.0)
+
+    @property
+    def grad_clip(self) -> float:
+        """The gradient norm clipped to (0, or absent: no clipping)."""
+        return float(self.params.get("grad_clip") or 0.0)

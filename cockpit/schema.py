@@ -1,0 +1,271 @@
+"""The typed records of the event schema: what each event carries, every field a writer writes.
+
+Pure Python (no torch, no textual): the writers (the pilot, a probe) fill these, the readers (runs, the TUI, the
+sheet, compare) read them; :mod:`cockpit.events` is the module both import, and re-exports them. A gate's own
+figures (``machine``, ``step_time``, ``truncation``, ...) are declared in :class:`GateExtras`, one field each, so a
+reader looks a figure up by a name the schema holds instead of guessing where a writer put it. The schema's version
+is :data:`SCHEMA_VERSION`; every event carries it as ``v``.
+
+Free-form JSON (a task's own inputs, the software stack's report) is :data:`JSON`, a recursive value type, never an
+unchecked ``Any``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, TypeAlias, TypedDict
+
+if TYPE_CHECKING:  # typing.NotRequired is Python 3.11; annotations here are never evaluated
+    from typing import NotRequired
+
+SCHEMA_VERSION = 1
+
+# A JSON value as json.loads returns it, or as a writer hands it to json.dumps (tuples and mappings allowed).
+JSON: TypeAlias = None | bool | int | float | str | Sequence["JSON"] | Mapping[str, "JSON"]
+JSONObject = Mapping[str, JSON]
+
+
+class TorchCounters(TypedDict):
+    """torch's allocator on the run's GPU, in bytes."""
+
+    allocated: int
+    reserved: int
+    peak_allocated: int
+    peak_reserved: int
+
+
+class GpuMemory(TypedDict):
+    """One GPU as NVML sees it: everything every process holds, in bytes."""
+
+    index: int
+    name: str
+    used: int
+    total: int
+
+
+class GpuSample(TypedDict):
+    index: int
+    used: int
+    total: int
+    util: int | None
+
+
+class Baseline(TypedDict):
+    """What the process and the GPUs held before the model loaded."""
+
+    torch_allocated: int | None
+    nvml_used: list[int] | None
+    rss: int
+
+
+class Mem(TypedDict):
+    """One measurement within a phase's bounds (a gate's and a run_end's ``mem``); None: not measured here."""
+
+    torch: TorchCounters | None
+    nvml: list[GpuMemory] | None
+    rss: int
+    rss_peak: int
+    baseline: Baseline | None
+
+
+class SampleFields(TypedDict):
+    """A background sample, for live charts."""
+
+    phase: str
+    rss: int
+    nvml: list[GpuSample] | None
+    torch: Mapping[str, int] | None  # allocated, reserved
+
+
+class PeakSummary(TypedDict):
+    """A training run's peak over the whole run (metrics.json's ``peak``), with the counter named."""
+
+    peak_allocated: int | None
+    peak_reserved: int | None
+    rss_peak: int | None
+    counter: str
+
+
+class Check(TypedDict):
+    """One check of a gate: its name, whether it held, what it measured; ``warn``: its failure is a warning;
+    ``na``: its precondition did not hold, so it measured nothing (never a pass)."""
+
+    name: str
+    ok: bool
+    detail: str
+    warn: NotRequired[bool]
+    na: NotRequired[bool]
+
+
+class InitialLoss(TypedDict):
+    loss: float
+    uniform: float
+    classes: int
+    ratio: float
+
+
+class StepTime(TypedDict):
+    """Seconds per update over the timed updates: median, spread and the samples."""
+
+    median: float
+    min: float
+    max: float
+    n: int
+    samples: list[float]
+
+
+class Truncation(TypedDict):
+    """What cropping to max_length costs the train split."""
+
+    examples: int
+    lose_target_tokens: int
+    no_target_left: NotRequired[int]
+    longer_than_max: NotRequired[int]
+    max_length: NotRequired[int | None]
+
+
+class OptimizerState(TypedDict):
+    parameters_with_state: int
+    tensors: int
+    bytes: int
+    trainable_values: int
+    parameter_values: int
+    adapter: JSON
+
+
+class Predictions(TypedDict):
+    rows: int
+    seconds: float
+    metrics: JSONObject
+    generated: NotRequired[int]
+
+
+class Determinism(TypedDict):
+    twice: list[float]
+    replayed: list[float]
+    model_draws: bool
+    carried: NotRequired[list[str]]
+
+
+class Inspected(TypedDict):
+    file: str
+    examples: int
+
+
+class Decomposition(TypedDict):
+    """The whole batch's loss against its microbatches' combined, the relative gap and the arithmetic's noise
+    floor, and a batch-level term the model's output names ("" if none)."""
+
+    whole: float
+    combined: float
+    gap: float
+    floor: float
+    source: str
+
+
+class OverfitRetry(TypedDict):
+    lr: float
+    steps: int
+    last: float | None
+
+
+class RunEndFigures(TypedDict, total=False):
+    """What a run process adds to its run_end: a pilot, the inputs of the phase it ended in; a training run, its
+    updates and its memory over the whole run."""
+
+    inputs: JSONObject
+    updates: int
+    mem: Mem | None
+
+
+class GateExtras(TypedDict, total=False):
+    """A gate's own figures, beside its checks. Each phase writes the ones it measures."""
+
+    machine: JSONObject  # the CPU load during the phase (cockpit.machine.CpuWatch), gpu_others on a GPU
+    busy: str  # the load in words, when other processes made the machine busy
+    stack: JSONObject  # stack: the software stack found
+    gpu_others: JSON  # stack: other processes' memory on the GPUs
+    data_revision: JSONObject  # data: the hash over every example
+    truncation: Truncation  # data
+    inspect: Inspected  # data: the inspect file written
+    class_counts: JSONObject  # data: per split, per class
+    initial_loss: InitialLoss  # forward
+    optimizer_state: OptimizerState  # update_first
+    step_time: StepTime  # update_second (and a probe's training)
+    first_step_peak: int | None  # update_second
+    peak_vs_first: float  # update_second
+    relative_difference: float  # accumulation
+    decomposition: Decomposition  # accumulation: whether the loss decomposes over examples
+    typical_peak: int | None  # worst_case
+    worst_vs_typical: float  # worst_case
+    overfit: JSONObject  # overfit: the loss curve and its judgement
+    overfit_retry: OverfitRetry  # overfit: the rate that diverged first
+    predictions: Predictions  # validation
+    generated: JSON  # validation: a few generated texts
+    val_loss: float | None  # validation
+    determinism: Determinism  # validation
+    bytes: int  # save, export
+    base: JSONObject  # export: an adapter's base, recorded by identity
+    child_peak: int | None  # resume: the new process's peak
+    files: list[str]  # a probe's save: the files written
+    loss: float | None  # a probe's training
+
+
+class GateFields(TypedDict):
+    """What every gate event carries beside ``v``, ``t`` and ``kind``."""
+
+    phase: str
+    verdict: str
+    checks: list[Check]
+    inputs: JSONObject
+    remedy: str
+    message: str
+    duration_s: float
+    mem: Mem | JSONObject  # a probe's gates carry the figures its script reported
+
+
+class GateEvent(GateFields, GateExtras):
+    """A whole gate event's payload: its fields and its figures."""
+
+
+class RunEndFields(TypedDict):
+    """What every ``run_end`` carries beside ``v``, ``t`` and ``kind`` (a run process adds ``duration_s`` and its
+    kind's own figures)."""
+
+    status: str
+    stop_reason: str
+    phase: str | None
+    message: str
+    exit_code: int
+
+
+GATE_EXTRAS = frozenset(GateExtras.__annotations__)
+
+__all__ = [
+    "RunEndFigures",
+    "Baseline",
+    "Check",
+    "Decomposition",
+    "Determinism",
+    "GATE_EXTRAS",
+    "GateEvent",
+    "GateExtras",
+    "GateFields",
+    "GpuMemory",
+    "GpuSample",
+    "InitialLoss",
+    "Inspected",
+    "JSON",
+    "JSONObject",
+    "Mem",
+    "OptimizerState",
+    "OverfitRetry",
+    "PeakSummary",
+    "Predictions",
+    "RunEndFields",
+    "SCHEMA_VERSION",
+    "SampleFields",
+    "StepTime",
+    "TorchCounters",
+    "Truncation",
+]
