@@ -8,7 +8,7 @@ from typing import Any
 from .. import arithmetic, runs
 from .. import events as ev
 from .. import notebook as nbm
-from .quality import MEMORY_KNOBS, Group, _differences
+from .quality import MEMORY_KNOBS, Group, differences_text
 
 
 @dataclass
@@ -88,7 +88,7 @@ def pilot_memory(nb: nbm.Notebook, vid: str, all_runs: list[runs.RunFiles] | Non
     if max_length is None and isinstance(params.get("max_length"), int):
         max_length = params["max_length"]
     frozen = pilot.frozen.get("params", {})
-    note = _differences(frozen, params)
+    note = differences_text(frozen, params)
     if pilot.probed:
         command = str((pilot.run_start.get("probe") or {}).get("command") or "the script")
         note = f"probe {pilot.id} measured `{command}` with its own settings, not the notebook's"

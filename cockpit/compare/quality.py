@@ -91,7 +91,7 @@ class TrainRun:
     superseded_by: str = ""
 
 
-def _differences(got: dict[str, Any], want: dict[str, Any]) -> str:
+def differences_text(got: dict[str, Any], want: dict[str, Any]) -> str:
     keys = sorted(set(got) | set(want))
     parts = []
     for k in keys:
@@ -130,7 +130,7 @@ def train_runs(nb: nbm.Notebook, all_runs: list[runs.RunFiles] | None = None) ->
                 wanted[vid] = {k: v for k, v in nb.params(vid).items() if v is not None}
             except nbm.NotebookError:
                 wanted[vid] = {}
-        tag = _differences(params, wanted[vid]) if wanted[vid] else "variant no longer in the notebook"
+        tag = differences_text(params, wanted[vid]) if wanted[vid] else "variant no longer in the notebook"
         rev = int((st.frozen.get("protocol") or {}).get("revision", 1))
         if rev != nb.campaign.protocol_revision:  # other rules: never pooled with the current revision's runs
             tag = "; ".join(x for x in (f"protocol revision {rev} (now {nb.campaign.protocol_revision})", tag) if x)

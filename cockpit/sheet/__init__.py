@@ -25,13 +25,13 @@ from .. import estimates, runs
 from .. import notebook as nbm
 from ..errors import CockpitError
 from .phases import (
-    _inputs_text,
-    _max_dimensions,
-    _others_on_gpu,
-    _probed_dimensions,
-    _strategy,
-    _truncation,
+    dimensions_of_pilot,
+    dimensions_of_probe,
+    inputs_text,
+    others_on_gpu,
     phase_rows,
+    strategy_of,
+    truncated_examples,
 )
 from .results import Spread, expected_result, fmt_spread, metric_value, spread
 
@@ -180,7 +180,7 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
         stack_detail = f"{build_s} on {stack.get('device', 'cpu')}: no GPU was used by this {pilot.noun}" + (
             f" (NVML: {stack['nvml_error']})" if stack.get("nvml_error") else ""
         )
-    strategy, ngpus = _strategy(nb, params)
+    strategy, ngpus = strategy_of(nb, params)
     sheet = Sheet(
         campaign=nb.campaign.name,
         variant=vid,
@@ -207,7 +207,7 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
         sheet.strategy, sheet.gpus = "one GPU", 1
     rows = phase_rows(pilot)
     sheet.phases = rows
-    sheet.max_dimensions = _probed_dimensions(pilot) if pilot.probed else _max_dimensions(pilot)
+    sheet.max_dimensions = dimensions_of_probe(pilot) if pilot.probed else dimensions_of_pilot(pilot)
     sheet.optimizer_state = _optimizer_state(pilot)
     saved = estimates.load(cdir, vid)
     if saved is not None:
@@ -233,7 +233,7 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
         at_peak = [r for r in both if r is top]
         if at_peak or both:
             src = at_peak[0] if at_peak else max(both, key=lambda r: r["nvml_used"] - r["reserved"])
-            others = _others_on_gpu(pilot, src["phase"], str(stack.get("device", "cuda:0")))
+            others = others_on_gpu(pilot, src["phase"], str(stack.get("device", "cuda:0")))
             sheet.context_mib = max(0.0, src["nvml_used"] - others - src["reserved"]) / MIB
             sheet.others_mib = others / MIB
             sheet.context_source = (
@@ -260,9 +260,9 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
 
     # A variant that fits only because its inputs are cut is another experiment.
     if not nb.variant(vid).reference:
-        lost = _truncation(pilot)
+        lost = truncated_examples(pilot)
         ref_pilot = latest_passed_pilot(all_runs, nb.reference.id)
-        ref_lost = _truncation(ref_pilot)
+        ref_lost = truncated_examples(ref_pilot)
         if lost and lost > 0 and not ref_lost:
             sheet.same_experiment = False
             ref_text = (
@@ -334,7 +334,7 @@ def render(s: Sheet) -> list[str]:
         rank = f", rank {s.peak_rank}" if s.peak_rank is not None else ""
         out.append(
             f"- peak per GPU: {_mib(s.peak_reserved_mib)} torch peak reserved in phase "
-            f"**{s.peak_phase}**{rank} with inputs {_inputs_text(s.peak_inputs)}"
+            f"**{s.peak_phase}**{rank} with inputs {inputs_text(s.peak_inputs)}"
         )
         out.append(f"- CUDA context: {_mib(s.context_mib)}, {s.context_source}")
         if s.others_mib:
@@ -356,7 +356,7 @@ def render(s: Sheet) -> list[str]:
         if s.rss_peak_mib is not None:
             out.append(
                 f"- process RSS peaked at {_mib(s.rss_peak_mib)} in phase **{s.rss_phase}** with "
-                f"inputs {_inputs_text(s.rss_inputs)} (host memory, not GPU memory)"
+                f"inputs {inputs_text(s.rss_inputs)} (host memory, not GPU memory)"
             )
     if s.optimizer_state:
         out.append(f"- optimizer state: {s.optimizer_state}")

@@ -10,7 +10,7 @@ from ..notebook.settings import Settings
 from ..runs import RunFiles
 
 
-def _inputs_text(inputs: dict[str, Any]) -> str:
+def inputs_text(inputs: dict[str, Any]) -> str:
     parts = []
     for k, v in inputs.items():
         if k == "ids":
@@ -62,7 +62,7 @@ def phase_rows(run: RunFiles) -> list[dict[str, Any]]:
     return out
 
 
-def _truncation(run: RunFiles | None) -> int | None:
+def truncated_examples(run: RunFiles | None) -> int | None:
     """Target tokens lost to truncation, as the data gate recorded it (None: not recorded)."""
     if run is None:
         return None
@@ -74,7 +74,7 @@ def _truncation(run: RunFiles | None) -> int | None:
     return int(lost) if isinstance(lost, (int, float)) and not isinstance(lost, bool) else None
 
 
-def _strategy(nb: nbm.Notebook, params: dict[str, Any]) -> tuple[str, int]:
+def strategy_of(nb: nbm.Notebook, params: dict[str, Any]) -> tuple[str, int]:
     s = Settings(params)
     replicas, mp = s.data_replicas, s.model_parallel
     gpus = replicas * mp
@@ -85,7 +85,7 @@ def _strategy(nb: nbm.Notebook, params: dict[str, Any]) -> tuple[str, int]:
     return ("FSDP" if mp > 1 else "DDP"), gpus
 
 
-def _probed_dimensions(run: RunFiles) -> str:
+def dimensions_of_probe(run: RunFiles) -> str:
     """What a probe measured: the script's own batches, not the worst case the campaign can produce."""
     i = (run.gate("forward") or {}).get("inputs") or {}
     shapes = ", ".join(f"{k} {'x'.join(str(d) for d in v)}" for k, v in (i.get("shapes") or {}).items() if v)
@@ -95,7 +95,7 @@ def _probed_dimensions(run: RunFiles) -> str:
     )
 
 
-def _max_dimensions(run: RunFiles) -> str:
+def dimensions_of_pilot(run: RunFiles) -> str:
     wc = run.gate("worst_case")
     parts = []
     if wc:
@@ -121,7 +121,7 @@ def _max_dimensions(run: RunFiles) -> str:
     return "; ".join(parts)
 
 
-def _others_on_gpu(run: RunFiles, phase: str, device: str) -> int:
+def others_on_gpu(run: RunFiles, phase: str, device: str) -> int:
     """Bytes other processes held on the run's GPU at the end of a phase (the pilot records them per phase)."""
     g = run.gate(phase) or {}
     held = (g.get("machine") or {}).get("gpu_others") or {}

@@ -187,12 +187,12 @@ def trainable_as_declared(ctx: Context, g: Gate) -> None:
     if extra:
         parts.append(
             f"{len(extra)} parameters require grad after build_model but Task.trainable leaves them out, "
-            f"so they would be trained anyway: {_names(extra)}"
+            f"so they would be trained anyway: {short_names(extra)}"
         )
     if frozen:
         parts.append(
             f"{len(frozen)} parameters named by Task.trainable do not require grad, so they would not "
-            f"train: {_names(frozen)}"
+            f"train: {short_names(frozen)}"
         )
     g.check(
         "trainable as declared",
@@ -202,7 +202,7 @@ def trainable_as_declared(ctx: Context, g: Gate) -> None:
     )
 
 
-def _names(names: list[str], k: int = 4) -> str:
+def short_names(names: list[str], k: int = 4) -> str:
     """A few parameter names; when there are many, grouped by their first two components, or, when that
     says nothing (every name under one wrapper, as PEFT's base_model.model), by the name with its layer
     numbers as ``*``."""

@@ -20,7 +20,7 @@ from ..context import Context
 from ..gate import Gate, Phase
 from ..microsteps import Updated
 from ..stillness import classify
-from .steps import _names, base_inputs, param_fingerprint
+from .steps import base_inputs, param_fingerprint, short_names
 
 # --------------------------------------------------------------------------- the first optimizer step
 
@@ -70,7 +70,7 @@ def update_first(ctx: Context, g: Gate) -> None:
             + (f"; unchanged: {', '.join(unchanged[:4])}" if unchanged else "")
             + (
                 f"; {len(zero)} had an exactly zero gradient in this update, so no step could move them "
-                f"({_names(zero)}: a factor multiplied by a zero-initialised one, as LoRA's A while B is zero); "
+                f"({short_names(zero)}: a factor multiplied by a zero-initialised one, as LoRA's A while B is zero); "
                 "the next updates must move them"
                 if zero
                 else ""
@@ -128,7 +128,7 @@ def base_unchanged(ctx: Context, g: Gate, before: dict[str, Any], after: dict[st
         f"{ad.describe()}"
         if not moved
         else f"{len(moved)} parameters of the base model under the PEFT adapter changed in the first update "
-        f"({_names(moved)}): {len(trainable)} base parameters require grad, so the base trains with the adapter, "
+        f"({short_names(moved)}): {len(trainable)} base parameters require grad, so the base trains with the adapter, "
         "and an adapter's checkpoint or export would not hold what changed. Keep the base frozen after "
         "get_peft_model (something set requires_grad on it again), or name those parameters in Task.trainable "
         "if training them beside the adapter is meant",
@@ -165,13 +165,13 @@ def optimizer_holds_trainable(ctx: Context, g: Gate) -> None:
         f"{len(held)} tensors in {len(tr.optimizer.param_groups)} groups ({tr.optimizer_source})"
         if not missing
         else f"{len(missing)} parameters require grad but are in no parameter group of {tr.optimizer_source}: "
-        f"{_names(missing)}; they get gradients and never change: add them, or freeze them in build_model",
+        f"{short_names(missing)}; they get gradients and never change: add them, or freeze them in build_model",
     )
     if frozen:
         g.check(
             "no frozen parameter in the optimizer",
             False,
-            f"{len(frozen)} frozen parameters are in the optimizer: {_names(frozen)}; harmless while they get "
+            f"{len(frozen)} frozen parameters are in the optimizer: {short_names(frozen)}; harmless while they get "
             "no gradient, but say the optimizer was built before freezing or over model.parameters()",
             warn=True,
         )
@@ -243,7 +243,7 @@ def update_second(ctx: Context, g: Gate) -> None:
             f"the {len(zero_first)} parameters whose first gradient was exactly zero changed in the next {k} updates"
             if not still
             else f"{len(still)} trainable parameters never changed in {k + 1} updates, their gradient staying "
-            f"zero ({_names(still)}): they are cut off from the loss (detached, multiplied by something that "
+            f"zero ({short_names(still)}): they are cut off from the loss (detached, multiplied by something that "
             "never moves, or unused); fix the graph or freeze them",
         )
     bad = [i + 2 for i, v in enumerate(losses) if not math.isfinite(v)]
