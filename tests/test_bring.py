@@ -326,6 +326,15 @@ def test_sequence_classification_takes_label_names_from_the_config(tokenizer: An
     assert task.decode(batch, 0) == "one two"
     with pytest.raises(hf.HelperError, match="'medium' is none of the label names"):
         task.collate([{"id": "x", "text": "one", "label": "medium"}], {})
+    with pytest.raises(hf.HelperError, match="label 2.5 is not a class"):  # int() used to truncate it to 2
+        task.collate([{"id": "x", "text": "one", "label": 2.5}], {})
+    with pytest.raises(hf.HelperError, match="some examples of one batch hold one label and others a list"):
+        task.collate([{"text": "one", "label": 1}, {"text": "two", "label": [1]}], {})
+    # several labels per example (problem_type="multi_label_classification"): float multi-hot rows, as HF's
+    # BCE-with-logits loss takes them; the collate used to call int() on the list and raise a TypeError
+    multi = [{"text": "one", "label": [1, 1]}, {"text": "two", "label": ["large"]}, {"text": "six", "label": []}]
+    batch = task.collate(multi, {})
+    assert batch["labels"].dtype == torch.float32 and batch["labels"].tolist() == [[1, 1], [0, 1], [0, 0]]
     with pytest.raises(hf.HelperError, match="no label names"):
         hf.sequence_classification(lambda p: None, tokenizer, data)
     with pytest.raises(hf.HelperError, match="downloads nothing"):

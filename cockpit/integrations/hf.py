@@ -383,15 +383,32 @@ def sequence_classification(
     names = list(label_names)
     index = {n: i for i, n in enumerate(names)}
 
-    def target(e: dict[str, Any]) -> int:
-        if label not in e:
-            raise HelperError(f"example {e.get('id', '?')!r} has no field {label!r} (fields: {', '.join(map(str, e))})")
-        y = e[label]
+    def one(e: dict[str, Any], y: Any) -> int:
         if isinstance(y, str):
             if y not in index:
                 raise HelperError(f"example {e.get('id', '?')!r}: label {y!r} is none of the label names {names}")
             return index[y]
+        if isinstance(y, bool) or not isinstance(y, (int, float)) or y != int(y) or not 0 <= int(y) < len(names):
+            raise HelperError(
+                f"example {e.get('id', '?')!r}: label {y!r} is not a class: give a label name, a class index "
+                f"0..{len(names) - 1}, or for several labels a list of them or a multi-hot list of {len(names)}"
+            )
         return int(y)
+
+    def target(e: dict[str, Any]) -> int | list[float]:
+        """A class index; or, for a multi-label example (a list), the multi-hot row HF's
+        multi_label_classification loss (BCE with logits) takes: a list of 0/1 over every label, or the labels."""
+        if label not in e:
+            raise HelperError(f"example {e.get('id', '?')!r} has no field {label!r} (fields: {', '.join(map(str, e))})")
+        y = e[label]
+        if not isinstance(y, (list, tuple)):
+            return one(e, y)
+        if len(y) == len(names) and all(not isinstance(v, str) and v in (0, 1) for v in y):
+            return [float(v) for v in y]  # already multi-hot
+        row = [0.0] * len(names)
+        for v in y:
+            row[one(e, v)] = 1.0
+        return row
 
     def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
         import torch
@@ -399,10 +416,17 @@ def sequence_classification(
         t = tok()
         feats = [dict(t(str(e[text]), truncation=True, max_length=crop(params))) for e in examples]
         ys = [target(e) for e in examples]
+        multi = [isinstance(y, list) for y in ys]
+        if any(multi) and not all(multi):
+            raise HelperError(
+                f"field {label!r}: some examples of one batch hold one label and others a list; a multi-label task "
+                "gives every example a list (an empty one for none)"
+            )
         if collator is not None:
             return dict(collator([{**f, "labels": y} for f, y in zip(feats, ys, strict=True)]))
         batch = dict(t.pad(feats, return_tensors="pt"))
-        batch["labels"] = torch.tensor(ys, dtype=torch.long)
+        # several labels per example: float multi-hot rows (HF picks BCE with logits for them); else class indices
+        batch["labels"] = torch.tensor(ys, dtype=torch.float if any(multi) else torch.long)
         return batch
 
     def build(params: dict[str, Any]) -> Any:
