@@ -79,6 +79,11 @@ def data_gate(ctx: Context, g: Gate) -> None:
         if len(splits.get(name, []))
     }
     ctx.scans = scans  # the leakage and overfit gates reuse what was learned here
+    targets = labelmap.layout(task, batch.get(task.label_key)) if task.kind == "classification" else "example"
+    dense = None
+    if targets != "example" and all(s.labelled for s in scans.values()):  # a class per position, or multi-hot
+        again = time.monotonic() + float(task.extras.get("scan_seconds", SCAN_SECONDS))  # a budget of its own
+        dense = labelmap.dense_targets(ctx, scans, splits, targets, again)
     _batch_checks(ctx, g, scans, ml, encdec)
     semantics.collate_deterministic(ctx, g, first)
     semantics.rows_distinct(g, first, batch)
@@ -92,7 +97,7 @@ def data_gate(ctx: Context, g: Gate) -> None:
         _unlabelled(ctx, g)
         return _finish(ctx, g, scans)
     if task.kind == "classification":
-        labelmap.label_checks(ctx, g, scans)
+        labelmap.label_checks(ctx, g, scans, dense)
     if task.kind == "generation":
         _truncation_checks(ctx, g, scans["train"], ml)
     _ignored_batches(ctx, g, scans["train"])
