@@ -70,7 +70,7 @@ def data_gate(ctx: Context, g: Gate) -> None:
     labelled = torch.is_tensor(batch.get(task.label_key))
     # the model, built apart, tells an encoder-decoder and where the loss scores each target (alignment.py)
     probe = alignment.build_probe(ctx) if labelled and task.extras.get("measure_targets", True) else None
-    encdec = semantics.encoder_decoder(probe.model if probe else None, batch)
+    encdec = semantics.encoder_decoder(probe.model if probe else None, batch, task.input_key, task.label_key)
     budget = time.monotonic() + float(task.extras.get("scan_seconds", SCAN_SECONDS))
     order = ["train", *(n for n in splits if n != "train")]  # the training split first: it matters most
     scans = {
