@@ -320,12 +320,24 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
             if vocab_size is not None
             else "the vocabulary"
         )
+        values = sorted(set(merged("range_values")))
+        # a class per position, all outside values one constant (255 around a segmentation mask's objects): most
+        # likely an ignore value the loss has (SegFormer's semantic_loss_ignore_index) and the Task does not declare
+        undeclared = bool(rng) and len(values) == 1
         g.check(
             "targets in range",
             not rng,
             f"every target in {what}"
             if not rng
-            else f"{len(rng)} examples have targets outside {what}: {ids_text(rng)}",
+            else f"{len(rng)} examples have targets outside {what}: {ids_text(rng)}"
+            + (
+                f"; every one is {values[0]}: if the loss ignores {values[0]} (an ignore index of its own), declare "
+                f"Task.ignore_index = {values[0]} so the data checks skip it; if it does not, it is a label outside "
+                "the classes"
+                if undeclared
+                else ""
+            ),
+            warn=undeclared,
         )
     inr = merged("input_range")
     if inr:

@@ -48,6 +48,7 @@ def dense_targets(
     for sname, s in scans.items():
         data = [splits[sname][i] for i in range(len(s.ids))]
         bad: list[str] = []
+        values: set[str] = set()
         for start in range(0, len(data), mb):
             if time.monotonic() > budget:
                 partial = partial or (f"the first {start} training examples" if sname == "train" else "")
@@ -69,9 +70,11 @@ def dense_targets(
             for e_id, o, row, cls in zip(s.ids[start:], out, flat, present, strict=False):
                 if bool(o.any()):
                     bad.append(f"{e_id} (target {row[o][0].item():g} at {int(o.sum())} positions)")
+                    values.update(f"{v:g}" for v in row[o].unique()[:8].tolist())
                 if sname == "train":
                     counts.update(cls)
         s.problems["range"] = bad
+        s.problems["range_values"] = sorted(values)  # the values outside the classes, for the verdict's wording
     return counts, partial
 
 
