@@ -31,6 +31,7 @@ from .. import outputs
 from ..context import Context
 from ..gate import Gate
 from ..rng import rng_state, set_rng_state
+from .semantics import decoder_key
 
 
 @dataclass
@@ -249,7 +250,8 @@ def targets_aligned(ctx: Context, g: Gate, batch: dict[str, Any], s: Scored | st
     if not torch.is_tensor(lab) or lab.dim() != 2 or lab.is_floating_point():
         return
     declared = {"aligned": 0, "shift_in_loss": 1}[task.label_convention]
-    feeds = encdec and not torch.is_tensor(batch.get("decoder_input_ids"))
+    key = decoder_key(batch, task.input_key, task.label_key) if encdec else None
+    feeds = encdec and key is None
     offset = s.offset(feeds) if isinstance(s, Scored) else None
     if offset is None:
         if encdec:
@@ -258,7 +260,7 @@ def targets_aligned(ctx: Context, g: Gate, batch: dict[str, Any], s: Scored | st
             return
         targets_declared(ctx, g, batch)
         return
-    dec = batch.get("decoder_input_ids") if encdec else batch.get(task.input_key)
+    dec = (batch.get(key) if key else None) if encdec else batch.get(task.input_key)
     sup = (lab != task.ignore_index) & (lab >= 0)
     shares: dict[int, float] = {}
     if encdec and not torch.is_tensor(dec):
@@ -312,7 +314,8 @@ def targets_aligned(ctx: Context, g: Gate, batch: dict[str, Any], s: Scored | st
         False,
         f"{where}{hint}, and {share:.0%} of the labels are input t+{k}: each output learns to predict {_what(d)}. "
         + (
-            "The decoder reads the labels unshifted: give it the labels shifted right (or no decoder_input_ids)"
+            f"The decoder reads the labels unshifted ({key or 'decoder_input_ids'}): give it the labels shifted "
+            "right (or no decoder inputs, where the model shifts the labels itself)"
             if encdec
             else "Shift the labels once: either in the collate (labels[t] = input[t + 1]) or in the loss"
         ),

@@ -71,7 +71,7 @@ def data_gate(ctx: Context, g: Gate) -> None:
     labelled = torch.is_tensor(batch.get(task.label_key))
     # the model, built apart, tells an encoder-decoder and where the loss scores each target (alignment.py)
     probe = alignment.build_probe(ctx) if labelled and task.extras.get("measure_targets", True) else None
-    encdec = semantics.encoder_decoder(probe.model if probe else None, batch)
+    encdec = semantics.encoder_decoder(probe.model if probe else None, batch, task.input_key, task.label_key)
     budget = time.monotonic() + float(task.extras.get("scan_seconds", SCAN_SECONDS))
     order = ["train", *(n for n in splits if n != "train")]  # the training split first: it matters most
     scans = {
@@ -80,6 +80,11 @@ def data_gate(ctx: Context, g: Gate) -> None:
         if len(splits.get(name, []))
     }
     ctx.scans = scans  # the leakage and overfit gates reuse what was learned here
+    targets = labelmap.layout(task, batch.get(task.label_key)) if task.kind == "classification" else "example"
+    dense = None
+    if targets != "example" and all(s.labelled for s in scans.values()):  # a class per position, or multi-hot
+        again = time.monotonic() + float(task.extras.get("scan_seconds", SCAN_SECONDS))  # a budget of its own
+        dense = labelmap.dense_targets(ctx, scans, splits, targets, again)
     _batch_checks(ctx, g, scans, ml, encdec)
     semantics.collate_deterministic(ctx, g, first)
     semantics.rows_distinct(g, first, batch)
@@ -93,7 +98,7 @@ def data_gate(ctx: Context, g: Gate) -> None:
         _unlabelled(ctx, g)
         return _finish(ctx, g, scans)
     if task.kind == "classification":
-        labelmap.label_checks(ctx, g, scans)
+        labelmap.label_checks(ctx, g, scans, dense)
     if task.kind == "generation":
         _truncation_checks(ctx, g, scans["train"], ml)
     _ignored_batches(ctx, g, scans["train"])
@@ -316,12 +321,24 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
             if vocab_size is not None
             else "the vocabulary"
         )
+        values = sorted(set(merged("range_values")))
+        # a class per position, all outside values one constant (255 around a segmentation mask's objects): most
+        # likely an ignore value the loss has (SegFormer's semantic_loss_ignore_index) and the Task does not declare
+        undeclared = bool(rng) and len(values) == 1
         g.check(
             "targets in range",
             not rng,
             f"every target in {what}"
             if not rng
-            else f"{len(rng)} examples have targets outside {what}: {ids_text(rng)}",
+            else f"{len(rng)} examples have targets outside {what}: {ids_text(rng)}"
+            + (
+                f"; every one is {values[0]}: if the loss ignores {values[0]} (an ignore index of its own), declare "
+                f"Task.ignore_index = {values[0]} so the data checks skip it; if it does not, it is a label outside "
+                "the classes"
+                if undeclared
+                else ""
+            ),
+            warn=undeclared,
         )
     inr = merged("input_range")
     if inr:

@@ -1,19 +1,86 @@
 """Classification targets against the label names: one id per name, the same mapping in every split, each
 example's own label name equal to ``label_names[target]``, every class present in training (the data gate).
+
+Targets come in three layouts, told apart by measuring the collated labels (``layout``): one class id per example
+(a classifier), a class id per position (token classification with -100 on word pieces, a segmentation map of
+(B, H, W)), or a float multi-hot row per example (multi-label with BCE). The split scan records one target per
+example; for the two dense layouts ``dense_targets`` reads every position: which classes training contains and
+which values fall outside the classes.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
 from typing import Any
 
+import torch
+
 from ..context import Context
-from ..datascan import SplitScan, ids_text
+from ..datascan import SplitScan, collate, ids_text
 from ..gate import Gate
 from ..trainer import user
 
 
-def label_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
+def layout(task: Any, lab: Any) -> str:
+    """How a batch's targets are laid out: "example" (one class id each), "position" (a class id per position)
+    or "multi-hot" (a float row of one value per label name)."""
+    if not torch.is_tensor(lab) or lab.dim() == 0 or lab[0].numel() <= 1:
+        return "example"
+    names = task.label_names or []
+    if lab.is_floating_point():
+        return "multi-hot" if lab.dim() == 2 and names and lab.shape[1] == len(names) else "example"
+    return "position"
+
+
+def dense_targets(
+    ctx: Context, scans: dict[str, SplitScan], splits: dict[str, Any], kind: str, budget: float
+) -> tuple[Counter[int], str]:
+    """For per-position or multi-hot targets: replace each scan's range problems (measured at every position,
+    not the first) and count, per class, the training examples that contain it. Returns the counts and, when
+    the collating budget ran out, what part of the training split they cover ("" when all of it)."""
+    task = ctx.the_task
+    names = task.label_names
+    classes = len(names) if names else None
+    mb = max(int(ctx.params.get("microbatch", 8)), 1)
+    counts: Counter[int] = Counter()
+    partial = ""
+    for sname, s in scans.items():
+        data = [splits[sname][i] for i in range(len(s.ids))]
+        bad: list[str] = []
+        values: set[str] = set()
+        for start in range(0, len(data), mb):
+            if time.monotonic() > budget:
+                partial = partial or (f"the first {start} training examples" if sname == "train" else "")
+                break
+            chunk = data[start : start + mb]
+            lab = collate(task, ctx.params, chunk).get(task.label_key)
+            if not torch.is_tensor(lab) or lab.shape[0] != len(chunk):
+                break
+            flat = lab.reshape(len(chunk), -1)
+            if kind == "multi-hot":
+                out = ((flat < 0) | (flat > 1)) & (flat != task.ignore_index)
+                present = [set(torch.nonzero(r > 0).flatten().tolist()) for r in flat]
+            else:
+                kept = flat != task.ignore_index
+                out = kept & (flat < 0)
+                if classes is not None:
+                    out |= kept & (flat >= classes)
+                present = [set(r[k].tolist()) for r, k in zip(flat, kept, strict=True)]
+            for e_id, o, row, cls in zip(s.ids[start:], out, flat, present, strict=False):
+                if bool(o.any()):
+                    bad.append(f"{e_id} (target {row[o][0].item():g} at {int(o.sum())} positions)")
+                    values.update(f"{v:g}" for v in row[o].unique()[:8].tolist())
+                if sname == "train":
+                    counts.update(cls)
+        s.problems["range"] = bad
+        s.problems["range_values"] = sorted(values)  # the values outside the classes, for the verdict's wording
+    return counts, partial
+
+
+def label_checks(
+    ctx: Context, g: Gate, scans: dict[str, SplitScan], dense: tuple[Counter[int], str] | None = None
+) -> None:
     task = ctx.the_task
     names = task.label_names
     field_name = task.extras.get("label_field", "label")
@@ -103,13 +170,19 @@ def label_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
                 + ids_text([f"{i} is {n!r} but target {t} is {names[t]!r}" for n, t, i in wrong], 3)
                 + f"; the collate maps {mapping}: fix the label -> id mapping or label_names",
             )
-        counts = Counter(t for t in scans["train"].targets if t is not None) if "train" in scans else Counter()
+        if dense is not None:  # per-position or multi-hot: the examples containing each class
+            counts, partial = dense
+        else:
+            counts = Counter(t for t in scans["train"].targets if t is not None) if "train" in scans else Counter()
+            partial = ""
         absent = [n for i, n in enumerate(names) if counts.get(i, 0) == 0]
+        where = f" (in {partial})" if partial else ""
         g.check(
             "every class in train",
             not absent,
-            f"{len(names)} classes, the rarest has {min(counts.values()) if counts else 0} train examples"
+            f"{len(names)} classes, the rarest in {min(counts.get(i, 0) for i in range(len(names)))} train examples"
+            + where
             if not absent
-            else f"no training example of {', '.join(map(repr, absent))}",
+            else f"no training example of {', '.join(map(repr, absent))}{where}",
             warn=True,
         )

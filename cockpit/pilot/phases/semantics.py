@@ -105,7 +105,7 @@ def outputs_are_logits(ctx: Context, g: Gate, logits: torch.Tensor | None) -> No
 def causal_mask(ctx: Context, g: Gate, batch: dict[str, Any]) -> None:
     """Decoder LMs: tokens after position t never change the outputs at positions up to t."""
     task, tr = ctx.the_task, ctx.trainer
-    if task.kind != "generation" or not task.causal or encoder_decoder(tr.model, batch):
+    if task.kind != "generation" or not task.causal or encoder_decoder(tr.model, batch, task.input_key, task.label_key):
         return
     inp = batch.get(task.input_key)
     if not torch.is_tensor(inp) or inp.dim() != 2 or inp.is_floating_point() or inp.shape[1] < 4:
@@ -153,10 +153,32 @@ def causal_mask(ctx: Context, g: Gate, batch: dict[str, Any]) -> None:
     )
 
 
-def encoder_decoder(model: Any, batch: dict[str, Any]) -> bool:
-    """An encoder-decoder (T5, BART): its outputs depend on the whole input by design."""
+def decoder_key(batch: dict[str, Any], input_key: str = "input_ids", label_key: str = "labels") -> str | None:
+    """The batch's decoder input: ``decoder_input_ids`` (Hugging Face), or, measured from the batch, the one
+    integer tensor other than the input and its mask laid out like the labels (B, T) while the input is not
+    (a hand-written encoder-decoder under teacher forcing, whatever it names it: ``tgt_in``, ``decoder_inputs``)."""
+    if torch.is_tensor(batch.get("decoder_input_ids")):
+        return "decoder_input_ids"
+    lab, inp = batch.get(label_key), batch.get(input_key)
+    if not torch.is_tensor(lab) or lab.dim() != 2 or not torch.is_tensor(inp) or tuple(inp.shape) == tuple(lab.shape):
+        return None
+    found = [
+        k
+        for k, v in batch.items()
+        if k not in (label_key, input_key)
+        and "mask" not in k
+        and torch.is_tensor(v)
+        and not v.is_floating_point()
+        and tuple(v.shape) == tuple(lab.shape)
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def encoder_decoder(model: Any, batch: dict[str, Any], input_key: str = "input_ids", label_key: str = "labels") -> bool:
+    """An encoder-decoder (T5, BART, a torch.nn one fed its decoder inputs): its outputs depend on the whole
+    input by design, and its labels are the decoder's, not the encoder input's."""
     config = getattr(model, "config", None)
-    return bool(getattr(config, "is_encoder_decoder", False)) or "decoder_input_ids" in batch
+    return bool(getattr(config, "is_encoder_decoder", False)) or decoder_key(batch, input_key, label_key) is not None
 
 
 def _differ(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from ... import events as ev
 from .. import carried, inspection
@@ -113,14 +114,22 @@ def deterministic(
     start = rng_state()
     h1 = tr.model.register_forward_pre_hook(before)
     h2 = tr.model.register_forward_hook(after)
+    draws = RandomCalls()
     try:
-        a = tr.evaluate("val", batch)["loss"]
+        with draws:
+            a = tr.evaluate("val", batch)["loss"]
         set_rng_state(start)
         b = tr.evaluate("val", batch)["loss"]
     finally:
         h1.remove()
         h2.remove()
-    g.extra["determinism"] = {"twice": [first, again], "replayed": [a, b], "model_draws": any(inside)}
+    g.extra["determinism"] = {
+        "twice": [first, again],
+        "replayed": [a, b],
+        "model_draws": any(inside),
+        "dropout": sorted(draws.dropout),
+        "sampling": sorted(draws.sampling),
+    }
     differ = f"two evaluations of the same batch differ ({first:.6g} vs {again:.6g})"
     state = carried.changed_by(tr.model, lambda: tr.evaluate("val", batch)) if a != b else []
     if state:
@@ -151,13 +160,26 @@ def deterministic(
             f"{differ}: modules left in training mode inside eval(): {', '.join(sorted(training_in_eval)[:4])}; "
             "validation figures then move between runs for no reason",
         )
+    elif any(inside) and draws.sampling and not draws.dropout:
+        g.not_applicable(
+            name,
+            f"{differ}: the model's forward samples in eval mode ({', '.join(sorted(draws.sampling)[:3])}; no "
+            "dropout is on and no module is in training mode): a stochastic model by design (a VAE's "
+            f"reparameterisation, a sampling layer), and replaying the RNG state reproduces the loss exactly "
+            f"({a:.6g} twice), so it is deterministic given the RNG and the resume and export replay compare under "
+            "the same RNG state; to compare validation losses across runs, evaluate under a fixed seed",
+        )
     elif any(inside):
         g.check(
             name,
             False,
             f"{differ}: no module is in training mode, but the model's forward draws random numbers in eval mode "
-            "(functional dropout with training=True, sampling in forward); validation figures then move between "
-            "runs for no reason",
+            + (
+                f"({', '.join(sorted(draws.dropout)[:3])}: dropout left on)"
+                if draws.dropout
+                else "(functional dropout with training=True, or a random kernel Cockpit cannot name)"
+            )
+            + "; validation figures then move between runs for no reason",
         )
     else:
         g.not_applicable(
@@ -167,6 +189,53 @@ def deterministic(
             "so it is deterministic given the RNG, and the resume and export replay compare under the same RNG "
             "state; to compare validation losses across runs, evaluate under a fixed seed",
         )
+
+
+DROPOUTS = ("dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d")
+SAMPLERS = frozenset(
+    [
+        "rand",
+        "randn",
+        "rand_like",
+        "randn_like",
+        "randint",
+        "randint_like",
+        "normal",
+        "normal_",
+        "uniform_",
+        "multinomial",
+        "poisson",
+        "exponential_",
+        "geometric_",
+        "log_normal_",
+        "cauchy_",
+        "randperm",
+        "gumbel_softmax",
+    ]
+)
+
+
+class RandomCalls(TorchFunctionMode):
+    """The random torch functions a forward calls: dropout that is on (``training=True``, and ``bernoulli``), and
+    sampling (``randn_like``, ``normal``, ``multinomial``...), by name, as called."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropout: set[str] = set()
+        self.sampling: set[str] = set()
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in DROPOUTS:
+            on = kwargs.get("training", args[2] if len(args) > 2 else True)
+            if on and float(kwargs.get("p", args[1] if len(args) > 1 else 0.5)) > 0:
+                self.dropout.add(f"{name}(training=True)")
+        elif name.startswith("bernoulli"):
+            self.dropout.add(name)
+        elif name in SAMPLERS:
+            self.sampling.add(name)
+        return func(*args, **kwargs)
 
 
 def _generators() -> list[torch.Tensor]:

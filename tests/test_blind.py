@@ -1,0 +1,74 @@
+"""Families NOT on the shelf (``tests/blind``), written from the docs as a new user would: every healthy one pilots
+clean (no fail, no warn), every broken twin is caught at its gate naming the defect. ``python -m tests.blind.run``
+prints the same per case. Each case is a real detached pilot, one at a time.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cockpit import runs
+from tests.blind.campaigns import CASES
+from tests.blind.run import pilot
+from tests.shelf.run import log_tail
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+HEALTHY = [n for n, c in CASES.items() if not c.gate]
+# twins Cockpit does not catch yet: each names the finding, and flips to a failure (strict) once it is caught
+NOT_YET = {
+    "vae_kl_flipped": "the overfit gate stops after 20 steps once below its threshold (45.3 -> 41.3); the flipped "
+    "KL only shows later (loss -1607 at step 100, -7e21 at step 200 on the same 16 examples)",
+}
+
+
+@pytest.fixture(scope="module")
+def blind(tmp_path_factory: pytest.TempPathFactory) -> dict[str, runs.RunState]:
+    root = tmp_path_factory.mktemp("blind")
+    return {name: pilot(root, name) for name in CASES}
+
+
+def findings(st: runs.RunState) -> list[tuple[str, str, bool, str]]:
+    return [
+        (g["phase"], c["name"], bool(c.get("warn")), c.get("detail", ""))
+        for g in st.gates
+        for c in g.get("checks", [])
+        if not c.get("ok", True)
+    ]
+
+
+# healthy setups Cockpit does not pilot yet (outside the data, validation and export phases this branch may edit)
+NOT_YET_HEALTHY = {
+    "seqcls_multilabel": "hf.sequence_classification's collate calls int() on every label, so a multi-hot list "
+    "(problem_type='multi_label_classification') ends the data gate with a TypeError inside cockpit/integrations/hf.py",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=NOT_YET_HEALTHY[n])) if n in NOT_YET_HEALTHY else n
+        for n in HEALTHY
+    ],
+)
+def test_healthy_blind_family_pilots_clean(blind: dict[str, runs.RunState], name: str) -> None:
+    st = blind[name]
+    assert st.status == "passed", f"{st.stop_reason}\n{log_tail(st)}"
+    assert not findings(st), findings(st)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=NOT_YET[n])) if n in NOT_YET else n
+        for n, c in CASES.items()
+        if c.gate
+    ],
+)
+def test_blind_twin_is_caught_at_its_gate_naming_the_defect(blind: dict[str, runs.RunState], name: str) -> None:
+    case, st = CASES[name], blind[name]
+    gate = next((g for g in st.gates if g["phase"] == case.gate), {})
+    check = next((c for c in gate.get("checks", []) if c["name"] == case.check), None)
+    assert check is not None and not check["ok"], (case.gate, case.check, findings(st))
+    assert bool(check.get("warn")) == (case.verdict == "warn"), check
+    assert all(w in check["detail"] for w in case.words), check["detail"]
+    assert st.status == case.expect, f"{st.status}: {st.stop_reason}"
