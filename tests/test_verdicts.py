@@ -421,3 +421,14 @@ def test_a_ctc_model_still_on_its_blank_plateau_when_the_steps_run_out_is_slow_n
     g = phases(ctc.task, "overfit", {"accumulation": 1, "lr": 3e-4}, {"overfit_steps": 8})["overfit"]
     c = check(g, "output depends on the input")
     assert g.verdict.value == "warn" and c.get("warn") and "does not depend on its input yet" in c["detail"], g.checks
+
+
+def test_targets_recovered_is_not_applicable_without_class_predictions_never_a_pass() -> None:
+    """A regression's float targets have no classes to predict: the check used to pass ("judged on the loss
+    alone"); unknown is never a pass, so it is n/a and the loss check decides."""
+    from tests.verdict_tasks.regression import task
+
+    g = phases(task, "overfit", {"accumulation": 1})["overfit"]
+    c = check(g, "targets recovered")
+    assert c.get("na") and c["detail"].startswith("not applicable: no class predictions"), c
+    assert check(g, "loss falls below threshold")["ok"] and g.verdict.value == "pass", g.checks

@@ -201,11 +201,11 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -
         ),
         warn=slow and why_above is None,
     )
-    if acc is None:
-        g.check(
+    if acc is None:  # unknown is never a pass: the loss check above is the only judgement here
+        g.not_applicable(
             "targets recovered",
-            True,
-            "no predictions to compare (no predict() and no logits in the model's output): judged on the loss alone",
+            "no class predictions to compare with the targets (no predict(), and no logits shaped like the targets: "
+            "float or multi-hot targets, a generated output, or logits at another resolution); the loss decides",
         )
     else:
         share, total, wrong = acc.share, acc.total, acc.wrong
