@@ -144,6 +144,8 @@ class Determinism(TypedDict):
     twice: list[float]
     replayed: list[float]
     model_draws: bool
+    dropout: NotRequired[list[str]]  # the dropout kernels the eval forward ran (dropout left on)
+    sampling: NotRequired[list[str]]  # the random kernels it drew from otherwise (a VAE's reparameterisation)
     carried: NotRequired[list[str]]
 
 
