@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from ..gitinfo import run_revision as git_revision
 from .brief import SUMMARY_FILE, Summary, summary
 from .files import (
     ARTIFACT_DIR,
@@ -52,7 +53,6 @@ from .rows import (
     apply_state,
     create_run,
     finish_run,
-    git_revision,
     package_versions,
     settle,
     settle_run,
