@@ -109,9 +109,9 @@ def run(args: argparse.Namespace) -> int:
 def _filled(text: str, args: argparse.Namespace) -> tuple[str, list[str]]:
     """The template with the task and the TrainingArguments' settings in place (comments are not kept)."""
     import tomli_w
-    import tomllib
 
     from ..integrations import training_args as ta
+    from ..notebook.parse import tomllib  # tomli on Python 3.10
 
     doc = tomllib.loads(text)
     notes: list[str] = []

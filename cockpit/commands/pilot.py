@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
-    import tomllib
+    from ..notebook.parse import tomllib  # tomli on Python 3.10
 
     out: dict[str, Any] = {}
     for item in items:

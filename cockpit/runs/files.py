@@ -94,7 +94,7 @@ MAX_SMALL_FILE = 64 << 20  # run.toml, metrics.json, inspect.json, process.json:
 
 def read_run_toml(rdir: Path | str) -> dict[str, Any]:
     """The frozen run.toml. Raises OSError (absent, not a regular file, a link, too large) or ValueError."""
-    import tomllib
+    from ..notebook.parse import tomllib  # tomli on Python 3.10
 
     raw = fsutil.read_regular(Path(rdir) / RUN_FILE, MAX_SMALL_FILE)
     try:

@@ -117,7 +117,7 @@ def set_selection(path: Path, seen: nbm.Selection, values: dict[str, Any]) -> Sa
 
 def parse_set(text: str) -> dict[str, Any]:
     """``lr = 5e-5, microbatch = 4`` as overrides: TOML values, a bare word as text; NotebookError says which."""
-    import tomllib
+    from ..notebook.parse import tomllib  # tomli on Python 3.10
 
     text = text.strip().strip("{}").strip()
     if not text:

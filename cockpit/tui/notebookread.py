@@ -105,7 +105,7 @@ def preview(path: Path, keep: int = PREVIEW_DECISIONS, runs: int = PREVIEW_RUNS)
     if total <= keep and rows <= runs:
         return read(path)
     try:
-        import tomllib
+        from ..notebook.parse import tomllib  # tomli on Python 3.10
 
         nb = lenient(tomllib.loads(cut.decode("utf-8")))
     except (Exception, RecursionError):  # noqa: BLE001 - the preview is an optimisation: read it whole
