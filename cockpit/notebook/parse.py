@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    import tomllib as tomllib  # re-exported: the one TOML reader for Python 3.10 and 3.11+
 else:  # pragma: no cover
     import tomli as tomllib
 
