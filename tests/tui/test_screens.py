@@ -27,8 +27,12 @@ SIZE = (80, 24)
 NEW = "r0012"  # the next run id after the recorded r0001-r0011
 
 
-async def until(pilot, predicate, timeout: float = 5.0, what: str = "") -> None:
-    """Let the app run until ``predicate()`` holds; fail with the screen if it never does."""
+async def until(pilot, predicate, timeout: float = 30.0, what: str = "") -> None:
+    """Let the app run until ``predicate()`` holds; fail with the screen if it never does.
+
+    It returns as soon as the predicate holds, so the deadline costs nothing when things work. It is long because
+    a loaded 2-CPU box (two suites side by side, load 9) took more than 5 s to paint a pushed run screen: the
+    screen was right when the old 5 s deadline had already failed the test."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
