@@ -228,7 +228,7 @@ def campaign_for(command: list[str], root: Path | None = None) -> Path:
                 question=f"What does `{shlex.join(command)}` need, phase by phase, before a long rental?",
             ),
             probe=nbm.ProbeSpec(command=list(command)),
-            **nbm.probe_placeholders(),
+            **nbm.probe_campaign_sections(),
         )
         folder.mkdir(parents=True, exist_ok=True)
         nbm.create(path, nbm.dumps(nb))

@@ -40,14 +40,14 @@ from .model import (
     TrainingSpec,
     ValidationSpec,
     Variant,
-    probe_placeholders,
+    probe_campaign_sections,
 )
 from .parse import find, load, parse
 from .settings import Settings
 from .store import create, dumps, locked, mutate, save, task_template, template, to_dict, validate
 
 __all__ = [
-    "probe_placeholders",
+    "probe_campaign_sections",
     "CAMPAIGN_KINDS",
     "Settings",
     "DECISION_KINDS",

@@ -283,8 +283,8 @@ class Notebook:
         return str(self.path) if self.path else NOTEBOOK_FILE
 
 
-def probe_placeholders() -> dict[str, Any]:
-    """What a probe campaign holds in place of the sections it does not have. Never written to its file
+def probe_campaign_sections() -> dict[str, Any]:
+    """The sections a probe campaign stands in for (it has none of its own). Never written to its file
     (:func:`~cockpit.notebook.store.to_dict` leaves them out) and never shown as settings: the script has its own."""
     return {
         "task": TaskSpec(entry=""),

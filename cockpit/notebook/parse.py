@@ -28,7 +28,7 @@ from .model import (
     SECTIONS,
     Notebook,
     NotebookError,
-    probe_placeholders,
+    probe_campaign_sections,
 )
 
 MAX_NOTEBOOK_BYTES = 256 << 20  # a notebook with 200,000 decisions is about 30 MB
@@ -227,14 +227,14 @@ def _build_notebook(data: dict[str, Any], problems: list[str]) -> Notebook | Non
             continue
         built[key] = _convert(data[key], typ, key, problems)
     if probe:
-        for key, placeholder in probe_placeholders().items():
+        for key, section in probe_campaign_sections().items():
             if key in data:
                 problems.append(
                     f'[{key}] in a probe campaign ([campaign] kind = "probe"): a probe measures the script\'s own '
                     f'settings from its command line; remove [{key}], or remove kind = "probe" to make this a '
                     "task campaign (then [task], [batch], [training] and [variants] are all needed)"
                 )
-            built[key] = placeholder
+            built[key] = section
     if any(k not in built or built[k] is None for k in REQUIRED_SECTIONS):
         return None
     try:

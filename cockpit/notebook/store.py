@@ -50,7 +50,7 @@ def to_dict(nb: Notebook) -> dict[str, Any]:
         if value is None:  # an optional section not set up (e.g. [probe]): not written
             continue
         if nb.is_probe and (key in PROBE_OPTIONAL or (key == "pilot" and value == PilotSpec())):
-            continue  # a probe campaign's placeholders are not settings, and the pilot's gates do not run on it
+            continue  # a probe campaign's stand-in sections are not settings, and the pilot's gates do not run on it
         if isinstance(value, list):
             if value:  # an empty array of tables would be written as "runs = []" above every table
                 out[key] = [_table(v) for v in value]
