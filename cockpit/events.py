@@ -14,13 +14,13 @@ import enum
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .schema import *  # noqa: F403 - the schema's records are read and written as events' names
-from .schema import SCHEMA_VERSION, RunEndFields
+from .schema import JSON, SCHEMA_VERSION, Event, RunEndFields
 
 EVENTS_FILE = "events.jsonl"
 
@@ -176,7 +176,7 @@ def run_end_fields(outcome: Outcome, phase: str | None, message: str | None = No
     }
 
 
-def exit_code_of(status: str, run_end: dict[str, Any] | None = None) -> ExitCode:
+def exit_code_of(status: str, run_end: Event | None = None) -> ExitCode:
     """The exit code of a run: its final event's, else the one its status implies."""
     code = (run_end or {}).get("exit_code")
     if isinstance(code, int) and not isinstance(code, bool):
@@ -366,7 +366,7 @@ def kind_of_line(raw: bytes) -> str | None:
     return kind if kind in KINDS else None
 
 
-def decode(raw: bytes) -> dict[str, Any] | None:
+def decode(raw: bytes) -> Event | None:
     """One line as an event, or None when it is not one (blank, not JSON, not an object with a kind)."""
     if not raw.strip():
         return None
@@ -374,7 +374,7 @@ def decode(raw: bytes) -> dict[str, Any] | None:
         event = json.loads(raw)
     except (ValueError, RecursionError):
         return None
-    return event if isinstance(event, dict) and "kind" in event else None
+    return cast(Event, event) if isinstance(event, dict) and "kind" in event else None
 
 
 @dataclass
@@ -394,7 +394,7 @@ class Tail:
     refused: str = ""  # why the file is not read (not a regular file), else ""
     _split: LineSplitter = field(default_factory=LineSplitter, repr=False)
 
-    def read_new(self, max_bytes: int | None = None) -> list[dict[str, Any]]:
+    def read_new(self, max_bytes: int | None = None) -> list[Event]:
         from .fsutil import NotAFile
 
         try:
@@ -406,7 +406,7 @@ class Tail:
             return []
         if fh is None:
             return []
-        out: list[dict[str, Any]] = []
+        out: list[Event] = []
         with fh:
             fh.seek(self.offset)
             left = max_bytes
@@ -428,7 +428,7 @@ class Tail:
         return out
 
 
-def read_events(path: Path | str) -> list[dict[str, Any]]:
+def read_events(path: Path | str) -> list[Event]:
     """All complete events of a file; a torn last line is ignored.
 
     This holds every event in memory: for a whole run (which may have
@@ -437,18 +437,18 @@ def read_events(path: Path | str) -> list[dict[str, Any]]:
     return Tail(Path(path)).read_new()
 
 
-def iter_kind(events: list[dict[str, Any]], kind: str) -> Iterator[dict[str, Any]]:
+def iter_kind(events: Iterable[Event], kind: str) -> Iterator[Event]:
     return (e for e in events if e.get("kind") == kind)
 
 
-def gates(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def gates(events: Iterable[Event]) -> list[Event]:
     return [e for e in events if e.get("kind") == GATE]
 
 
 NEVER_REACHED = "never reached: "  # how a probe's row for a phase the script never got to begins
 
 
-def last_phase(events: list[dict[str, Any]], rank: int | None = None) -> str | None:
+def last_phase(events: Iterable[Event], rank: int | None = None) -> str | None:
     """The phase the run (or one rank of it) was in, started and not ended, or last finished (a row for a phase
     the run never reached, which a probe writes after its end, is not where it was)."""
     phase = None
@@ -460,7 +460,7 @@ def last_phase(events: list[dict[str, Any]], rank: int | None = None) -> str | N
     return phase
 
 
-def phase_inputs(events: list[dict[str, Any]], phase: str | None) -> dict[str, Any]:
+def phase_inputs(events: Sequence[Event], phase: str | None) -> dict[str, JSON]:
     for e in reversed(events):
         if e.get("kind") in (PHASE_START, GATE) and e.get("phase") == phase:
             return dict(e.get("inputs") or {})

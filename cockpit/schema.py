@@ -243,12 +243,69 @@ class RunEndFields(TypedDict):
 
 GATE_EXTRAS = frozenset(GateExtras.__annotations__)
 
+
+class Event(GateExtras, total=False):
+    """One line of ``events.jsonl`` as a reader gets it: ``v``, ``t`` and ``kind``, and the fields of its kind.
+
+    One record for every kind, so that a reader names a field the schema holds (a misspelt key is a type error, not
+    a silent None) and a field means one thing whatever kind carries it. Which fields each kind carries is listed in
+    :mod:`cockpit.events`; a reader still asks ``e.get(...)`` for a field its kind may lack (an older writer, a
+    probe's row)."""
+
+    v: int
+    t: float
+    kind: str
+    rank: int | None
+    device: str
+    # run_start
+    run_id: str
+    campaign: str | None
+    variant: str | None
+    seed: int | None
+    run_kind: str
+    follows: str
+    pid: int
+    world: int
+    phases: list[str]
+    params: JSONObject
+    probe: JSONObject  # a probe's command, resume command, steps and working directory
+    # phase_start, gate, sample, step (the phase it ran in)
+    phase: str | None
+    inputs: JSONObject
+    # gate (beside GateExtras)
+    verdict: str
+    checks: list[Check]
+    remedy: str
+    message: str
+    duration_s: float | None
+    mem: Mem | JSONObject | None
+    # sample
+    rss: int
+    nvml: list[GpuSample] | None
+    torch: Mapping[str, int] | None
+    # step, eval
+    step: int
+    lr: float | None
+    grad_norm: float | None
+    examples: int | None
+    opt_step: int | None  # a probe's: the optimizer step this update ran
+    microbatches: int | None
+    metrics: JSONObject
+    # log
+    level: str
+    # run_end (beside message, phase, duration_s, inputs and mem above)
+    status: str
+    stop_reason: str
+    exit_code: int
+    updates: int
+
 __all__ = [
     "RunEndFigures",
     "Baseline",
     "Check",
     "Decomposition",
     "Determinism",
+    "Event",
     "GATE_EXTRAS",
     "GateEvent",
     "GateExtras",

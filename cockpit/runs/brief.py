@@ -88,7 +88,7 @@ class Summary:
     # ---- what readers use
 
     @property
-    def events(self) -> list[dict[str, Any]]:
+    def events(self) -> list[ev.Event]:
         """The kept events in file order: what ``cockpit.events`` helpers (gates, iter_kind, last_phase) take."""
         merged = list(self.kept) + list(self.evals) + list(self.logs)
         for pair in self.steps.values():
@@ -150,7 +150,7 @@ class Summary:
     def _count(self, kind: str, n: int = 1) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + n
 
-    def _step(self, off: int, e: dict[str, Any], line: bytes | None) -> None:
+    def _step(self, off: int, e: ev.Event, line: bytes | None) -> None:
         key = f"{e.get('phase') or ''}|{e.get('rank') if e.get('rank') is not None else ''}"
         pair = self.steps.get(key)
         if pair is None:
@@ -165,7 +165,7 @@ class Summary:
             if i >= 0:
                 self.tails.setdefault(line[i:].decode("latin-1"), key)
 
-    def _fold(self, off: int, e: dict[str, Any], line: bytes | None = None) -> None:
+    def _fold(self, off: int, e: ev.Event, line: bytes | None = None) -> None:
         kind = str(e.get("kind"))
         self._count(kind)
         if kind == ev.SAMPLE:
@@ -214,7 +214,7 @@ class Summary:
                 others[start] = block[start : block.find(b"\n", m.end())]
         if n_sample + n_step + len(others) != n_lines:
             return False  # a line of another kind, a bad line, or a token nested inside an event
-        steps: list[tuple[int, dict[str, Any], bytes]] = []
+        steps: list[tuple[int, ev.Event, bytes]] = []
         if n_step:
             seen = 0
             for tail, key in self.tails.items():
@@ -280,7 +280,7 @@ def _pair(x: Any) -> bool:
     return isinstance(x, list) and len(x) == 2 and _int(x[0]) and isinstance(x[1], dict)
 
 
-def _key(e: dict[str, Any]) -> str:
+def _key(e: ev.Event) -> str:
     rank = e.get("rank")
     return f"{e.get('phase') or ''}|{rank if rank is not None else ''}"
 

@@ -129,7 +129,7 @@ def read_inspect(rdir: Path | str) -> dict[str, Any]:
     return read_json(Path(rdir) / INSPECT_FILE)
 
 
-def read_events(rdir: Path | str) -> list[dict[str, Any]]:
+def read_events(rdir: Path | str) -> list[ev.Event]:
     """Every event of the run, in memory: for small runs and tests; readers of a campaign use the summary."""
     return ev.read_events(Path(rdir) / EVENTS_FILE)
 

@@ -78,8 +78,8 @@ class RunState:
     ended: float | None
     peak_mib: float | None
     peak_counter: str
-    gates: list[dict[str, Any]] = field(default_factory=list)
-    run_end: dict[str, Any] | None = None
+    gates: list[ev.Event] = field(default_factory=list)
+    run_end: ev.Event | None = None
 
     @property
     def duration_s(self) -> float | None:
@@ -101,7 +101,7 @@ class RunState:
 _SEVERITY = ["crashed", "oom", "diverged", "error", "failed", "stopped", "running", "created", "completed", "passed"]
 
 
-def _rank_end(evs: list[dict[str, Any]], world: int, alive: bool) -> tuple[str, str, str | None, dict[str, Any] | None]:
+def _rank_end(evs: list[ev.Event], world: int, alive: bool) -> tuple[str, str, str | None, ev.Event | None]:
     """Status, reason, phase and final event of a distributed run, from every rank's events."""
     ends = {_int(e.get("rank"), 0): e for e in ev.iter_kind(evs, ev.RUN_END)}
     missing = [r for r in range(world) if r not in ends]
@@ -118,7 +118,9 @@ def _rank_end(evs: list[dict[str, Any]], world: int, alive: bool) -> tuple[str, 
         ]
         reason = "; ".join(lost + bad)
         phase = ev.last_phase(evs, missing[0])
-        end = {
+        end: ev.Event = {
+            "v": ev.SCHEMA_VERSION,
+            "kind": ev.RUN_END,
             "status": ev.Status.CRASHED.value,
             "stop_reason": reason,
             "exit_code": int(ev.ExitCode.RANK_FAILED),
@@ -130,7 +132,7 @@ def _rank_end(evs: list[dict[str, Any]], world: int, alive: bool) -> tuple[str, 
     return str(worst.get("status", "error")), reason, worst.get("phase"), worst
 
 
-def last_generation(evs: list[dict[str, Any]]) -> int:
+def last_generation(evs: list[ev.Event]) -> int:
     """Where the latest process of the run begins in its events (a resumed run has one per process)."""
     begin, ended = 0, False
     for i, e in enumerate(evs):
@@ -142,7 +144,7 @@ def last_generation(evs: list[dict[str, Any]]) -> int:
     return begin
 
 
-def state(rdir: Path | str, evs: list[dict[str, Any]] | None = None) -> RunState:
+def state(rdir: Path | str, evs: list[ev.Event] | None = None) -> RunState:
     """What the run folder says now. Reads its events' summary (bounded; see :mod:`.brief`)
     unless ``evs`` is given (a reader that follows the file itself)."""
     rdir = Path(rdir)
@@ -202,8 +204,8 @@ def never_started(rdir: Path) -> bool:
     return age > CREATED_GRACE_S
 
 
-def _time(e: dict[str, Any] | None) -> float | None:
-    t = (e or {}).get("t")
+def _time(e: ev.Event | None) -> float | None:
+    t = e.get("t") if e is not None else None
     return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
 
 
@@ -231,20 +233,21 @@ class RunFiles:
     stop_reason: str
     phase: str | None
     frozen: dict[str, Any] = field(default_factory=dict)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[ev.Event] = field(default_factory=list)
     metrics: dict[str, Any] | None = None  # training runs: metrics.json
     state: RunState | None = None
     summary: Summary | None = None  # the events' summary (counts, largest step, time of the last event)
 
     @property
-    def run_start(self) -> dict[str, Any]:
-        return next(ev.iter_kind(self.events, ev.RUN_START), {})
+    def run_start(self) -> ev.Event:
+        none: ev.Event = {"v": ev.SCHEMA_VERSION, "kind": ev.RUN_START}  # a run whose process never started
+        return next(ev.iter_kind(self.events, ev.RUN_START), none)
 
     @property
-    def gates(self) -> list[dict[str, Any]]:
+    def gates(self) -> list[ev.Event]:
         return ev.gates(self.events)
 
-    def gate(self, phase: str) -> dict[str, Any] | None:
+    def gate(self, phase: str) -> ev.Event | None:
         return next((g for g in ev.gates(self.events) if g.get("phase") == phase), None)
 
     @property
@@ -279,9 +282,9 @@ class RunFiles:
         if isinstance(st, dict) and isinstance(st.get("median"), (int, float)):
             return dict(st)
         times = sorted(
-            float(e["duration_s"])
+            float(d)
             for e in ev.iter_kind(self.events, ev.STEP)
-            if e.get("phase") == "update_second" and isinstance(e.get("duration_s"), (int, float))
+            if e.get("phase") == "update_second" and isinstance(d := e.get("duration_s"), (int, float))
         )
         if not times:
             return None
