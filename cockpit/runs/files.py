@@ -15,7 +15,9 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias, TypedDict, cast
+
+from ..contract import Params
 
 from .. import events as ev
 from .. import fsutil
@@ -92,21 +94,63 @@ def run_dirs(campaign_dir: Path | str) -> list[Path]:
 MAX_SMALL_FILE = 64 << 20  # run.toml, metrics.json, inspect.json, process.json: Cockpit writes them small
 
 
-def read_run_toml(rdir: Path | str) -> dict[str, Any]:
+class RunTable(TypedDict, total=False):
+    """run.toml's ``[run]``: what the run is."""
+
+    id: str
+    campaign: str
+    variant: str
+    seed: int
+    kind: str  # pilot, train, probe
+    follows: str  # the run this one resumes or continues, "" if none
+    created: str
+
+
+class TaskTable(TypedDict, total=False):
+    entry: str
+    extensions: list[str]
+
+
+class RunToml(TypedDict, total=False):
+    """A run's frozen ``run.toml``, written once by :func:`cockpit.runs.rows.create_run` and never rewritten.
+
+    The settings tables are the notebook's at the run's creation, with None left out: ``params`` is the flat
+    mapping the task's functions receive (:data:`cockpit.contract.Params`); ``pilot``, ``stop``, ``validation`` and
+    ``checkpoints`` are the notebook's sections of those names; ``extra`` is what the launcher adds (a probe's
+    command)."""
+
+    run: RunTable
+    task: TaskTable
+    params: Params
+    pilot: dict[str, TomlValue]
+    stop: dict[str, TomlValue]
+    validation: dict[str, TomlValue]
+    checkpoints: dict[str, TomlValue]
+    stack: dict[str, TomlValue]
+    command: dict[str, TomlValue]
+    revisions: dict[str, str]
+    protocol: dict[str, TomlValue]
+    extra: dict[str, TomlValue]
+
+
+TomlValue: TypeAlias = "str | int | float | bool | list[TomlValue] | dict[str, TomlValue]"
+
+
+def read_run_toml(rdir: Path | str) -> RunToml:
     """The frozen run.toml. Raises OSError (absent, not a regular file, a link, too large) or ValueError."""
     from ..notebook.parse import tomllib  # tomli on Python 3.10
 
     raw = fsutil.read_regular(Path(rdir) / RUN_FILE, MAX_SMALL_FILE)
     try:
-        return tomllib.loads(raw.decode("utf-8"))
+        return cast(RunToml, tomllib.loads(raw.decode("utf-8")))
     except RecursionError:
         raise ValueError(f"{Path(rdir) / RUN_FILE}: nested too deeply") from None
 
 
-def run_meta(rdir: Path | str) -> dict[str, Any]:
+def run_meta(rdir: Path | str) -> RunTable:
     """The ``[run]`` table of run.toml, or {} when it cannot be read."""
     try:
-        return dict(read_run_toml(rdir).get("run", {}))
+        return read_run_toml(rdir).get("run", {})
     except (OSError, ValueError):
         return {}
 

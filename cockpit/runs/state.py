@@ -24,7 +24,7 @@ from typing import Any
 from .. import events as ev
 from .brief import Summary
 from .brief import summary as run_summary
-from .files import METRICS_FILE, RUN_FILE, read_json, read_run_toml, run_dirs
+from .files import METRICS_FILE, RUN_FILE, RunToml, read_json, read_run_toml, run_dirs
 from .process import is_alive, process_info
 
 GPU_PEAK = "torch peak reserved"
@@ -232,7 +232,7 @@ class RunFiles:
     status: str
     stop_reason: str
     phase: str | None
-    frozen: dict[str, Any] = field(default_factory=dict)
+    frozen: RunToml = field(default_factory=lambda: RunToml())
     events: list[ev.Event] = field(default_factory=list)
     metrics: dict[str, Any] | None = None  # training runs: metrics.json
     state: RunState | None = None
