@@ -241,6 +241,33 @@ class RunEndFields(TypedDict):
     exit_code: int
 
 
+class Metrics(TypedDict, total=False):
+    """A training run's ``metrics.json``, written once at its end (``cockpit.pilot.training``); absent fields: an
+    older writer. Losses are None when not finite or not measured."""
+
+    final_val_loss: float | None
+    best_val_loss: float | None
+    best_step: int | None
+    updates: int
+    stop_reason: str
+    status: str
+    step_time_s: float | None
+    eval_time_s: float | None
+    save_time_s: float | None
+    examples_seen: int
+    seed: int
+    variant: str
+    planned_updates: int
+    final_step: int | None
+    final_metrics: dict[str, float | None]
+    start_loss: float | None
+    duration_s: float
+    peak: PeakSummary
+    checkpoint_time_s: float | None
+    data_revision: JSONObject
+    replay: JSONObject | None  # the trained model exported and replayed in a new process
+
+
 GATE_EXTRAS = frozenset(GateExtras.__annotations__)
 
 
@@ -299,6 +326,7 @@ class Event(GateExtras, total=False):
     exit_code: int
     updates: int
 
+
 __all__ = [
     "RunEndFigures",
     "Baseline",
@@ -317,6 +345,7 @@ __all__ = [
     "JSON",
     "JSONObject",
     "Mem",
+    "Metrics",
     "OptimizerState",
     "OverfitRetry",
     "PeakSummary",

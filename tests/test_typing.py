@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STRICT = [
     "cockpit/events.py",
     "cockpit/schema.py",
+    "cockpit/contract.py",
     "cockpit/runs",
     "cockpit/notebook",
     "cockpit/pilot/microsteps.py",

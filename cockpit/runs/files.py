@@ -15,12 +15,11 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeAlias, TypedDict, cast
-
-from ..contract import Params
+from typing import TypeAlias, TypedDict, cast
 
 from .. import events as ev
 from .. import fsutil
+from ..contract import Params
 
 RUNS_DIR = "runs"
 RUN_FILE = "run.toml"  # frozen at creation: task, variant, parameters, seed, stack, command
@@ -155,7 +154,7 @@ def run_meta(rdir: Path | str) -> RunTable:
         return {}
 
 
-def read_json(path: Path | str, limit: int = MAX_SMALL_FILE) -> dict[str, Any]:
+def read_json(path: Path | str, limit: int = MAX_SMALL_FILE) -> dict[str, ev.JSON]:
     """A small JSON document written by Cockpit, or {} when absent, unreadable, not a regular file
     (a FIFO, a link: never followed out of the run folder) or larger than ``limit``."""
     try:
@@ -165,11 +164,12 @@ def read_json(path: Path | str, limit: int = MAX_SMALL_FILE) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def read_metrics(rdir: Path | str) -> dict[str, Any]:
-    return read_json(Path(rdir) / METRICS_FILE)
+def read_metrics(rdir: Path | str) -> ev.Metrics:
+    """A training run's metrics.json, or {} when it has none (yet) or it cannot be read."""
+    return cast(ev.Metrics, read_json(Path(rdir) / METRICS_FILE))
 
 
-def read_inspect(rdir: Path | str) -> dict[str, Any]:
+def read_inspect(rdir: Path | str) -> dict[str, ev.JSON]:
     return read_json(Path(rdir) / INSPECT_FILE)
 
 

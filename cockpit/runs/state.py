@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import events as ev
+from ..contract import Params
 from .brief import Summary
 from .brief import summary as run_summary
-from .files import METRICS_FILE, RUN_FILE, RunToml, read_json, read_run_toml, run_dirs
+from .files import RUN_FILE, RunToml, read_metrics, read_run_toml, run_dirs
 from .process import is_alive, process_info
 
 GPU_PEAK = "torch peak reserved"
@@ -234,7 +235,7 @@ class RunFiles:
     phase: str | None
     frozen: RunToml = field(default_factory=lambda: RunToml())
     events: list[ev.Event] = field(default_factory=list)
-    metrics: dict[str, Any] | None = None  # training runs: metrics.json
+    metrics: ev.Metrics | None = None  # training runs: metrics.json
     state: RunState | None = None
     summary: Summary | None = None  # the events' summary (counts, largest step, time of the last event)
 
@@ -251,7 +252,7 @@ class RunFiles:
         return next((g for g in ev.gates(self.events) if g.get("phase") == phase), None)
 
     @property
-    def stack(self) -> dict[str, Any]:
+    def stack(self) -> dict[str, ev.JSON]:
         """The software stack the run measured on: its run_start's, with what its stack gate found on top
         (a probe's run process only watches; the stack gate comes from the script's own interpreter)."""
         out = dict(self.run_start.get("stack") or {})
@@ -271,16 +272,16 @@ class RunFiles:
         return "probe" if self.probed else "pilot"
 
     @property
-    def params(self) -> dict[str, Any]:
+    def params(self) -> Params:
         """The parameters the run actually used (its run_start, else its frozen run.toml)."""
         return dict(self.run_start.get("params") or self.frozen.get("params") or {})
 
-    def step_time(self) -> dict[str, Any] | None:
+    def step_time(self) -> ev.StepTime | None:
         """A pilot's time per update: the median of its timed later updates and their spread (min, max, n)."""
         g = self.gate("update_second")
         st = (g or {}).get("step_time")
         if isinstance(st, dict) and isinstance(st.get("median"), (int, float)):
-            return dict(st)
+            return st
         times = sorted(
             float(d)
             for e in ev.iter_kind(self.events, ev.STEP)
@@ -289,7 +290,7 @@ class RunFiles:
         if not times:
             return None
         mid = times[len(times) // 2] if len(times) % 2 else (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2
-        return {"median": mid, "min": times[0], "max": times[-1], "n": len(times)}
+        return {"median": mid, "min": times[0], "max": times[-1], "n": len(times), "samples": times}
 
     @property
     def peak(self) -> tuple[float | None, str]:
@@ -311,7 +312,7 @@ def read_run(rdir: Path | str) -> RunFiles | None:
     evs = brief.events
     st = state(rdir)  # the same summary, from this process's memo
     meta = frozen.get("run", {}) if isinstance(frozen.get("run"), dict) else {}
-    metrics = read_json(rdir / METRICS_FILE) or None
+    metrics = read_metrics(rdir) or None
     return RunFiles(
         id=str(meta.get("id", rdir.name)),
         dir=rdir,
