@@ -1,6 +1,6 @@
 """The names of the task contract's open values: what a task's own functions receive and return.
 
-A task is the user's code (``docs/task.md``): its ``datasets`` return examples, its ``collate`` makes a batch of
+A task is the user's code (``docs/tasks.md``): its ``datasets`` return examples, its ``collate`` makes a batch of
 them, and every function receives the variant's settings as one flat mapping. What those hold is the user's choice
 (a batch may carry tensors, strings, lists; a setting is any TOML value), so their values are ``Any`` on purpose,
 and they are named here once instead of spelling ``dict[str, Any]`` at every function of the contract. Everything

@@ -190,10 +190,12 @@ def exit_code_of(status: str, run_end: Event | None = None) -> ExitCode:
         return ExitCode.INTERNAL
 
 
-def make(kind: str, **payload: Any) -> dict[str, Any]:
+def make(kind: str, **payload: Any) -> Event:
+    """One event: its envelope and the writer's fields (each one a field of :class:`schema.Event`; tests hold every
+    writer to it)."""
     if kind not in KINDS:
         raise ValueError(f"unknown event kind {kind!r}")
-    return {"v": SCHEMA_VERSION, "t": time.time(), "kind": kind, **payload}
+    return cast(Event, {"v": SCHEMA_VERSION, "t": time.time(), "kind": kind, **payload})
 
 
 class EventWriter:
@@ -217,7 +219,7 @@ class EventWriter:
         self._fd: int | None = os.open(self.path, flags, 0o644)
         self._torn = False
 
-    def emit(self, kind: str, **payload: Any) -> dict[str, Any]:
+    def emit(self, kind: str, **payload: Any) -> Event:
         event = make(kind, **payload)
         if self.rank is not None and "rank" not in event:
             event["rank"] = self.rank

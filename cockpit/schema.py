@@ -296,6 +296,10 @@ class Event(GateExtras, total=False):
     phases: list[str]
     params: JSONObject
     probe: JSONObject  # a probe's command, resume command, steps and working directory
+    stop: JSONObject  # a training run's: its stop rules, validation and checkpoint settings
+    validation: JSONObject
+    checkpoints: JSONObject
+    resumed_from: int  # a resumed training run's: the update it went on from
     # phase_start, gate, sample, step (the phase it ran in)
     phase: str | None
     inputs: JSONObject
@@ -327,12 +331,15 @@ class Event(GateExtras, total=False):
     updates: int
 
 
+EVENT_FIELDS = frozenset(Event.__annotations__)  # every field any kind of event may carry
+
 __all__ = [
     "RunEndFigures",
     "Baseline",
     "Check",
     "Decomposition",
     "Determinism",
+    "EVENT_FIELDS",
     "Event",
     "GATE_EXTRAS",
     "GateEvent",

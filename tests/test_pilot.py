@@ -23,6 +23,8 @@ from cockpit import events as ev
 from cockpit import launch, runs
 from cockpit import notebook as nbm
 
+from .schema_check import off_schema
+
 pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,6 +103,7 @@ def test_demo_pilot_passes_every_gate(pilots):
     ]
     assert row.status == "passed" and row.phase == "export" and row.peak_mib > 0 and row.duration_s > 0
     assert st.run_end["exit_code"] == 0
+    assert off_schema(rdir) == []
 
 
 def test_gpu_counters_absent_not_zero_on_cpu(pilots):

@@ -18,6 +18,8 @@ from cockpit import events as ev
 from cockpit import notebook as nbm
 from cockpit.probe.config import ProbeConfig
 
+from .schema_check import off_schema
+
 pytestmark = pytest.mark.slow
 
 SCRIPTS = Path(__file__).parent / "probe_scripts"
@@ -70,6 +72,7 @@ def test_a_plain_loop_with_its_own_checkpoint_and_resume_flag(campaign, tmp_path
     assert checks["next losses equal the uninterrupted run"].startswith("bit-identical: step 6")
     assert g["resume"]["mem"]["rss_peak"] > 50 * MIB
     assert run.probed and run.run_start["probe"]["resume"].endswith("--resume")
+    assert off_schema(run.dir) == []
     nb = nbm.load(campaign)
     assert nb.probe is not None and nb.probe.command == [PY, PLAIN] and nb.probe.steps == 4
     row = nb.run(run.id)

@@ -18,6 +18,8 @@ import tomli_w
 from cockpit import launch, runs
 from cockpit import notebook as nbm
 
+from .schema_check import off_schema
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,6 +99,7 @@ def test_sigkilled_run_resumes_as_the_same_run_with_the_same_curve(tmp_path: Pat
     assert len(start) == 2 and resumed_from >= int(done[-1][len("update-") : -len(".pt")])
     assert lost_at - resumed_from <= 25, "more than the updates since the last checkpoint were lost"
     assert curve(killed) == curve(whole)  # every update, bit-identical
+    assert off_schema(killed) == [] and off_schema(whole) == []
     assert [(e["step"], e["val_loss"]) for e in evals(killed)] == [(e["step"], e["val_loss"]) for e in evals(whole)]
     row = nbm.load(killed_camp).run(rid)
     assert row.status == "completed" and f"from update {resumed_from}" in row.resumed

@@ -37,6 +37,9 @@ def test_every_field_of_a_recorded_gate_is_in_the_schema(tmp_path: Path) -> None
         assert set(e) >= GATE_FIELDS, e["phase"]
         assert set(e) <= GATE_FIELDS | ev.GATE_EXTRAS | ENVELOPE, (e["phase"], sorted(set(e) - GATE_FIELDS - ENVELOPE))
     assert {"initial_loss", "step_time", "predictions", "machine"} <= {k for e in gates for k in e}
+    for e in sink:  # every kind the pilot writes, not only gates
+        assert set(e) <= ev.EVENT_FIELDS, (e["kind"], sorted(set(e) - ev.EVENT_FIELDS))
+    assert {ev.PHASE_START, ev.GATE, ev.STEP, ev.LOG} <= {e["kind"] for e in sink}
 
 
 def test_a_lines_kind_is_read_from_its_head() -> None:

@@ -102,12 +102,12 @@ class Summary:
     def total(self) -> int:
         return sum(self.counts.values())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, ev.JSON]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "refused"}
         return {"format": FORMAT, **d}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Summary | None:
+    def from_json(cls, d: object) -> Summary | None:
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             return None
         try:

@@ -13,7 +13,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TypeAlias, TypedDict, cast
 
@@ -110,6 +110,15 @@ class TaskTable(TypedDict, total=False):
     extensions: list[str]
 
 
+class Revisions(TypedDict, total=False):
+    """run.toml's ``[revisions]``: the campaign folder's git commit and the task code's hash."""
+
+    git: str  # the commit, or why there is none
+    dirty: bool
+    task_code: str
+    task_file: str
+
+
 class RunToml(TypedDict, total=False):
     """A run's frozen ``run.toml``, written once by :func:`cockpit.runs.rows.create_run` and never rewritten.
 
@@ -121,18 +130,19 @@ class RunToml(TypedDict, total=False):
     run: RunTable
     task: TaskTable
     params: Params
-    pilot: dict[str, TomlValue]
-    stop: dict[str, TomlValue]
-    validation: dict[str, TomlValue]
-    checkpoints: dict[str, TomlValue]
-    stack: dict[str, TomlValue]
-    command: dict[str, TomlValue]
-    revisions: dict[str, str]
-    protocol: dict[str, TomlValue]
-    extra: dict[str, TomlValue]
+    pilot: Mapping[str, TomlValue]
+    stop: Mapping[str, TomlValue]
+    validation: Mapping[str, TomlValue]
+    checkpoints: Mapping[str, TomlValue]
+    stack: Mapping[str, TomlValue]
+    command: Mapping[str, TomlValue]
+    revisions: Revisions
+    protocol: Mapping[str, TomlValue]
+    extra: Mapping[str, TomlValue]
 
 
-TomlValue: TypeAlias = "str | int | float | bool | list[TomlValue] | dict[str, TomlValue]"
+# A TOML value as tomllib returns it (dates aside: Cockpit writes none); read-only, so a table of strings is one.
+TomlValue: TypeAlias = "str | int | float | bool | Sequence[TomlValue] | Mapping[str, TomlValue]"
 
 
 def read_run_toml(rdir: Path | str) -> RunToml:

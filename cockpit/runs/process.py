@@ -11,15 +11,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from .. import fsutil
 from .files import PROCESS_FILE, now
 
 
+class ProcessInfo(TypedDict, total=False):
+    """``process.json`` as written; a reader checks every field's type (the file may be planted or stale)."""
+
+    pid: int
+    create_time: float | None  # psutil's, in seconds since the epoch; None: the process was already gone
+    cmdline: list[str]
+    start_ticks: int  # clock ticks since boot (Linux), immune to the wall clock stepping
+    started: str
+
+
 def write_process(rdir: Path | str, pid: int, argv: list[str]) -> None:
     """Record the process just started for the run: its pid, start time and the command it runs."""
-    info: dict[str, Any] = {"pid": pid, "create_time": _create_time(pid), "cmdline": [str(a) for a in argv]}
+    info: ProcessInfo = {"pid": pid, "create_time": _create_time(pid), "cmdline": [str(a) for a in argv]}
     ticks = start_ticks(pid)
     if ticks is not None:
         info["start_ticks"] = ticks
@@ -51,16 +61,16 @@ def _create_time(pid: int) -> float | None:
         return None
 
 
-def process_info(rdir: Path | str) -> dict[str, Any] | None:
+def process_info(rdir: Path | str) -> ProcessInfo | None:
     """The recorded process, or None (absent, a link, not a regular file, not a small JSON object)."""
     try:
         info = json.loads(fsutil.read_regular(Path(rdir) / PROCESS_FILE, 65536))
     except (OSError, ValueError, RecursionError):
         return None
-    return info if isinstance(info, dict) else None
+    return cast(ProcessInfo, info) if isinstance(info, dict) else None
 
 
-def _process(info: dict[str, Any] | None) -> Any:
+def _process(info: ProcessInfo | None) -> Any:
     """The psutil.Process the record names, if it is still that very process (pid and start time)."""
     if not info:
         return None

@@ -22,6 +22,7 @@ import os
 import platform
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -32,7 +33,7 @@ from .. import fsutil
 from .. import notebook as nbm
 from ..gitinfo import run_revision as git_revision
 from . import brief
-from .files import ARTIFACT_DIR, RUN_FILE, check_id, fmt_time, now, order_key, run_dir, runs_dir
+from .files import ARTIFACT_DIR, RUN_FILE, RunToml, TomlValue, check_id, fmt_time, now, order_key, run_dir, runs_dir
 from .state import RunState, state
 
 
@@ -150,8 +151,8 @@ def create_run(
     seed: int = 0,
     kind: str = "pilot",
     follows: str = "",
-    overrides: dict[str, Any] | None = None,
-    extra: dict[str, Any] | None = None,
+    overrides: Mapping[str, TomlValue] | None = None,
+    extra: Mapping[str, TomlValue] | None = None,
     notes: str = "",
     read: nbm.Notebook | None = None,
 ) -> tuple[str, Path]:
@@ -169,7 +170,7 @@ def create_run(
 
     path = nbm.find(campaign)
     campaign_dir = path.parent
-    box: dict[str, Any] = {}
+    made: list[tuple[str, Path]] = []  # the id and folder once made, so a failed save can remove the folder
 
     def add(nb: nbm.Notebook) -> None:
         vid = variant or nb.reference.id
@@ -184,7 +185,7 @@ def create_run(
         # A probe's settings are the script's own (its command line), never a variant's or a template's.
         params = {} if kind == "probe" else nb.params(vid)
         params.update(overrides or {})
-        frozen = {
+        frozen: RunToml = {
             "run": {
                 "id": rid,
                 "campaign": nb.campaign.name,
@@ -211,7 +212,7 @@ def create_run(
             "protocol": protocol_record(nb),
         }
         if extra:
-            frozen["extra"] = extra
+            frozen["extra"] = dict(extra)
         text = tomli_w.dumps(frozen)
         rdir.parent.mkdir(parents=True, exist_ok=True)
         _sweep_partial(rdir.parent)
@@ -226,19 +227,18 @@ def create_run(
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        box["dir"] = rdir
+        made.append((rid, rdir))
         nb.runs.append(
             nbm.RunRow(
                 id=rid, variant=vid, seed=seed, kind=kind, status=ev.Status.CREATED.value, follows=follows, notes=notes
             )
         )
-        box["id"] = rid
 
     try:
         nbm.mutate(path, add, read=read)
     except BaseException as exc:
-        if "dir" in box:  # the row was not saved: no folder without its row, no id used up
-            shutil.rmtree(box["dir"], ignore_errors=True)
+        if made:  # the row was not saved: no folder without its row, no id used up
+            shutil.rmtree(made[-1][1], ignore_errors=True)
         full = fsutil.disk_full(exc)
         if full is not None:
             raise nbm.NotebookError(
@@ -246,7 +246,7 @@ def create_run(
                 f"({full.filename or 'runs/'}); nothing was created. Free space and start it again."
             ) from None
         raise
-    return box["id"], box["dir"]
+    return made[-1]
 
 
 def apply_state(row: nbm.RunRow, st: RunState) -> bool:
