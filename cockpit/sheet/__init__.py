@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .. import estimates, runs
 from .. import notebook as nbm
+from ..compare.quality import number
 from ..errors import CockpitError
 from ..notebook.settings import Settings
 from ..schema import JSONObject
@@ -30,7 +31,6 @@ from .phases import (
     dimensions_of_pilot,
     dimensions_of_probe,
     inputs_text,
-    number,
     others_on_gpu,
     peaks_mib,
     phase_rows,
