@@ -11,26 +11,33 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .. import fsutil, runs
 from ..fsutil import sha256
+from ..schema import JSON, JSONObject
 from .layout import ARTIFACT_MANIFEST, CHECKPOINT, CONTROL, MANIFEST, MODEL
 
 
 @dataclass
 class Verified:
     folder: Path
-    manifest: dict[str, Any]
+    manifest: JSONObject  # the archive's manifest.json ({} when it could not be read)
     problems: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
-    state: dict[str, Any] | None = None
+    state: dict[str, object] | None = None  # the archived state_dict: parameter name -> tensor
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def files(self) -> Mapping[str, JSON]:
+        """The manifest's ``files`` table: archived path -> its sha256 and bytes ({} when there is none)."""
+        listed = self.manifest.get("files")
+        return listed if isinstance(listed, Mapping) else {}
 
 
 def _walk(folder: Path) -> tuple[set[str], list[str]]:
@@ -55,14 +62,14 @@ def _walk(folder: Path) -> tuple[set[str], list[str]]:
     return files, problems
 
 
-def _inside(name: Any) -> bool:
+def _inside(name: object) -> bool:
     """A relative path that stays inside the archive: no absolute path, no '..', no empty part."""
     if not isinstance(name, str) or not name or name.startswith("/") or "\\" in name or "\0" in name:
         return False
     return all(part not in ("", ".", "..") for part in name.split("/"))
 
 
-def check_hashes(folder: Path) -> tuple[dict[str, Any], list[str]]:
+def check_hashes(folder: Path) -> tuple[JSONObject, list[str]]:
     """Every file listed with the right hash, none missing, none added, none outside. No unpickling here."""
     folder = Path(folder)
     mp = folder / MANIFEST
@@ -106,11 +113,11 @@ def load(folder: Path | str, map_location: str = "cpu") -> Verified:
     v = Verified(folder, manifest, problems)
     if problems:
         return v
-    v.lines.append(f"{len(manifest['files'])} files match their SHA-256 in {MANIFEST}")
+    v.lines.append(f"{len(v.files)} files match their SHA-256 in {MANIFEST}")
     from ..pilot.checkpoint import UnsafeArtifact, safe_load  # torch, only now
 
     for name in (MODEL, CHECKPOINT, CONTROL):
-        if name not in manifest["files"]:
+        if name not in v.files:
             continue
         try:
             obj = safe_load(folder / name, map_location=map_location)
@@ -153,7 +160,7 @@ def rebuild_and_replay(v: Verified) -> None:
     The task's code runs here (found where the run found it: ``revisions.json`` task_source, else the entry
     beside the run's campaign); a task code whose SHA-256 differs from the run's is said, not refused.
     """
-    folder, files = v.folder, v.manifest["files"]
+    folder, files = v.folder, v.files
     if MODEL not in files or CONTROL not in files or ARTIFACT_MANIFEST not in files:
         v.lines.append("no control outputs archived (no export): the model was not rebuilt or replayed")
         return

@@ -22,17 +22,22 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import tomli_w
 
 from .. import events as ev
 from .. import fsutil, runs
 from .. import notebook as nbm
+from ..contract import Params
 from ..fsutil import sha256
 from ..gitinfo import FileRevision
 from ..gitinfo import file_revision as git_revision
+from ..schema import JSON, JSONObject
 from .layout import CONTROL, FORMAT, MANIFEST, METRIC_JSON, METRIC_SUFFIXES, MODEL, ArchiveError
+
+if TYPE_CHECKING:  # typing.NotRequired is Python 3.11; annotations here are never evaluated
+    from typing import NotRequired
 
 # --------------------------------------------------------------------------- revisions
 
@@ -103,8 +108,8 @@ class ArchiveMeta(_MetaRequired, total=False):
 
 
 def revisions(
-    frozen: dict[str, Any],
-    run_start: dict[str, Any],
+    frozen: runs.RunToml,
+    run_start: ev.Event,
     campaign_dir: Path | None,
     data_revision: object = None,
 ) -> Revisions:
@@ -144,7 +149,7 @@ def default_out(rdir: Path) -> Path:
     return report / "archive" / rdir.name
 
 
-def _plain_name(name: Any) -> bool:
+def _plain_name(name: object) -> bool:
     """A file name inside one folder: no separator, not '.' or '..'."""
     return isinstance(name, str) and bool(name) and "/" not in name and "\\" not in name and name not in (".", "..")
 
@@ -156,19 +161,58 @@ def _copy(src: Path, dst: Path) -> None:
     shutil.copystat(src, dst, follow_symlinks=False)
 
 
-def _variant_config(nb: nbm.Notebook | None, variant: str) -> dict[str, Any]:
+class CampaignConfig(TypedDict):
+    """variant.toml's ``[campaign]``: the question the archived run answers to."""
+
+    name: str
+    question: str
+    held_constant: str
+    quality_metric: str
+    higher_is_better: bool
+    quality_target: NotRequired[float]
+
+
+class VariantTable(TypedDict):
+    id: str
+    reference: bool
+    differs: str
+    why: str
+    kind: str
+    set: dict[str, object]
+
+
+class TaskConfig(TypedDict):
+    entry: str
+    extensions: list[str]
+
+
+class VariantConfig(TypedDict, total=False):
+    """The archive's ``config/variant.toml``: the variant as the notebook states it at archiving (``note`` alone
+    when the notebook was not found)."""
+
+    note: str
+    campaign: CampaignConfig
+    variant: VariantTable
+    task: TaskConfig
+    params: Params  # the flat settings the task's functions receive
+    stop: dict[str, object]
+    validation: dict[str, object]
+
+
+def _variant_config(nb: nbm.Notebook | None, variant: str) -> VariantConfig:
     if nb is None:
         return {"note": "the campaign notebook was not found; run.toml holds the parameters the run used"}
     v = nb.variant(variant)
     c = nb.campaign
-    cfg: dict[str, Any] = {
-        "campaign": {
-            "name": c.name,
-            "question": c.question,
-            "held_constant": c.held_constant,
-            "quality_metric": c.quality_metric,
-            "higher_is_better": c.higher_is_better,
-        },
+    campaign: CampaignConfig = {
+        "name": c.name,
+        "question": c.question,
+        "held_constant": c.held_constant,
+        "quality_metric": c.quality_metric,
+        "higher_is_better": c.higher_is_better,
+    }
+    cfg: VariantConfig = {
+        "campaign": campaign,
         "variant": {
             "id": v.id,
             "reference": v.reference,
@@ -183,7 +227,7 @@ def _variant_config(nb: nbm.Notebook | None, variant: str) -> dict[str, Any]:
         "validation": {k: val for k, val in nb.validation.__dict__.items() if val is not None},
     }
     if c.quality_target is not None:
-        cfg["campaign"]["quality_target"] = c.quality_target
+        campaign["quality_target"] = c.quality_target
     return cfg
 
 
@@ -302,7 +346,8 @@ def gather(rdir: Path | str, out: Path | str | None = None) -> Path:
         )
     frozen = runs.read_run_toml(rdir)
     brief = runs.summary(rdir)
-    run_start = next(ev.iter_kind(brief.events, ev.RUN_START), {})
+    none: ev.Event = {}  # a run whose process never started
+    run_start = next(ev.iter_kind(brief.events, ev.RUN_START), none)
     st = runs.state(rdir)
     campaign_dir = rdir.parent.parent if rdir.parent.name == runs.RUNS_DIR else None
     try:
@@ -373,7 +418,7 @@ def gather(rdir: Path | str, out: Path | str | None = None) -> Path:
     return target
 
 
-def _export_manifest(path: Path) -> Mapping[str, Any]:
+def _export_manifest(path: Path) -> JSONObject:
     """The export's manifest.json as written (any JSON object; each reader checks its fields), or {}."""
     if not fsutil.is_regular(path):
         return {}
@@ -384,16 +429,20 @@ def _export_manifest(path: Path) -> Mapping[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _weights_said(exported: bool, manifest: Mapping[str, Any]) -> str:
+def _object(x: JSON) -> JSONObject:
+    return x if isinstance(x, Mapping) else {}
+
+
+def _weights_said(exported: bool, manifest: JSONObject) -> str:
     if not exported:
         return (
             "The run exported no artifact (it did not complete): this is the model state of its final checkpoint, "
             "the optimizer state left out."
         )
     if manifest.get("weights") == "adapter":
-        base = manifest.get("base") or {}
+        base = _object(manifest.get("base"))
         return (
-            f"The adapter's tensors only ({(manifest.get('adapter') or {}).get('describe', 'an adapter')}); the base "
+            f"The adapter's tensors only ({_object(manifest.get('adapter')).get('describe', 'an adapter')}); the base "
             f'model is recorded by its identity in manifest.json ("base": SHA-256 {str(base.get("sha256"))[:12]}… '
             f"over its {base.get('tensors')} frozen tensors, {base.get('name_or_path') or base.get('class')}), "
             "rebuilt by the task's build_model and checked against it before the adapter is loaded."
@@ -401,11 +450,11 @@ def _weights_said(exported: bool, manifest: Mapping[str, Any]) -> str:
     return "The whole model's state_dict."
 
 
-def _pilot_data(brief: Any) -> dict[str, Any] | None:
+def _pilot_data(brief: runs.Summary) -> dict[str, JSON] | None:
     """The data revision a pilot's data gate recorded (pilots before exports carried it)."""
     for e in ev.iter_kind(brief.events, ev.GATE):
-        if e.get("phase") == "data" and isinstance(e.get("data_revision"), dict):
-            return dict(e["data_revision"])
+        if e.get("phase") == "data" and isinstance(rev := e.get("data_revision"), dict):
+            return dict(rev)
     return None
 
 

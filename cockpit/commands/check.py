@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 from .. import arithmetic, notebook
+from ..contract import Params
+from ..runs import TomlValue
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 TASK_CHECK_TIMEOUT_S = 900.0  # a task whose datasets() reads a large corpus takes a while; a hung one does not pass
 
 
-def task_problems(nb: notebook.Notebook, variants: list[str] | None, overrides: dict[str, Any]) -> list[str]:
+def task_problems(nb: notebook.Notebook, variants: list[str] | None, overrides: dict[str, TomlValue]) -> list[str]:
     """Import the task and size its splits in a child process (the CLI imports neither torch nor user code)."""
     import json
     import os
@@ -81,7 +82,7 @@ def task_problems(nb: notebook.Notebook, variants: list[str] | None, overrides: 
 
 
 def refuse_what_the_task_shows(
-    nb: notebook.Notebook, variants: list[str] | None, overrides: dict[str, Any], lead: str = ""
+    nb: notebook.Notebook, variants: list[str] | None, overrides: dict[str, TomlValue], lead: str = ""
 ) -> None:
     """Raise the problems the task check found, one paragraph each, before anything is written."""
     from ..errors import UsageError
@@ -239,7 +240,7 @@ def _quality(c: notebook.CampaignInfo) -> str:
     return f"target {c.quality_metric} {sign} {c.quality_target:g} ({way})"
 
 
-def _budget(plan: arithmetic.BatchPlan, params: dict[str, Any]) -> tuple[arithmetic.Budget | None, str]:
+def _budget(plan: arithmetic.BatchPlan, params: Params) -> tuple[arithmetic.Budget | None, str]:
     try:
         return arithmetic.budget_from(plan, params), ""
     except ValueError:

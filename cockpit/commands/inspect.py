@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .. import events as ev
 from .. import fsutil, runs, styles
@@ -22,6 +23,12 @@ from .. import inspectview as iv
 from .. import notebook as nbm
 from ..errors import CockpitError, UsageError
 from ..inspectview import IGNORE, MASKED, SUPERVISED
+from ..schema import JSON, JSONObject
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.table import Table
+    from rich.text import Text
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -69,7 +76,9 @@ def resolve(target: str, run_id: str | None) -> Path:
     return inspected[-1]
 
 
-def load(rdir: Path) -> dict[str, Any]:
+def load(rdir: Path) -> JSONObject:
+    """inspect.json as the data gate wrote it (any JSON object with an ``examples`` list; each field is checked
+    where it is shown)."""
     path = rdir / runs.INSPECT_FILE
     try:
         doc = json.loads(fsutil.read_regular(path, runs.MAX_SMALL_FILE))
@@ -87,32 +96,37 @@ def load(rdir: Path) -> dict[str, Any]:
     return doc
 
 
-def data_gate(rdir: Path) -> dict[str, Any] | None:
+def data_gate(rdir: Path) -> ev.Event | None:
     gates = [g for g in ev.gates(runs.summary(rdir).events) if g.get("phase") == "data"]
     return gates[-1] if gates else None
 
 
-def text_of(example: dict[str, Any]) -> Any:
+def text_of(example: Mapping[str, object]) -> Text:
     """The decoded text as rich Text: supervised spans highlighted, masked spans dimmed."""
     return iv.text_of(example, iv.CLI)
 
 
-def positions(row: dict[str, Any], width: int) -> list[Any]:
+def positions(row: Mapping[str, object], width: int) -> list[Table]:
     """The batch row position by position, in blocks that fit ``width`` columns."""
     return iv.positions(row, width, iv.CLI)
 
 
-def render(doc: dict[str, Any], rdir: Path, gate: dict[str, Any] | None, split: str | None, only: str | None) -> None:
+def _object(x: JSON) -> JSONObject:
+    return x if isinstance(x, Mapping) else {}
+
+
+def render(doc: JSONObject, rdir: Path, gate: ev.Event | None, split: str | None, only: str | None) -> None:
     from rich.console import Console, Group
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
 
     console = Console()
+    listed = doc.get("examples")
     examples = [
         e
-        for e in doc["examples"]
-        if isinstance(e, dict)
+        for e in (listed if isinstance(listed, list) else [])
+        if isinstance(e, Mapping)
         and (split is None or e.get("split") == split)
         and (only is None or str(e.get("id")) == only)
     ]
@@ -150,9 +164,14 @@ def render(doc: dict[str, Any], rdir: Path, gate: dict[str, Any] | None, split: 
                 ),
                 highlight=False,
             )
-    counts = doc.get("class_counts") or {}
-    if isinstance(counts, dict) and counts and all(isinstance(c, dict) for c in counts.values()):
-        names = [str(n) for n in doc.get("label_names") or sorted({str(k) for c in counts.values() for k in c})]
+    counts = {s: c for s, c in _object(doc.get("class_counts")).items() if isinstance(c, Mapping)}
+    if counts and len(counts) == len(_object(doc.get("class_counts"))):
+        label_names = doc.get("label_names")
+        names = [
+            str(n)
+            for n in (label_names if isinstance(label_names, list) else [])
+            or sorted({str(k) for c in counts.values() for k in c})
+        ]
         tab = Table(title="class counts", title_justify="left")
         tab.add_column("id", justify="right")
         tab.add_column("label")
@@ -168,7 +187,7 @@ def render(doc: dict[str, Any], rdir: Path, gate: dict[str, Any] | None, split: 
         console.print(Text("no example matches", style="yellow"))
     width = max(40, console.width - 4)
     for e in examples:
-        body: list[Any] = [Text.assemble(("text   ", "bold"), text_of(e))]
+        body: list[RenderableType] = [Text.assemble(("text   ", "bold"), text_of(e))]
         if e.get("target") is not None:
             body.append(Text.assemble(("target ", "bold"), (str(e["target"]), "green")))
         if e.get("generated") is not None:  # what the model generated from the prompt, after the pilot's updates
@@ -176,7 +195,7 @@ def render(doc: dict[str, Any], rdir: Path, gate: dict[str, Any] | None, split: 
             body.append(Text.assemble(("generated ", "bold"), str(e["generated"]), (at, "dim")))
         if e.get("label_name") is not None:
             body.append(Text.assemble(("label  ", "bold"), str(e["label_name"])))
-        row = e.get("row") or {}
+        row = _object(e.get("row"))
         scalars = {k: v for k, v in row.items() if not isinstance(v, list)}
         for k, v in scalars.items():
             body.append(Text.assemble((f"{k} ", "bold"), str(v)))

@@ -8,11 +8,13 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from .. import events as ev
 from .. import launch, runs, styles
 from ..errors import UsageError
+from ..runs import TomlValue
+from ..schema import JSONObject
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -46,10 +48,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_overrides(items: list[str]) -> dict[str, Any]:
+def parse_overrides(items: list[str]) -> dict[str, TomlValue]:
+    """``--set KEY=VALUE`` as settings: each value read as TOML (a number, a boolean, a list...), else as text."""
     from ..notebook.parse import tomllib  # tomli on Python 3.10
 
-    out: dict[str, Any] = {}
+    out: dict[str, TomlValue] = {}
     for item in items:
         key, eq, value = item.partition("=")
         if not eq or not key:
@@ -99,7 +102,26 @@ def follow(rdir: Path, quiet: bool = False, poll_s: float = 0.1) -> runs.RunStat
     return st
 
 
-def summary(st: runs.RunState) -> dict[str, Any]:
+class PilotSummary(TypedDict):
+    """What ``cockpit pilot --json`` prints of a finished pilot."""
+
+    run: str
+    dir: str
+    status: str
+    stop_reason: str
+    phase: str | None
+    peak_mib: float | None
+    peak_counter: str
+    duration_s: float | None
+    exit_code: int
+    gates: list[JSONObject]  # gatetable.GateRow's fields, with the gate's inputs and machine load in full
+    findings: list[str]
+    absent: str
+    busy: str
+    next: str
+
+
+def summary(st: runs.RunState) -> PilotSummary:
     from ..gatetable import absent_words, busy_words, findings, row
 
     return {

@@ -16,8 +16,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from .. import launch, runs
 from .. import notebook as nbm
@@ -107,7 +107,7 @@ class Terminated(Exception):
     """SIGTERM reached the series' sequencer (its own process, not its runs)."""
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated()
 
 
@@ -193,10 +193,12 @@ def _go(
                 flush=True,
             )
 
-    def on_progress(s: sr.Started, e: dict[str, Any]) -> None:
+    def on_progress(s: sr.Started, e: Mapping[str, object]) -> None:  # an eval event (schema.Event) as it lands
         if e.get("kind") == "eval" and e.get("rank") in (None, 0):
             loss = e.get("loss")
-            extra = " ".join(f"{k} {v:.3g}" for k, v in (e.get("metrics") or {}).items() if v is not None)
+            metrics = e.get("metrics")
+            shown_metrics = metrics.items() if isinstance(metrics, Mapping) else ()
+            extra = " ".join(f"{k} {v:.3g}" for k, v in shown_metrics if v is not None)
             shown = f"{loss:.4f}" if loss is not None else "non-finite"
             print(
                 f"{time.monotonic() - t0:7.1f}s {s.run_id} {s.item.variant} seed {s.item.seed}: "
@@ -235,7 +237,8 @@ def _go(
     return int(runs.state(Path(bad[0]["dir"])).exit_code)
 
 
-def _print(results: list[dict[str, Any]], wall: float, path: Path) -> None:
+def _print(results: Sequence[Mapping[str, object]], wall: float, path: Path) -> None:
+    """The series' table: one row per run, as :func:`cockpit.series.result` made it."""
     from rich import box
     from rich.console import Console
     from rich.markup import escape

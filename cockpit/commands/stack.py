@@ -16,9 +16,10 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict, cast
 
 from .. import notebook as nbm
+from ..notebook.settings import Settings
 from ..pilot.stackcheck import MARK
 
 TIMEOUT_S = 300
@@ -33,6 +34,50 @@ class Needs:
     source: str = "no campaign given"
 
 
+class StackGpu(TypedDict, total=False):
+    index: int
+    name: str
+    total: int  # bytes
+    capability: str
+
+
+class KernelRan(TypedDict, total=False):
+    """Whether a small matmul ran on one GPU (in bf16 too when supported), or how it failed."""
+
+    index: int
+    fp32: bool
+    bf16: bool
+    error: str
+
+
+class ExtensionImport(TypedDict, total=False):
+    module: str
+    ok: bool
+    version: str
+    error: str
+
+
+class StackReport(TypedDict, total=False):
+    """What ``python -m cockpit.pilot.stackcheck`` reports (``cockpit.pilot.meter.stack_info``, the kernels and
+    the extensions; only ``torch_error`` and ``extensions`` when torch could not be used), as far as the items
+    read it; ``--json`` prints every field the child wrote."""
+
+    torch_error: str
+    extensions: list[ExtensionImport]
+    kernels: list[KernelRan]
+    python: str
+    torch: str
+    build: str  # cuda | rocm | cpu
+    cuda: str | None
+    cuda_available: bool
+    driver: str | None
+    nvml_error: str | None
+    gpus: list[StackGpu]
+    bf16: bool | None
+    nccl: bool
+    gloo: bool
+
+
 @dataclass
 class StackCheck:
     name: str
@@ -41,17 +86,17 @@ class StackCheck:
 
 
 def needs_of(nb: nbm.Notebook) -> Needs:
-    params = [nb.params(v.id) for v in nb.variants]
+    settings = [Settings.of(nb, v.id) for v in nb.variants]
     return Needs(
         extensions=tuple(nb.task.extensions),
-        bf16=any(p.get("precision") == "bf16" for p in params),
-        nccl=any(int(p.get("data_replicas") or 1) * int(p.get("model_parallel") or 1) > 1 for p in params),
+        bf16=any(s.precision == "bf16" for s in settings),
+        nccl=any(s.gpus > 1 for s in settings),
         gpu=nb.training.device != "cpu",
         source=str(nb.path),
     )
 
 
-def probe(extensions: tuple[str, ...], timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
+def probe(extensions: tuple[str, ...], timeout_s: float = TIMEOUT_S) -> StackReport:
     """Run the stack check in a child process and return what it found (or how it died)."""
     cmd = [sys.executable, "-m", "cockpit.pilot.stackcheck"]
     for e in extensions:
@@ -67,7 +112,7 @@ def probe(extensions: tuple[str, ...], timeout_s: float = TIMEOUT_S) -> dict[str
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(MARK):
             try:
-                return json.loads(line[len(MARK) :])
+                return cast(StackReport, json.loads(line[len(MARK) :]))  # the child's own report
             except ValueError:
                 break
     tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
@@ -75,7 +120,7 @@ def probe(extensions: tuple[str, ...], timeout_s: float = TIMEOUT_S) -> dict[str
     return {"torch_error": f"the check process died ({how}) before reporting: {tail or 'no output'}", "extensions": []}
 
 
-def items(info: dict[str, Any], needs: Needs) -> list[StackCheck]:
+def items(info: StackReport, needs: Needs) -> list[StackCheck]:
     """Each stack item with pass/fail, from the child's report and what the campaign needs."""
     out: list[StackCheck] = []
     if info.get("torch_error"):
@@ -161,7 +206,7 @@ def items(info: dict[str, Any], needs: Needs) -> list[StackCheck]:
     return out
 
 
-def _ext(e: dict[str, Any]) -> StackCheck:
+def _ext(e: ExtensionImport) -> StackCheck:
     if e.get("ok"):
         return StackCheck(
             f"import {e['module']}", "pass", "imported" + (f" ({e['version']})" if e.get("version") else "")
@@ -169,7 +214,7 @@ def _ext(e: dict[str, Any]) -> StackCheck:
     return StackCheck(f"import {e['module']}", "fail", e.get("error", "import failed"))
 
 
-def verdict(info: dict[str, Any], its: list[StackCheck], needs: Needs) -> tuple[bool, str]:
+def verdict(info: StackReport, its: list[StackCheck], needs: Needs) -> tuple[bool, str]:
     failed = [i for i in its if i.status == "fail"]
     has_gpu = bool(info.get("cuda_available")) and bool(info.get("gpus"))
     if info.get("torch_error"):

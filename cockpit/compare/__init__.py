@@ -20,24 +20,28 @@ or settings other than memory settings changed by a memory variant.
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from .. import events as ev
 from .. import notebook as nbm
 from .. import runs
-from .memory import PhaseMem, PilotMem, flags, pilot_memory
+from .memory import Flag, PhaseMem, PhaseMemRow, PilotMem, PilotMemRow, flags, pilot_mem_row, pilot_memory
 from .quality import (
     MEMORY_KNOBS,
     STEP_PHASE,
     Group,
+    GroupRow,
     Stats,
+    StatsRow,
     TrainRun,
+    TrainRunRow,
     distinguish,
+    group_row,
     group_runs,
     quality_of,
     stats,
+    train_run_row,
     train_runs,
 )
 from .render import render
@@ -46,11 +50,18 @@ __all__ = [
     "MEMORY_KNOBS",
     "METHOD",
     "STEP_PHASE",
+    "Comparison",
+    "Flag",
     "Group",
+    "GroupRow",
     "PhaseMem",
+    "PhaseMemRow",
     "PilotMem",
+    "PilotMemRow",
     "Stats",
+    "StatsRow",
     "TrainRun",
+    "TrainRunRow",
     "collect",
     "curves",
     "distinguish",
@@ -65,12 +76,34 @@ __all__ = [
 ]
 
 
-def collect(campaign: Path | str) -> dict[str, Any]:
+class Comparison(TypedDict):
+    """Everything ``cockpit compare`` shows (and ``--json`` prints), as plain values; the TUI's compare screen
+    reads the same."""
+
+    campaign: str
+    question: str
+    metric: str
+    higher_is_better: bool
+    quality_target: float | None
+    held_constant: str
+    probe_campaign: bool
+    reference: str
+    quality: list[GroupRow]
+    not_completed: list[TrainRunRow]
+    superseded: list[TrainRunRow]
+    memory: dict[str, PilotMemRow]
+    flags: dict[str, list[Flag]]
+    kinds: dict[str, str]
+    method: str
+    train_runs: list[TrainRunRow]
+
+
+def collect(campaign: Path | str) -> Comparison:
     """Everything ``cockpit compare`` shows, as plain values. Reads only: nothing is written."""
     return summarize(nbm.load(campaign))
 
 
-def summarize(nb: nbm.Notebook, all_runs: list[runs.RunFiles] | None = None) -> dict[str, Any]:
+def summarize(nb: nbm.Notebook, all_runs: list[runs.RunFiles] | None = None) -> Comparison:
     """The comparison of a loaded notebook, from its run folders (the CLI) or runs already read (the TUI's cache)."""
     if all_runs is None:
         all_runs = runs.campaign_runs(nb.directory)
@@ -88,10 +121,12 @@ def summarize(nb: nbm.Notebook, all_runs: list[runs.RunFiles] | None = None) -> 
         "held_constant": c.held_constant,
         "probe_campaign": nb.is_probe,
         "reference": nb.reference.id,
-        "quality": [{**asdict(g), "stats": {**asdict(g.stats), "spread": g.stats.spread}} for g in groups],
-        "not_completed": [dict(row) for row, r in zip(rows, trs, strict=True) if r.status != ev.Status.COMPLETED.value],
-        "superseded": [dict(row) for row, r in zip(rows, trs, strict=True) if r.superseded_by],
-        "memory": {vid: _mem_dict(m) for vid, m in mem.items()},
+        "quality": [group_row(g) for g in groups],
+        "not_completed": [
+            row.copy() for row, r in zip(rows, trs, strict=True) if r.status != ev.Status.COMPLETED.value
+        ],
+        "superseded": [row.copy() for row, r in zip(rows, trs, strict=True) if r.superseded_by],
+        "memory": {vid: pilot_mem_row(m) for vid, m in mem.items()},
         "flags": {v.id: flags(nb, v.id, mem, groups) for v in nb.variants},
         "kinds": {v.id: v.kind for v in nb.variants},
         "method": METHOD,
@@ -107,18 +142,9 @@ METHOD = (
 )
 
 
-def _flat(r: TrainRun) -> dict[str, Any]:
+def _flat(r: TrainRun) -> TrainRunRow:
     """``asdict`` of a TrainRun, whose fields are all plain values (no copy needed)."""
-    return {name: getattr(r, name) for name in _TRAIN_FIELDS}
-
-
-_TRAIN_FIELDS = tuple(f.name for f in fields(TrainRun))
-
-
-def _mem_dict(m: PilotMem) -> dict[str, Any]:
-    d = asdict(m)
-    d["phases"] = {k: asdict(v) for k, v in m.phases.items()}
-    return d
+    return train_run_row(r)
 
 
 def curves(campaign: Path | str, run_ids: list[str]) -> dict[str, list[dict[str, float | None]]]:

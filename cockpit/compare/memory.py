@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from .. import arithmetic, runs
 from .. import events as ev
 from .. import notebook as nbm
-from .quality import MEMORY_KNOBS, Group, differences_text
+from ..schema import JSONObject
+from .quality import MEMORY_KNOBS, Group, differences_text, mapping, number, whole
 
 
 @dataclass
@@ -29,7 +32,7 @@ class PilotMem:
     counter: str
     step_time_s: float | None
     max_length: int | None
-    truncation: dict[str, Any] | None
+    truncation: JSONObject | None  # the data gate's schema.Truncation, or one per split
     params_note: str = ""
     step_min_s: float | None = None  # the spread of the timed updates: a ratio inside it is no difference
     step_max_s: float | None = None
@@ -38,7 +41,77 @@ class PilotMem:
     kind: str = "pilot"  # "probe": measured on the user's own script, with its own settings
 
 
-def _data_gate(all_runs: list[runs.RunFiles], vid: str) -> tuple[str, dict[str, Any]] | None:
+class PhaseMemRow(TypedDict):
+    """A :class:`PhaseMem` as ``cockpit compare`` hands it on."""
+
+    phase: str
+    peak: int | None
+    peak_reserved: int | None
+    counter: str
+    duration_s: float | None
+
+
+class PilotMemRow(TypedDict):
+    """A :class:`PilotMem` as ``cockpit compare`` hands it on (its ``memory``): the dataclass's fields, in its
+    order."""
+
+    variant: str
+    run: str | None
+    phases: dict[str, PhaseMemRow]
+    peak: int | None
+    counter: str
+    step_time_s: float | None
+    max_length: int | None
+    truncation: JSONObject | None
+    params_note: str
+    step_min_s: float | None
+    step_max_s: float | None
+    step_n: int
+    busy: str
+    kind: str
+
+
+class Flag(TypedDict):
+    """What makes a variant answer another question than the reference, and how."""
+
+    flag: str
+    detail: str
+
+
+def pilot_mem_row(m: PilotMem) -> PilotMemRow:
+    return {
+        "variant": m.variant,
+        "run": m.run,
+        "phases": {
+            k: {
+                "phase": p.phase,
+                "peak": p.peak,
+                "peak_reserved": p.peak_reserved,
+                "counter": p.counter,
+                "duration_s": p.duration_s,
+            }
+            for k, p in m.phases.items()
+        },
+        "peak": m.peak,
+        "counter": m.counter,
+        "step_time_s": m.step_time_s,
+        "max_length": m.max_length,
+        "truncation": copy.deepcopy(m.truncation),
+        "params_note": m.params_note,
+        "step_min_s": m.step_min_s,
+        "step_max_s": m.step_max_s,
+        "step_n": m.step_n,
+        "busy": m.busy,
+        "kind": m.kind,
+    }
+
+
+def _object(x: object) -> JSONObject | None:
+    """A JSON object, else None (an empty object stays an empty object)."""
+    return x if isinstance(x, Mapping) else None
+
+
+def _data_gate(all_runs: list[runs.RunFiles], vid: str) -> tuple[str, ev.Event] | None:
     """The data gate of the variant's latest pilot that reached it, passed or not: the truncation
     count is a fact about the data whatever the pilot's verdict (a truncating variant may warn or fail)."""
     for r in reversed(all_runs):
@@ -67,26 +140,28 @@ def pilot_memory(nb: nbm.Notebook, vid: str, all_runs: list[runs.RunFiles] | Non
             "",
             None,
             int(ml) if isinstance(ml, int) else None,
-            trunc if isinstance(trunc, dict) else None,
+            _object(trunc),
         )
     evs = pilot.events
     phases: dict[str, PhaseMem] = {}
-    max_length = None
-    truncation = None
+    max_length: int | None = None
+    truncation: JSONObject | None = None
     for g in ev.gates(evs):
-        mem = g.get("mem") or {}
+        mem = mapping(g.get("mem"))
         peak, counter = runs.mem_peak(mem)
-        reserved = (mem.get("torch") or {}).get("peak_reserved")
-        phases[g["phase"]] = PhaseMem(g["phase"], peak, reserved, counter, g.get("duration_s"))
-        if g["phase"] == "data":
-            max_length = (g.get("inputs") or {}).get("max_length")
-            truncation = g.get("truncation")
-    timing = pilot.step_time() or {}
-    step_time = timing.get("median")
+        reserved = whole(mapping(mem.get("torch")).get("peak_reserved"))
+        phase = str(g.get("phase"))
+        phases[phase] = PhaseMem(phase, peak, reserved, counter, g.get("duration_s"))
+        if phase == "data":
+            ml = (g.get("inputs") or {}).get("max_length")
+            max_length = ml if isinstance(ml, int) and not isinstance(ml, bool) else None
+            truncation = _object(g.get("truncation"))
+    timing = mapping(pilot.step_time())
+    step_time = number(timing.get("median"))
     peaks = [p.peak for p in phases.values() if p.peak is not None]
     counter = next((p.counter for p in phases.values()), "")
     if max_length is None and isinstance(params.get("max_length"), int):
-        max_length = params["max_length"]
+        max_length = int(params["max_length"])
     frozen = pilot.frozen.get("params", {})
     note = differences_text(frozen, params)
     if pilot.probed:
@@ -100,28 +175,28 @@ def pilot_memory(nb: nbm.Notebook, vid: str, all_runs: list[runs.RunFiles] | Non
         counter,
         step_time,
         max_length,
-        truncation if isinstance(truncation, dict) else None,
+        truncation,
         (note if pilot.probed else f"pilot {pilot.id} ran with {note}, not the notebook's current settings")
         if note
         else "",
-        timing.get("min"),
-        timing.get("max"),
-        int(timing.get("n") or 0),
+        number(timing.get("min")),
+        number(timing.get("max")),
+        whole(timing.get("n")) or 0,
         str((pilot.gate("update_second") or {}).get("busy") or ""),
         pilot.kind,
     )
 
 
-def _trunc_counts(tr: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def _trunc_counts(tr: JSONObject) -> list[tuple[str, JSONObject]]:
     """The data gate's truncation record: one dict, or one per split."""
     if "lose_target_tokens" in tr or "examples" in tr:
         return [("", tr)]
-    return [(k, v) for k, v in tr.items() if isinstance(v, dict)]
+    return [(k, v) for k, v in tr.items() if isinstance(v, Mapping)]
 
 
-def flags(nb: nbm.Notebook, vid: str, mem: dict[str, PilotMem], groups: list[Group]) -> list[dict[str, str]]:
+def flags(nb: nbm.Notebook, vid: str, mem: dict[str, PilotMem], groups: list[Group]) -> list[Flag]:
     """What makes a variant answer a different question than the reference, or leaves it unknown."""
-    out: list[dict[str, str]] = []
+    out: list[Flag] = []
     ref = nb.reference
     c = nb.campaign
     rp = {k: v for k, v in nb.params(ref.id).items() if v is not None}
@@ -152,15 +227,16 @@ def flags(nb: nbm.Notebook, vid: str, mem: dict[str, PilotMem], groups: list[Gro
     tr = m.truncation if m else None
     if tr is not None:
         for split, t in _trunc_counts(tr):
-            lose = int(t.get("lose_target_tokens") or 0)
+            lose = whole(t.get("lose_target_tokens")) or 0
+            examples = whole(t.get("examples")) or 0
             where = f" ({split})" if split else ""
             text = (
-                f"max_length {t.get('max_length', ml)}: {lose} of {int(t.get('examples') or 0)} examples{where} "
-                f"({lose / max(int(t.get('examples') or 0), 1):.0%}) lose target tokens, "
-                f"{int(t.get('no_target_left') or 0)} have no target left"
+                f"max_length {t.get('max_length', ml)}: {lose} of {examples} examples{where} "
+                f"({lose / max(examples, 1):.0%}) lose target tokens, "
+                f"{whole(t.get('no_target_left')) or 0} have no target left"
             )
-            if t.get("longer_than_max") is not None:
-                text += f" ({int(t['longer_than_max'])} are longer than max_length)"
+            if (longer := whole(t.get("longer_than_max"))) is not None:
+                text += f" ({longer} are longer than max_length)"
             if lose and (vid != ref.id and (rml is None or ml is None or ml < rml)):
                 out.append({"flag": "shorter max_length truncates targets", "detail": text})
             elif lose:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from .. import events as ev
 from .. import notebook as nbm
 from .. import runs
+from ..schema import JSON, JSONObject
 
 MEMORY_KNOBS = frozenset(
     {
@@ -23,6 +25,22 @@ MEMORY_KNOBS = frozenset(
     }
 )
 STEP_PHASE = "update_second"  # a step with optimizer state resident: the time per step
+
+
+def number(x: object) -> float | None:
+    """A JSON value that is a number (int or float, never a bool), else None."""
+    return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def whole(x: object) -> int | None:
+    """A JSON value that is a number, as a whole number (a count), else None."""
+    n = number(x)
+    return int(n) if n is not None else None
+
+
+def mapping(x: object) -> Mapping[str, JSON]:
+    """A JSON value that is an object, else an empty one."""
+    return x if isinstance(x, Mapping) else {}
 
 
 @dataclass
@@ -91,7 +109,45 @@ class TrainRun:
     superseded_by: str = ""
 
 
-def differences_text(got: dict[str, Any], want: dict[str, Any]) -> str:
+class TrainRunRow(TypedDict):
+    """A :class:`TrainRun` as ``cockpit compare`` hands it on (its ``train_runs``, ``not_completed``,
+    ``superseded``): the dataclass's fields, in its order."""
+
+    id: str
+    variant: str
+    seed: int
+    status: str
+    stop_reason: str
+    follows: str
+    value: float | None
+    updates: int | None
+    planned_updates: int | None
+    step_time_s: float | None
+    tag: str
+    dir: str
+    superseded_by: str
+
+
+def train_run_row(r: TrainRun) -> TrainRunRow:
+    """The row of a TrainRun (``dataclasses.asdict``'s, without its deep copies: a thousand runs)."""
+    return {
+        "id": r.id,
+        "variant": r.variant,
+        "seed": r.seed,
+        "status": r.status,
+        "stop_reason": r.stop_reason,
+        "follows": r.follows,
+        "value": r.value,
+        "updates": r.updates,
+        "planned_updates": r.planned_updates,
+        "step_time_s": r.step_time_s,
+        "tag": r.tag,
+        "dir": r.dir,
+        "superseded_by": r.superseded_by,
+    }
+
+
+def differences_text(got: Mapping[str, object], want: Mapping[str, object]) -> str:
     keys = sorted(set(got) | set(want))
     parts = []
     for k in keys:
@@ -100,27 +156,27 @@ def differences_text(got: dict[str, Any], want: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def quality_of(metrics: dict[str, Any], events: list[dict[str, Any]], metric: str) -> float | None:
+def quality_of(metrics: JSONObject, events: Iterable[ev.Event], metric: str) -> float | None:
     """The run's final value of the quality metric: metrics.json, else its last eval event."""
     if metrics:
         if metric in ("val_loss", "loss"):
             v = metrics.get("final_val_loss")
         else:
-            v = (metrics.get("final_metrics") or {}).get(metric)
-        return ev.finite_or_none(v)
+            v = mapping(metrics.get("final_metrics")).get(metric)
+        return ev.finite_or_none(number(v))
     last = None
     for e in ev.iter_kind(events, ev.EVAL):
         last = e
     if last is None:
         return None
-    v = last.get("loss") if metric in ("val_loss", "loss") else (last.get("metrics") or {}).get(metric)
-    return ev.finite_or_none(v)
+    v = last.get("loss") if metric in ("val_loss", "loss") else mapping(last.get("metrics")).get(metric)
+    return ev.finite_or_none(number(v))
 
 
 def train_runs(nb: nbm.Notebook, all_runs: list[runs.RunFiles] | None = None) -> list[TrainRun]:
     """Every training run of the campaign, from its folder (status derived from its events)."""
     out: list[TrainRun] = []
-    wanted: dict[str, dict[str, Any]] = {}
+    wanted: dict[str, dict[str, object]] = {}
     for st in runs.training_runs(all_runs if all_runs is not None else runs.campaign_runs(nb.directory)):
         meta = st.frozen.get("run", {})
         vid = st.variant
@@ -131,12 +187,13 @@ def train_runs(nb: nbm.Notebook, all_runs: list[runs.RunFiles] | None = None) ->
             except nbm.NotebookError:
                 wanted[vid] = {}
         tag = differences_text(params, wanted[vid]) if wanted[vid] else "variant no longer in the notebook"
-        rev = int((st.frozen.get("protocol") or {}).get("revision", 1))
+        revision = (st.frozen.get("protocol") or {}).get("revision", 1)
+        rev = int(revision) if isinstance(revision, (int, float, str)) else 1
         if rev != nb.campaign.protocol_revision:  # other rules: never pooled with the current revision's runs
             tag = "; ".join(x for x in (f"protocol revision {rev} (now {nb.campaign.protocol_revision})", tag) if x)
         metrics = st.metrics or {}
         evs = st.events if not metrics else []
-        updates = metrics.get("updates")
+        updates = whole(metrics.get("updates"))
         if updates is None and evs:
             steps = [int(e["step"]) for e in ev.iter_kind(evs, ev.STEP) if e.get("step") is not None]
             updates = max(steps) if steps else 0
@@ -150,8 +207,8 @@ def train_runs(nb: nbm.Notebook, all_runs: list[runs.RunFiles] | None = None) ->
                 follows=str(meta.get("follows", "")),
                 value=quality_of(metrics, evs, nb.campaign.quality_metric),
                 updates=updates,
-                planned_updates=metrics.get("planned_updates"),
-                step_time_s=metrics.get("step_time_s"),
+                planned_updates=whole(metrics.get("planned_updates")),
+                step_time_s=number(metrics.get("step_time_s")),
                 tag=tag,
                 dir=str(st.dir),
             )
@@ -176,6 +233,57 @@ class Group:
     spread: float | None = None  # the spread the difference was held against (larger of the two ranges)
     target: str = ""
     target_reached: bool | None = None
+
+
+class StatsRow(TypedDict):
+    """:class:`Stats` as ``cockpit compare`` hands it on, with its spread."""
+
+    n: int
+    mean: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+    spread: float | None
+
+
+class GroupRow(TypedDict):
+    """A :class:`Group` as ``cockpit compare`` hands it on (its ``quality``): the dataclass's fields, in its
+    order."""
+
+    variant: str
+    tag: str
+    kind: str
+    reference: bool
+    stats: StatsRow
+    seeds: dict[int, float]
+    runs: dict[int, str]
+    not_completed: dict[str, int]
+    verdict: str
+    sentence: str
+    diff: float | None
+    spread: float | None
+    target: str
+    target_reached: bool | None
+
+
+def group_row(g: Group) -> GroupRow:
+    s = g.stats
+    return {
+        "variant": g.variant,
+        "tag": g.tag,
+        "kind": g.kind,
+        "reference": g.reference,
+        "stats": {"n": s.n, "mean": s.mean, "std": s.std, "min": s.min, "max": s.max, "spread": s.spread},
+        "seeds": dict(g.seeds),
+        "runs": dict(g.runs),
+        "not_completed": dict(g.not_completed),
+        "verdict": g.verdict,
+        "sentence": g.sentence,
+        "diff": g.diff,
+        "spread": g.spread,
+        "target": g.target,
+        "target_reached": g.target_reached,
+    }
 
 
 def group_runs(nb: nbm.Notebook, trs: list[TrainRun]) -> list[Group]:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from .. import runs
+from .memory import PilotMemRow
+
+if TYPE_CHECKING:
+    from . import Comparison
 
 
 def _f(x: float | None, digits: int = 4) -> str:
@@ -20,23 +24,24 @@ def _mib(b: float | None) -> str:
 DIFFERENT = ("shorter max_length truncates targets", "effective batch changed", "not only memory settings")
 
 
-def _step_cell(mem: dict[str, Any], v: str, ref: str) -> str:
+def _step_cell(mem: dict[str, PilotMemRow], v: str, ref: str) -> str:
     """The median time per update with its spread; a ratio only when the spreads do not overlap."""
     m, r = mem[v], mem[ref]
-    if m["step_time_s"] is None:
+    step, rstep = m["step_time_s"], r["step_time_s"]
+    if step is None:
         return ""
-    cell = _f(m["step_time_s"], 3)
+    cell = _f(step, 3)
     if m.get("step_min_s") is not None and m.get("step_n", 0) > 1:
         cell += f" [{_f(m['step_min_s'], 2)}-{_f(m['step_max_s'], 2)}]"
     if m.get("busy"):
         return cell + " (busy machine: no ratio)"
-    if v == ref or not r["step_time_s"]:
+    if v == ref or not rstep:
         return cell
     lo, hi, rlo, rhi = m.get("step_min_s"), m.get("step_max_s"), r.get("step_min_s"), r.get("step_max_s")
     spread = m.get("step_n", 0) > 1 and r.get("step_n", 0) > 1  # one timed update on a side: no spread to judge by
-    if spread and None not in (lo, hi, rlo, rhi) and lo <= rhi and rlo <= hi:
+    if spread and lo is not None and hi is not None and rlo is not None and rhi is not None and lo <= rhi and rlo <= hi:
         return cell + " (within spread)"
-    return cell + f" ({m['step_time_s'] / r['step_time_s']:.2f}x)"
+    return cell + f" ({step / rstep:.2f}x)"
 
 
 def _t(x: Any, style: str = "") -> str:
@@ -48,7 +53,7 @@ def _t(x: Any, style: str = "") -> str:
     return f"[{style}]{text}[/]" if style and text else text
 
 
-def render(data: dict[str, Any], console: Any) -> None:
+def render(data: Comparison, console: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
@@ -149,7 +154,7 @@ def render(data: dict[str, Any], console: Any) -> None:
     console.print(_t(data["method"], "dim"), highlight=False)
 
 
-def _render_memory(data: dict[str, Any], console: Any) -> None:
+def _render_memory(data: Comparison, console: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
@@ -182,9 +187,9 @@ def _render_memory(data: dict[str, Any], console: Any) -> None:
     t.add_row(
         "[bold]peak[/]",
         *[
-            _mib(mem[v]["peak"])
-            + (f" ({mem[v]['peak'] / rpeak:.2f}x)" if mem[v]["peak"] and rpeak and v != ref else "")
+            _mib(peak) + (f" ({peak / rpeak:.2f}x)" if peak and rpeak and v != ref else "")
             for v in vids
+            for peak in [mem[v]["peak"]]
         ],
     )
     t.add_row("[bold]s per step[/]", *[_step_cell(mem, v, ref) for v in vids])

@@ -145,11 +145,12 @@ def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: 
     out += ["", "### Memory per phase", ""]
     if sheet is not None:
         gpu = sheet.measured_gpu
-        key, unit = ("peak_reserved", "MiB torch peak reserved") if gpu else ("rss_peak", "MiB process RSS (host)")
+        unit = "MiB torch peak reserved" if gpu else "MiB process RSS (host)"
         rows = []
         for r in sheet.phases:
             name = r["phase"] + (f" r{r['rank']}" if r["rank"] is not None else "")
-            rows.append((name, r[key] / 2**20 if r[key] is not None else None))
+            peak = r["peak_reserved"] if gpu else r["rss_peak"]
+            rows.append((name, peak / 2**20 if peak is not None else None))
         out.append(
             f"{sheet.noun.capitalize()} {sheet.run_id} ({sheet.variant}), {unit}"
             + ("" if gpu else "; GPU memory was not measured on this machine")

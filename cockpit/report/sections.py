@@ -116,7 +116,9 @@ def _protocols_used(nb: nbm.Notebook) -> list[str]:
         if not isinstance(rec, dict):
             continue
         diff = protocol.differences(rec, now)
-        key = (int(rec.get("revision", 1)), "; ".join(diff) if diff else "the rules stated above")
+        revision = rec.get("revision", 1)
+        rev = int(revision) if isinstance(revision, (int, float, str)) else 1
+        key = (rev, "; ".join(diff) if diff else "the rules stated above")
         used.setdefault(key, []).append(r.id)
     out = []
     for (rev, rules_text), ids in sorted(used.items()):

@@ -19,16 +19,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .. import estimates, runs
 from .. import notebook as nbm
+from ..compare.quality import number
 from ..errors import CockpitError
+from ..notebook.settings import Settings
+from ..schema import JSONObject
 from .phases import (
+    PhaseRow,
     dimensions_of_pilot,
     dimensions_of_probe,
     inputs_text,
     others_on_gpu,
+    peaks_mib,
     phase_rows,
     strategy_of,
     truncated_examples,
@@ -40,6 +44,7 @@ __all__ = [
     "GPU_SIZES_GB",
     "MIB",
     "Fit",
+    "PhaseRow",
     "RunFiles",
     "Sheet",
     "SheetError",
@@ -51,6 +56,7 @@ __all__ = [
     "latest_measured",
     "latest_passed_pilot",
     "metric_value",
+    "peaks_mib",
     "phase_rows",
     "render",
     "selection_of",
@@ -108,7 +114,7 @@ class Sheet:
     measured_gpu: bool
     peak_reserved_mib: float | None = None
     peak_phase: str = ""
-    peak_inputs: dict[str, Any] = field(default_factory=dict)
+    peak_inputs: JSONObject = field(default_factory=dict)
     peak_rank: int | None = None
     context_mib: float | None = None
     context_source: str = ""
@@ -117,8 +123,8 @@ class Sheet:
     need_mib: float | None = None
     rss_peak_mib: float | None = None
     rss_phase: str = ""
-    rss_inputs: dict[str, Any] = field(default_factory=dict)
-    phases: list[dict[str, Any]] = field(default_factory=list)
+    rss_inputs: JSONObject = field(default_factory=dict)
+    phases: list[PhaseRow] = field(default_factory=list)
     max_dimensions: str = ""
     precision: str = ""
     microbatch: int | None = None
@@ -180,7 +186,7 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
         stack_detail = f"{build_s} on {stack.get('device', 'cpu')}: no GPU was used by this {pilot.noun}" + (
             f" (NVML: {stack['nvml_error']})" if stack.get("nvml_error") else ""
         )
-    strategy, ngpus = strategy_of(nb, params)
+    strategy, ngpus = strategy_of(nb, Settings(params))
     sheet = Sheet(
         campaign=nb.campaign.name,
         variant=vid,
@@ -202,8 +208,8 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
     )
     if pilot.probed:  # the script's own settings, as the probe saw them; the notebook's [batch] is not what it ran
         sheet.precision = "the script's own"
-        sheet.microbatch = (pilot.gate("forward") or {}).get("inputs", {}).get("microbatch")
-        sheet.accumulation = (pilot.gate("update_first") or {}).get("inputs", {}).get("microbatches")
+        sheet.microbatch = _count(pilot, "forward", "microbatch")
+        sheet.accumulation = _count(pilot, "update_first", "microbatches")
         sheet.strategy, sheet.gpus = "one GPU", 1
     rows = phase_rows(pilot)
     sheet.phases = rows
@@ -211,35 +217,34 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
     sheet.optimizer_state = _optimizer_state(pilot)
     saved = estimates.load(cdir, vid)
     if saved is not None:
-        alloc = [r["peak_allocated"] for r in rows if r.get("peak_allocated") is not None]
-        resv = [r["peak_reserved"] for r in rows if r.get("peak_reserved") is not None]
-        sheet.estimate = estimates.beside(saved, max(alloc) / MIB if alloc else None, max(resv) / MIB if resv else None)
+        sheet.estimate = estimates.beside(saved, *peaks_mib(rows))
 
-    gpu_rows = [r for r in rows if r["peak_reserved"] is not None]
-    rss_rows = [r for r in rows if r["rss_peak"] is not None]
+    gpu_rows = [(r, peak) for r in rows if (peak := r["peak_reserved"]) is not None]
+    rss_rows = [(r, peak) for r in rows if (peak := r["rss_peak"]) is not None]
     if rss_rows:
-        top = max(rss_rows, key=lambda r: r["rss_peak"])
-        sheet.rss_peak_mib, sheet.rss_phase, sheet.rss_inputs = top["rss_peak"] / MIB, top["phase"], top["inputs"]
+        top, rss = max(rss_rows, key=lambda rp: rp[1])
+        sheet.rss_peak_mib, sheet.rss_phase, sheet.rss_inputs = rss / MIB, top["phase"], top["inputs"]
     if gpu_rows:
         sheet.measured_gpu = True
-        top = max(gpu_rows, key=lambda r: r["peak_reserved"])
-        sheet.peak_reserved_mib = top["peak_reserved"] / MIB
+        top, peak = max(gpu_rows, key=lambda rp: rp[1])
+        sheet.peak_reserved_mib = peak / MIB
         sheet.peak_phase, sheet.peak_inputs, sheet.peak_rank = top["phase"], top["inputs"], top["rank"]
+        # (row, NVML used, torch reserved) where NVML saw at least what torch reserved
         both = [
-            r
-            for r in gpu_rows
-            if r["nvml_used"] is not None and r["reserved"] is not None and r["nvml_used"] >= r["reserved"]
+            (r, used, reserved)
+            for r, _ in gpu_rows
+            if (used := r["nvml_used"]) is not None and (reserved := r["reserved"]) is not None and used >= reserved
         ]
-        at_peak = [r for r in both if r is top]
+        at_peak = [b for b in both if b[0] is top]
         if at_peak or both:
-            src = at_peak[0] if at_peak else max(both, key=lambda r: r["nvml_used"] - r["reserved"])
+            src, used, reserved = at_peak[0] if at_peak else max(both, key=lambda b: b[1] - b[2])
             others = others_on_gpu(pilot, src["phase"], str(stack.get("device", "cuda:0")))
-            sheet.context_mib = max(0.0, src["nvml_used"] - others - src["reserved"]) / MIB
+            sheet.context_mib = max(0.0, used - others - reserved) / MIB
             sheet.others_mib = others / MIB
             sheet.context_source = (
-                f"measured at the end of phase {src['phase']}: NVML used {src['nvml_used'] / MIB:,.0f} MiB"
+                f"measured at the end of phase {src['phase']}: NVML used {used / MIB:,.0f} MiB"
                 + (f" minus {others / MIB:,.0f} MiB held by other processes" if others else "")
-                + f" minus torch reserved {src['reserved'] / MIB:,.0f} MiB"
+                + f" minus torch reserved {reserved / MIB:,.0f} MiB"
                 + (
                     " (this run's own memory: the device total would have sized the GPU for the others too)"
                     if others
@@ -279,6 +284,13 @@ def build(nb: nbm.Notebook, variant: str | None = None, all_runs: list[RunFiles]
     if nb.variant(vid).set:
         sheet.notes.append("variant overrides: " + ", ".join(f"{k}={v}" for k, v in nb.variant(vid).set.items()))
     return sheet
+
+
+def _count(pilot: RunFiles, phase: str, key: str) -> int | None:
+    """A whole number among a gate's inputs (a probe's microbatch, its microbatches per update), None if absent."""
+    g = pilot.gate(phase)
+    n = number((g.get("inputs") or {}).get(key)) if g else None
+    return int(n) if n is not None else None
 
 
 def _optimizer_state(pilot: RunFiles) -> str:

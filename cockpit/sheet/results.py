@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from .. import notebook as nbm
+from ..schema import JSONObject
 
 
-def metric_value(metrics: dict[str, Any] | None, metric: str) -> float | None:
+def metric_value(metrics: JSONObject | None, metric: str) -> float | None:
     """The final value of the campaign's quality metric in a run's metrics.json (as `cockpit compare` reads it)."""
     if not metrics:
         return None
