@@ -393,8 +393,13 @@ UNREADABLE = "unreadable"
 
 
 def _items(value: object) -> list[object]:
-    """A JSON array's items; none for a value that is not one (a missing field, a payload of another shape)."""
-    return value if isinstance(value, list) else []
+    """A JSON array's items, none for a missing one; a number in its place raises (the line is counted bad, as
+    any payload of the wrong shape), a string or an object yields what iterating it yields (skipped as no GPU)."""
+    if not value:
+        return []
+    if isinstance(value, (list, str, dict)):
+        return list(value)
+    raise TypeError(f"not an array: {value!r}")
 
 
 def safe_state(rdir: Path, evs: list[Event]) -> runs.RunState:
