@@ -268,6 +268,28 @@ class Metrics(TypedDict, total=False):
     replay: JSONObject | None  # the trained model exported and replayed in a new process
 
 
+class InspectedExample(TypedDict, total=False):
+    """One example of ``inspect.json`` (the data gate writes it, ``cockpit inspect`` and the TUI read it), as the
+    loss receives it: ``row`` is the collated batch at this example (key -> its values), ``text`` the task's
+    decode (a string, or [text, supervised] pairs), ``target`` the label or the supervised tokens."""
+
+    split: str
+    id: JSON
+    row: dict[str, JSON]
+    text: JSON
+    target: JSON
+    label_name: str | None
+    generated: str  # added by the validation phase (a task that generates)
+
+
+class InspectDoc(TypedDict):
+    """``inspect.json``: the inspected examples and, for a classification task, the class counts per split."""
+
+    examples: list[InspectedExample]
+    class_counts: NotRequired[dict[str, dict[str, int]]]
+    label_names: NotRequired[list[str] | None]
+
+
 GATE_EXTRAS = frozenset(GateExtras.__annotations__)
 
 
@@ -296,10 +318,10 @@ class Event(GateExtras, total=False):
     phases: list[str]
     params: JSONObject
     probe: JSONObject  # a probe's command, resume command, steps and working directory
-    stop: JSONObject  # a training run's: its stop rules, validation and checkpoint settings
+    stop: JSONObject  # a training run's [stop], [validation] and [checkpoints] as it started
     validation: JSONObject
     checkpoints: JSONObject
-    resumed_from: int  # a resumed training run's: the update it went on from
+    resumed_from: int | None  # a resumed training run: the update of the checkpoint it resumed from
     # phase_start, gate, sample, step (the phase it ran in)
     phase: str | None
     inputs: JSONObject
@@ -348,7 +370,9 @@ __all__ = [
     "GpuMemory",
     "GpuSample",
     "InitialLoss",
+    "InspectDoc",
     "Inspected",
+    "InspectedExample",
     "JSON",
     "JSONObject",
     "Mem",

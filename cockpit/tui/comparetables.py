@@ -11,7 +11,6 @@ the memory table is the CLI's.
 from __future__ import annotations
 
 import io
-from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
@@ -20,25 +19,26 @@ from rich.text import Text
 from .. import events as ev
 from .. import runs
 from . import style as sty
+from .comparedata import Comparison, QualityRow, TrainRow
 from .plain import clean_line, one_line, plain
 
 WIDE = 110  # from this width the quality table has a column of every seed's value
 LIST_ROWS = 12  # rows of a list (runs that did not complete) shown before "... and N more"
 
 
-def _f(x: Any, digits: int = 4) -> str:
+def _f(x: object, digits: int = 4) -> str:
     return f"{x:.{digits}g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else ""
 
 
-def _mib(b: Any) -> str:
+def _mib(b: object) -> str:
     return f"{b / 2**20:,.0f}" if isinstance(b, (int, float)) else "absent"
 
 
-def _t(value: Any, style: str = "", limit: int = 200) -> Text:
+def _t(value: object, style: str = "", limit: int = 200) -> Text:
     return one_line("" if value is None else value, style=style, limit=limit)
 
 
-def tables(data: dict[str, Any], width: int = 80) -> list[RenderableType]:
+def tables(data: Comparison, width: int = 80) -> list[RenderableType]:
     """``cockpit compare``'s tables for a screen ``width`` columns wide, as plain text."""
     out: list[RenderableType] = []
     wide = width >= WIDE
@@ -85,7 +85,7 @@ def tables(data: dict[str, Any], width: int = 80) -> list[RenderableType]:
     return out
 
 
-def quality_table(data: dict[str, Any], metric: str, way: str, wide: bool) -> Table:
+def quality_table(data: Comparison, metric: str, way: str, wide: bool) -> Table:
     q = Table(
         title=f"{metric} across seeds ({way}; reference {clean_line(data['reference'], 40)})",
         title_justify="left",
@@ -123,7 +123,7 @@ def quality_table(data: dict[str, Any], metric: str, way: str, wide: bool) -> Ta
     return q
 
 
-def seed_values(g: dict[str, Any], limit: int = 8) -> str:
+def seed_values(g: QualityRow, limit: int = 8) -> str:
     """Every seed's value (the first ``limit``, then how many more), then the runs that did not complete."""
     items = list(g["seeds"].items())
     text = ", ".join(f"s{k}={v:.4g}" for k, v in items[:limit])
@@ -134,7 +134,7 @@ def seed_values(g: dict[str, Any], limit: int = 8) -> str:
     return clean_line(text, 600)
 
 
-def seed_lines(data: dict[str, Any]) -> list[Text]:
+def seed_lines(data: Comparison) -> list[Text]:
     """Narrow screens: every seed's value under the table, one line per variant."""
     out: list[Text] = []
     for g in data["quality"]:
@@ -147,7 +147,7 @@ def seed_lines(data: dict[str, Any]) -> list[Text]:
     return out
 
 
-def not_completed_table(rows: list[dict[str, Any]], wide: bool) -> Table:
+def not_completed_table(rows: list[TrainRow], wide: bool) -> Table:
     t = Table(title="runs that did not complete (kept, not averaged in)", title_justify="left")
     columns = (
         ("run", "variant", "seed", "status", "updates", "follows", "stop reason")
@@ -182,14 +182,14 @@ def not_completed_table(rows: list[dict[str, Any]], wide: bool) -> Table:
     return t
 
 
-def memory_parts(data: dict[str, Any]) -> list[RenderableType]:
+def memory_parts(data: Comparison) -> list[RenderableType]:
     """Memory and time per phase of the reference and the memory variants, as ``cockpit compare`` prints them."""
     out: list[RenderableType] = []
     mem = data["memory"]
     ref = data["reference"]
     vids = [ref] + [v for v in mem if v != ref and (mem[v]["run"] or data["kinds"].get(v) == "memory")]
     unmeasured = [v for v in mem if v not in vids]
-    measured = [v for v in vids if mem.get(v, {}).get("run")]
+    measured = [v for v in vids if v in mem and mem[v]["run"]]
     counters = {mem[v]["counter"] for v in measured}
     counter = " / ".join(sorted(counters)) or "no measurement"
     t = Table()
@@ -212,21 +212,17 @@ def memory_parts(data: dict[str, Any]) -> list[RenderableType]:
     t.add_row(
         Text("peak", style="bold"),
         *[
-            Text(
-                _mib(mem[v]["peak"])
-                + (f" ({mem[v]['peak'] / rpeak:.2f}x)" if mem[v]["peak"] and rpeak and v != ref else "")
-            )
+            Text(_mib(peak) + (f" ({peak / rpeak:.2f}x)" if peak and rpeak and v != ref else ""))
             for v in vids
+            for peak in [mem[v]["peak"]]
         ],
     )
     t.add_row(
         Text("s per step", style="bold"),
         *[
-            Text(
-                _f(mem[v]["step_time_s"], 3)
-                + (f" ({mem[v]['step_time_s'] / rstep:.2f}x)" if mem[v]["step_time_s"] and rstep and v != ref else "")
-            )
+            Text(_f(step, 3) + (f" ({step / rstep:.2f}x)" if step and rstep and v != ref else ""))
             for v in vids
+            for step in [mem[v]["step_time_s"]]
         ],
     )
     if measured:

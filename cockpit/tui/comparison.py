@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from .. import compare, runs
 from .. import events as ev
 from .. import notebook as nbm
+from ..schema import Event
+from .comparedata import Comparison, ComparisonReading, Curve, TrainRow
 from .runcache import RunCache
 
 VARIANT_STYLES = (
@@ -77,20 +79,10 @@ def all_runs(campaign_dir: Path, cache: RunCache, live: dict[str, runs.RunFiles]
     return out
 
 
-@dataclass
-class ComparisonReading:
-    """A comparison read in a worker: the figures, the train runs listed, the tables laid out at a width."""
-
-    data: dict[str, Any]
-    curves: list[Curve]
-    width: int
-    tables: Any  # rich Text: comparetables.laid_out at ``width``
-
-
 def read(
     nb: nbm.Notebook,
     cache: RunCache,
-    snapshots: list[tuple[str, list[dict[str, Any]], runs.RunState]],
+    snapshots: list[tuple[str, list[Event], runs.RunState]],
     width: int,
 ) -> ComparisonReading:
     """Everything the compare screen shows, read off the UI thread.
@@ -117,36 +109,13 @@ def read(
 
 def collect(
     nb: nbm.Notebook, cache: RunCache | None = None, live: dict[str, runs.RunFiles] | None = None
-) -> dict[str, Any]:
+) -> Comparison:
     """``compare.summarize`` from cached runs (and the running runs' own readers)."""
-    return compare.summarize(nb, all_runs(nb.directory, cache or RunCache(), live))
+    # compare's figures are a plain dict: they enter the TUI here, as the record they are
+    return cast(Comparison, compare.summarize(nb, all_runs(nb.directory, cache or RunCache(), live)))
 
 
 # --------------------------------------------------------------------------- curves
-
-
-@dataclass
-class Curve:
-    id: str
-    variant: str
-    seed: int
-    status: str
-    stop_reason: str
-    value: float | None  # the quality metric at the end (completed runs)
-    style: str
-    marker: str
-    steps: list[float] = field(default_factory=list)
-    loss: list[float] = field(default_factory=list)
-    evals: list[tuple[float, float]] = field(default_factory=list)  # (update, val_loss)
-    counted: bool = False  # counted in the quality table (the latest completed run of its seed)
-    run_style: str = ""  # a colour of its own, when runs rather than variants are coloured
-    loaded: bool = False  # its curve.csv and evals.csv were read
-
-    def look(self, per_run: bool) -> str:
-        return self.run_style if per_run and self.run_style else self.style
-
-    def label(self) -> str:
-        return f"{self.id} {self.variant} s{self.seed}"
 
 
 def read_evals(path: Path) -> list[tuple[float, float]]:
@@ -165,7 +134,7 @@ def read_evals(path: Path) -> list[tuple[float, float]]:
     return out
 
 
-def styles(nb: nbm.Notebook, train: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+def styles(nb: nbm.Notebook, train: list[TrainRow]) -> dict[str, tuple[str, str]]:
     """Run id -> (colour, marker): a colour per variant (notebook order), a marker per run of that variant."""
     order = {v.id: i for i, v in enumerate(nb.variants)}
     extra: dict[str, int] = {}
@@ -182,7 +151,7 @@ def styles(nb: nbm.Notebook, train: list[dict[str, Any]]) -> dict[str, tuple[str
     return out
 
 
-def listing(nb: nbm.Notebook, data: dict[str, Any]) -> list[Curve]:
+def listing(nb: nbm.Notebook, data: Comparison) -> list[Curve]:
     """Every train run in run order, with its colour and marker; no file read (curves come later)."""
     train = data.get("train_runs") or []
     look = styles(nb, train)
@@ -221,12 +190,12 @@ def load(c: Curve, campaign_dir: Path) -> Curve:
     return c
 
 
-def curves(nb: nbm.Notebook, data: dict[str, Any]) -> list[Curve]:
+def curves(nb: nbm.Notebook, data: Comparison) -> list[Curve]:
     """Every train run's loss and validation curve, in run order, with its colour and marker."""
     return [load(c, nb.directory) for c in listing(nb, data)]
 
 
-def default_selection(cs: list[Curve], data: dict[str, Any] | None = None) -> list[str]:
+def default_selection(cs: list[Curve], data: Comparison | None = None) -> list[str]:
     """The runs chosen on opening: capped so a campaign of hundreds of runs stays readable.
 
     The counted runs of at most ``MAX_VARIANTS`` variants (the reference first, then the
@@ -242,7 +211,7 @@ def default_selection(cs: list[Curve], data: dict[str, Any] | None = None) -> li
     return list(dict.fromkeys(chosen))
 
 
-def _variant_order(cs: list[Curve], data: dict[str, Any] | None) -> list[str]:
+def _variant_order(cs: list[Curve], data: Comparison | None) -> list[str]:
     variants = list(dict.fromkeys(c.variant for c in cs))
     if not data:
         return variants

@@ -6,12 +6,13 @@ import datetime as _dt
 
 from rich.text import Text
 
+from ..schema import Event
 from .style import status_text
 
 MIB = 2**20
 
 
-def run_head(run_id: str, start: dict, status: str) -> Text:
+def run_head(run_id: str, start: Event, status: str) -> Text:
     """The start of a run screen's header line: id, variant, seed and status (an unknown is left out, not "?")."""
     out = Text()
     out.append(f"{run_id} ", style="bold")

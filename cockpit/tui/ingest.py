@@ -26,12 +26,14 @@ import json
 import os
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from .. import events as ev
 from .. import runs
+from ..schema import Event, JSONObject
 
 CHUNK_BYTES = 16 * 1024
 BUDGET_S = 0.02  # parsing time per tick: the UI keeps the rest
@@ -85,9 +87,9 @@ class RunFeed:
     chunk_bytes: int = CHUNK_BYTES
     budget_s: float | None = BUDGET_S  # None: read everything available in one poll
     decimate: bool = True
-    start: dict[str, Any] | None = None
-    end: dict[str, Any] | None = None
-    gates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    start: Event | None = None
+    end: Event | None = None
+    gates: dict[str, Event] = field(default_factory=dict)
     marks: list[PhaseMark] = field(default_factory=list)
     phase: str | None = None
     # memory series: key -> TimedValues; keys "gpu0", "gpu1" (NVML used), "alloc", "reserved", "rss"
@@ -96,9 +98,9 @@ class RunFeed:
     loss: TimedValues = field(default_factory=TimedValues)
     # Series (train) runs: loss by update number, every validation point, the latest step event.
     step_loss: TimedValues = field(default_factory=TimedValues)
-    evals: list[dict[str, Any]] = field(default_factory=list)
-    last_step: dict[str, Any] | None = None
-    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> its phase_start inputs
+    evals: list[Event] = field(default_factory=list)
+    last_step: Event | None = None
+    inputs: dict[str, JSONObject] = field(default_factory=dict)  # phase -> its phase_start inputs
     log: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
     log_total: int = 0  # log lines ever appended: the screen writes only the new ones
     events_read: int = 0  # events decoded and folded
@@ -107,12 +109,12 @@ class RunFeed:
     last_t: float | None = None
     # The events a run's state is derived from (run_start, phase_start, gate, run_end), in file order,
     # and the last eval: enough for cockpit.runs.state and compare, without keeping every event.
-    key_events: list[dict[str, Any]] = field(default_factory=list)
-    last_eval: dict[str, Any] | None = None
+    key_events: list[Event] = field(default_factory=list)
+    last_eval: Event | None = None
     # Measured time per update (rank 0's step events): the ETA of a train run comes from these.
     step_seconds: float = 0.0
     steps_timed: int = 0
-    timed_steps: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> its last timed step
+    timed_steps: dict[str, Event] = field(default_factory=dict)  # phase -> its last timed step
     gone: bool = False  # the file was read, then disappeared (the run folder was deleted)
 
     def __post_init__(self) -> None:
@@ -199,7 +201,7 @@ class RunFeed:
             if budget is None or time.perf_counter() - start >= budget:
                 return dirty
 
-    def _decode(self, raw: bytes) -> dict[str, Any] | None:
+    def _decode(self, raw: bytes) -> Event | None:
         if not raw.strip():
             return None
         try:
@@ -208,7 +210,7 @@ class RunFeed:
             self._bad += 1
             return None
         if isinstance(event, dict) and "kind" in event:
-            return event
+            return cast(Event, event)  # where a line of events.jsonl enters the TUI
         self._bad += 1
         return None
 
@@ -232,7 +234,7 @@ class RunFeed:
 
     # ---- folding
 
-    def _apply(self, e: dict[str, Any], dirty: set[str]) -> None:
+    def _apply(self, e: Event, dirty: set[str]) -> None:
         kind = e.get("kind")
         t = e.get("t")
         if isinstance(t, (int, float)):
@@ -245,8 +247,9 @@ class RunFeed:
             self._sample(e, t)
             dirty.add("mem")
         elif kind == ev.STEP:
-            if e.get("duration_s") and isinstance(e.get("phase"), str):
-                self.timed_steps[e["phase"]] = e
+            step_phase = e.get("phase")
+            if e.get("duration_s") and isinstance(step_phase, str):
+                self.timed_steps[step_phase] = e
             loss = e.get("loss")
             if isinstance(loss, (int, float)) and isinstance(t, (int, float)):
                 self.loss.add(t, float(loss))
@@ -276,8 +279,9 @@ class RunFeed:
         elif kind == ev.PHASE_START:
             phase = e.get("phase")
             self.phase = phase
-            if phase and isinstance(e.get("inputs"), dict):
-                self.inputs[phase] = e["inputs"]
+            inputs = e.get("inputs")
+            if phase and isinstance(inputs, dict):
+                self.inputs[phase] = inputs
             if phase and isinstance(t, (int, float)):
                 self.marks.append(PhaseMark(phase, t))
             dirty |= {"gates", "status", "mem"}
@@ -289,7 +293,7 @@ class RunFeed:
             dirty |= {"gates", "status"}
         elif kind == ev.RUN_START:
             self.start = e
-            for gpu in (e.get("stack") or {}).get("gpus") or []:
+            for gpu in _items((e.get("stack") or {}).get("gpus")):
                 if isinstance(gpu, dict) and gpu.get("total"):
                     self.capacity[f"gpu{gpu.get('index', 0)}"] = float(gpu["total"])
             dirty |= {"gates", "status"}
@@ -302,7 +306,7 @@ class RunFeed:
                 dirty.add("log")
             dirty |= {"gates", "status"}
 
-    def _sample(self, e: dict[str, Any], t: Any) -> None:
+    def _sample(self, e: Event, t: float | None) -> None:
         if not isinstance(t, (int, float)):
             return
         for gpu in e.get("nvml") or []:
@@ -320,8 +324,9 @@ class RunFeed:
         if e.get("rss") is not None:
             self._series("rss").add(t, float(e["rss"]))
 
-    def _gate_capacity(self, g: dict[str, Any]) -> None:
-        for gpu in (g.get("mem") or {}).get("nvml") or []:
+    def _gate_capacity(self, g: Event) -> None:
+        mem: Mapping[str, object] = g.get("mem") or {}
+        for gpu in _items(mem.get("nvml")):
             if isinstance(gpu, dict) and gpu.get("total"):
                 self.capacity[f"gpu{gpu.get('index', 0)}"] = float(gpu["total"])
 
@@ -340,7 +345,7 @@ class RunFeed:
             evs.append({"kind": "tail", "t": self.last_t})  # only its time counts (a crashed run's end)
         return safe_state(self.path.parent, evs)
 
-    def events_for_compare(self) -> list[dict[str, Any]]:
+    def events_for_compare(self) -> list[Event]:
         """The events compare needs of a run (its state's, the last step and eval), in file order."""
         extra = [e for e in (self.last_step, self.last_eval, *self.timed_steps.values()) if e is not None]
         seen: set[int] = set()
@@ -387,7 +392,17 @@ class RunFeed:
 UNREADABLE = "unreadable"
 
 
-def safe_state(rdir: Path, evs: list[dict[str, Any]]) -> runs.RunState:
+def _items(value: object) -> list[object]:
+    """A JSON array's items, none for a missing one; a number in its place raises (the line is counted bad, as
+    any payload of the wrong shape), a string or an object yields what iterating it yields (skipped as no GPU)."""
+    if not value:
+        return []
+    if isinstance(value, (list, str, dict)):
+        return list(value)
+    raise TypeError(f"not an array: {value!r}")
+
+
+def safe_state(rdir: Path, evs: list[Event]) -> runs.RunState:
     """``runs.state``, or an "unreadable" state saying why when the events are not what a run writes."""
     try:
         return runs.state(rdir, evs)
@@ -405,7 +420,7 @@ def safe_state(rdir: Path, evs: list[dict[str, Any]]) -> runs.RunState:
         )
 
 
-def eval_words(e: dict[str, Any]) -> str:
+def eval_words(e: Event) -> str:
     """One validation point in words: update, val_loss and the task's metrics."""
     loss = e.get("loss")
     out = f"update {e.get('step', '?')}: val_loss " + (
@@ -417,7 +432,7 @@ def eval_words(e: dict[str, Any]) -> str:
     return out
 
 
-def gate_peak(gate: dict[str, Any] | None, gpu: bool | None = None) -> tuple[float | None, str]:
+def gate_peak(gate: Event | None, gpu: bool | None = None) -> tuple[float | None, str]:
     """Peak of one gate by the one rule (``cockpit.runs.mem_peak``): torch peak reserved, else peak RSS.
 
     In a run that has a GPU (``gpu=True``) a phase without GPU counters has no

@@ -8,15 +8,16 @@ these (``post_message`` is thread-safe).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.message import Message
 
 if TYPE_CHECKING:
     from .. import runs
+    from ..schema import Event, InspectDoc
     from ..series import Series, Started
-    from .comparison import Curve
+    from .comparedata import Comparison, Curve
     from .device import DeviceSnapshot, MachineFacts
     from .ingest import RunFeed
     from .notebookread import NotebookReading
@@ -61,7 +62,7 @@ class Compared(Message):
 
     def __init__(
         self,
-        data: dict[str, Any] | None,
+        data: Comparison | None,
         curves: list[Curve],
         error: str = "",
         tables: tuple[int, Text] | None = None,
@@ -145,9 +146,7 @@ class CurvesRead(Message):
 class DataRead(Message):
     """A run's inspected examples read in a worker (or why they cannot be shown)."""
 
-    def __init__(
-        self, doc: dict[str, Any] | None, why: str, source: str, gate: dict[str, Any] | None, run_id: str = ""
-    ) -> None:
+    def __init__(self, doc: InspectDoc | None, why: str, source: str, gate: Event | None, run_id: str = "") -> None:
         super().__init__()
         self.run_id = run_id  # the run whose inspect.json it is
         self.doc = doc

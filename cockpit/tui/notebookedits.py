@@ -12,11 +12,13 @@ the newer file and say so.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 from .. import notebook as nbm
+from ..runs import TomlValue
 from .format import today
 
 
@@ -26,7 +28,7 @@ class Saved:
     merged: bool  # the file had changed on disk; the edit went into the newer version
 
 
-def _changed(where: Path, what: str, seen: Any, now: Any, mine: Any) -> nbm.ConflictError:
+def _changed(where: Path, what: str, seen: object, now: object, mine: object) -> nbm.ConflictError:
     return nbm.ConflictError(
         f"{where.name}: {what} changed on disk while you edited it (you saw {seen!r}, the file now says "
         f"{now!r}). Nothing was saved; your text was {mine!r}. The notebook is reloaded: edit it again."
@@ -76,13 +78,14 @@ def set_conclusion(path: Path, seen: nbm.Conclusion, text: str, chosen: str) -> 
     return Saved("conclusion saved", False)
 
 
+SelectionValue: TypeAlias = float | int | str | None  # a field of the selection sheet (nbm.Selection)
 SELECTION_FIELDS = tuple(f.name for f in dataclasses.fields(nbm.Selection))
 
 
-def parse_selection(values: dict[str, str]) -> dict[str, Any]:
+def parse_selection(values: dict[str, str]) -> dict[str, SelectionValue]:
     """Text from the form to typed values; raises NotebookError naming the field."""
     hints = {f.name: f.type for f in dataclasses.fields(nbm.Selection)}
-    out: dict[str, Any] = {}
+    out: dict[str, SelectionValue] = {}
     for name, raw in values.items():
         raw = raw.strip()
         kind = str(hints[name])
@@ -98,7 +101,7 @@ def parse_selection(values: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def set_selection(path: Path, seen: nbm.Selection, values: dict[str, Any]) -> Saved:
+def set_selection(path: Path, seen: nbm.Selection, values: dict[str, SelectionValue]) -> Saved:
     """Save the fields the user changed; each must still hold what the user saw."""
     changed = {k: v for k, v in values.items() if getattr(seen, k) != v}
     if not changed:
@@ -115,7 +118,7 @@ def set_selection(path: Path, seen: nbm.Selection, values: dict[str, Any]) -> Sa
     return Saved(f"selection sheet saved: {', '.join(changed)}", False)
 
 
-def parse_set(text: str) -> dict[str, Any]:
+def parse_set(text: str) -> dict[str, TomlValue]:
     """``lr = 5e-5, microbatch = 4`` as overrides: TOML values, a bare word as text; NotebookError says which."""
     from ..notebook.parse import tomllib  # tomli on Python 3.10
 
@@ -126,7 +129,7 @@ def parse_set(text: str) -> dict[str, Any]:
         return dict(tomllib.loads(f"v = {{{text}}}")["v"])
     except tomllib.TOMLDecodeError:
         pass
-    out: dict[str, Any] = {}
+    out: dict[str, TomlValue] = {}
     for part in text.split(","):
         key, eq, value = part.partition("=")
         key, value = key.strip(), value.strip()
@@ -139,7 +142,7 @@ def parse_set(text: str) -> dict[str, Any]:
     return out
 
 
-def shown_set(values: dict[str, Any]) -> str:
+def shown_set(values: Mapping[str, TomlValue]) -> str:
     """Overrides as the set field shows them: ``lr = 5e-05, microbatch = 4``."""
     import tomli_w
 

@@ -24,11 +24,17 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from .. import events as ev
 from .. import runs
+from ..schema import JSON, Event
 from .ingest import safe_state
+
+if TYPE_CHECKING:
+    from .comparedata import ComparisonReading
+
+Stamp = tuple[tuple[int, int] | None, ...]  # size and modification time of each file a run is read from
 
 _SKIPPED = (ev.SAMPLE, ev.LOG, ev.STEP, ev.EVAL)
 _LAST_KEPT = (ev.STEP, ev.EVAL)  # of these only the last one is decoded
@@ -40,7 +46,7 @@ def _skipped_kind(raw: bytes) -> str | None:
     return kind if kind in _SKIPPED else None
 
 
-def slim_events(path: Path, steps: bool = False) -> tuple[list[dict[str, Any]], int]:
+def slim_events(path: Path, steps: bool = False) -> tuple[list[Event], int]:
     """The events of a file that describe its run (not samples, logs, nor steps but the last), and bad lines.
 
     ``steps``: keep every step (a pilot has few, and compare reads its step times per phase).
@@ -54,7 +60,7 @@ def slim_events(path: Path, steps: bool = False) -> tuple[list[dict[str, Any]], 
     lines = data.split(b"\n")
     if lines and lines[-1] != b"":
         lines.pop()  # a torn last line: not complete yet
-    kept: list[tuple[int, dict[str, Any]]] = []
+    kept: list[tuple[int, Event]] = []
     last: dict[str, tuple[int, bytes]] = {}
     bad = 0
     final = -1
@@ -87,12 +93,12 @@ def slim_events(path: Path, steps: bool = False) -> tuple[list[dict[str, Any]], 
     return out, bad
 
 
-def _decode(raw: bytes) -> dict[str, Any] | None:
+def _decode(raw: bytes) -> Event | None:
     try:
         event = json.loads(raw)
     except ValueError:
         return None
-    return event if isinstance(event, dict) and "kind" in event else None
+    return cast(Event, event) if isinstance(event, dict) and "kind" in event else None  # a line enters here
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -105,7 +111,7 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 
 @dataclass(frozen=True)
 class Cached:
-    stamp: tuple[Any, ...]
+    stamp: Stamp
     files: runs.RunFiles
     bad_lines: int
 
@@ -116,11 +122,11 @@ class RunCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[Path, Cached] = {}
-        # The last comparison read (comparison.ComparisonReading), shown at once when compare opens while it
+        # The last comparison read (comparedata.ComparisonReading), shown at once when compare opens while it
         # is read again; read ahead by the campaign screen after its runs changed.
-        self.compared: Any = None
+        self.compared: ComparisonReading | None = None
 
-    def stamp(self, rdir: Path) -> tuple[Any, ...]:
+    def stamp(self, rdir: Path) -> Stamp:
         return (
             _stamp(rdir / runs.EVENTS_FILE),
             _stamp(rdir / runs.METRICS_FILE),
@@ -171,9 +177,9 @@ class RunCache:
 
 def build(
     rdir: Path,
-    frozen: dict[str, Any],
-    evs: list[dict[str, Any]],
-    metrics: dict[str, Any] | None,
+    frozen: runs.RunToml,
+    evs: list[Event],
+    metrics: dict[str, JSON] | None,
     state: runs.RunState | None = None,
 ) -> runs.RunFiles:
     """A RunFiles from what was read, with its state by ``runs.state`` (the one rule) unless given."""

@@ -10,12 +10,12 @@ check's result as ``cockpit pilot`` and ``cockpit inspect`` print them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from rich.text import Text
 
 from .. import events as ev
 from .. import styles
+from ..schema import Check, Event
 
 # Status, verdict and check words and colours are the CLI's too: one table (cockpit/styles.py).
 STATUS_STYLE = styles.STATUS_STYLE
@@ -44,7 +44,7 @@ def verdict_text(verdict: str | None) -> Text:
     return Text(VERDICT_WORD.get(verdict, verdict), style=VERDICT_STYLE.get(verdict, ""))
 
 
-def check_result(check: dict[str, Any]) -> str:
+def check_result(check: Check) -> str:
     """``pass``, ``warn``, ``fail`` or ``n/a``: a check that did not hold is a warning when it is marked ``warn``;
     one whose precondition did not hold measured nothing (``na``)."""
     if check.get("na"):
@@ -63,7 +63,7 @@ class GateView:
     remedy: bool
 
 
-def gate_view(gate: dict[str, Any], end: dict[str, Any] | None) -> GateView:
+def gate_view(gate: Event, end: Event | None) -> GateView:
     """A phase a person stopped reads "stopped", not a failure with a failure's remedy.
 
     The pilot records the phase a SIGTERM interrupted as a failed gate with a failed

@@ -10,10 +10,21 @@ until it is closed.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .plain import clean, clean_line
 from .screenstack import ScreenStackApp
+
+if TYPE_CHECKING:
+    from textual.notifications import SeverityLevel
+
+
+class Toast(TypedDict):
+    """A notification's options, as Textual's ``notify`` takes them (held while a dialog is open)."""
+
+    title: str
+    severity: SeverityLevel
+    timeout: float | None
 
 
 class ToastApp(ScreenStackApp):
@@ -21,14 +32,14 @@ class ToastApp(ScreenStackApp):
 
     def __init__(self) -> None:
         super().__init__()
-        self._deferred: list[tuple[str, dict[str, Any]]] = []  # notifications held while a dialog is open
+        self._deferred: list[tuple[str, Toast]] = []  # notifications held while a dialog is open
 
     def notify(
         self,
         message: str,
         *,
         title: str = "",
-        severity: Any = "information",
+        severity: SeverityLevel = "information",
         timeout: float | None = None,
         markup: bool = False,
     ) -> None:
@@ -36,7 +47,7 @@ class ToastApp(ScreenStackApp):
 
         While a dialog is open (a question waits for an answer) the toast waits too.
         """
-        kw: dict[str, Any] = {"title": clean_line(title, 120), "severity": severity, "timeout": timeout}
+        kw: Toast = {"title": clean_line(title, 120), "severity": severity, "timeout": timeout}
         text = clean(message)
         if getattr(self.screen, "DEFERS_TOASTS", False) if self.is_running and self.screen_stack else False:
             self._deferred.append((text, kw))

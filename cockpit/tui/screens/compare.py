@@ -20,8 +20,6 @@ screen reads again every few seconds.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
@@ -32,6 +30,7 @@ from textual.widgets import Header, SelectionList, Static, TabbedContent, TabPan
 from textual.widgets.selection_list import Selection
 
 from ... import runs
+from ...schema import Event
 from .. import comparetables
 from .. import comparison as cmp
 from .. import style as sty
@@ -52,7 +51,7 @@ def table_width(scroll_width: int, screen_width: int) -> int:
     return (scroll_width or screen_width - 2) - 2
 
 
-def live_snapshots(feeds: Feeds) -> list[tuple[str, list[dict[str, Any]], runs.RunState]]:
+def live_snapshots(feeds: Feeds) -> list[tuple[str, list[Event], runs.RunState]]:
     """The running runs as their readers hold them, for a comparison read in a worker (UI thread)."""
     out = []
     for rid in feeds.ids:
@@ -82,7 +81,7 @@ class CompareScreen(Screen[None]):
     def __init__(self, view: str = "tables") -> None:
         super().__init__()
         self.initial = view
-        self.data: dict[str, Any] | None = None
+        self.data: cmp.Comparison | None = None
         self.curves: list[cmp.Curve] = []
         self.chosen: set[str] | None = None  # None until the first read: then the default selection
         self._known: set[str] = set()  # runs listed so far

@@ -12,8 +12,9 @@ its variant's pilot is shown, and said to be.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -29,6 +30,7 @@ from textual.widgets.option_list import Option
 from ... import inspectview as iv
 from ... import runs
 from ...inspectview import IGNORE, MASKED, SUPERVISED
+from ...schema import JSON, Event, InspectDoc, InspectedExample
 from .. import style as sty
 from ..api import app_of
 from ..messages import DataRead
@@ -48,7 +50,7 @@ SCREEN = iv.Layout(
 )
 
 
-def load_inspect(rdir: Path) -> tuple[dict[str, Any] | None, str]:
+def load_inspect(rdir: Path) -> tuple[InspectDoc | None, str]:
     """The document and, when it cannot be shown, why (in words)."""
     path = Path(rdir) / runs.INSPECT_FILE
     try:
@@ -61,7 +63,7 @@ def load_inspect(rdir: Path) -> tuple[dict[str, Any] | None, str]:
         return None, f"{path}: cannot be read ({exc})"
     if not isinstance(doc, dict) or not isinstance(doc.get("examples"), list):
         return None, f"{path}: no 'examples' list in it"
-    return doc, ""
+    return cast(InspectDoc, doc), ""  # inspect.json enters here
 
 
 def source_run(campaign_dir: Path, run_id: str, all_runs: list[runs.RunFiles]) -> tuple[str, str]:
@@ -93,7 +95,7 @@ class DataScreen(Screen[None]):
     def __init__(self, run_id: str) -> None:
         super().__init__()
         self.run_id = run_id
-        self.examples: list[dict[str, Any]] = []
+        self.examples: list[InspectedExample] = []
         self.index = 0
 
     def compose(self) -> ComposeResult:
@@ -187,7 +189,7 @@ class DataScreen(Screen[None]):
         self.query_one("#example", Static).update(example_view(e, max(20, width - 1)))
 
 
-def gate_summary(gate: dict[str, Any] | None) -> Text:
+def gate_summary(gate: Event | None) -> Text:
     """The data gate's verdict, its checks that did not pass, and what cropping cost (as ``cockpit inspect``)."""
     out = Text()
     if gate is None:
@@ -217,12 +219,12 @@ def gate_summary(gate: dict[str, Any] | None) -> Text:
     return out
 
 
-def text_of(e: dict[str, Any]) -> Text:
+def text_of(e: InspectedExample) -> Text:
     """The decoded text: supervised spans highlighted, masked spans dimmed."""
     return iv.text_of(e, SCREEN)
 
 
-def example_view(e: dict[str, Any], width: int) -> RenderableType:
+def example_view(e: InspectedExample, width: int) -> RenderableType:
     body: list[RenderableType] = []
     line = Text()
     line.append("text   ", style="bold")
@@ -235,7 +237,7 @@ def example_view(e: dict[str, Any], width: int) -> RenderableType:
     if e.get("label_name") is not None:
         body.append(Text.assemble(("label  ", "bold"), plain(e["label_name"])))
     raw_row = e.get("row")
-    row: dict[str, Any] = raw_row if isinstance(raw_row, dict) else {}
+    row: Mapping[str, JSON] = raw_row if isinstance(raw_row, dict) else {}
     for k, v in row.items():
         if not isinstance(v, list):
             body.append(Text.assemble(one_line(f"{k} ", style="bold", limit=40), one_line(v, limit=400)))
@@ -246,6 +248,6 @@ def example_view(e: dict[str, Any], width: int) -> RenderableType:
     return Group(*body)
 
 
-def positions(row: dict[str, Any], width: int) -> list[Table]:
+def positions(row: Mapping[str, JSON], width: int) -> list[Table]:
     """The batch row position by position, positions across, in blocks that fit ``width`` columns."""
     return iv.positions(row, width, SCREEN)

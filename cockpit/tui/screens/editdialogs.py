@@ -263,7 +263,7 @@ class SelectionScreen(EditDialog):
         self.unmark()
         self.query_one(f"#f-{SELECTION_FIELDS[0]}", Input).focus()
 
-    def values(self) -> dict[str, Any]:
+    def values(self) -> dict[str, edits.SelectionValue]:
         """The form as typed values; FieldError names the first field that is not."""
         raw: dict[str, str] = {}
         for name in SELECTION_FIELDS:

@@ -8,7 +8,7 @@ same thing about a phase. ``gate_text`` builds the text apart from the dialog.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -16,6 +16,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from ...schema import Event
 from .. import format as fm
 from .. import style as sty
 from ..ingest import gate_peak
@@ -28,7 +29,7 @@ class GateScreen(Dialog[None]):
 
     BINDINGS = [Binding("escape,enter,q", "cancel", "Close", id="close")]
 
-    def __init__(self, phase: str, gate: dict[str, Any] | None, end: dict[str, Any] | None = None) -> None:
+    def __init__(self, phase: str, gate: Event | None, end: Event | None = None) -> None:
         super().__init__()
         self.phase = phase
         self.gate = gate
@@ -39,7 +40,7 @@ class GateScreen(Dialog[None]):
             yield Static(gate_text(self.phase, self.gate, self.end))
 
 
-def gate_text(phase: str, gate: dict[str, Any] | None, end: dict[str, Any] | None = None) -> Text:
+def gate_text(phase: str, gate: Event | None, end: Event | None = None) -> Text:
     """The gate detail, with the CLI's words: each check pass, warn or fail."""
     out = Text()
     out.append_text(one_line(f"Gate {phase}  ", style="bold"))
@@ -65,7 +66,7 @@ def gate_text(phase: str, gate: dict[str, Any] | None, end: dict[str, Any] | Non
     if gate.get("inputs"):
         out.append("\ninputs ", style="bold")
         out.append_text(plain(json.dumps(gate["inputs"], default=str)))
-    mem = gate.get("mem") or {}
+    mem: Mapping[str, object] = gate.get("mem") or {}  # a pilot's Mem, or the figures a probe's script reported
     if not isinstance(mem, dict):
         mem = {}
     peak, counter = gate_peak(gate)
@@ -77,7 +78,8 @@ def gate_text(phase: str, gate: dict[str, Any] | None, end: dict[str, Any] | Non
             f"\n torch allocated {fm.mib(torch.get('allocated'))}, reserved {fm.mib(torch.get('reserved'))}, "
             f"peak allocated {fm.mib(torch.get('peak_allocated'))}"
         )
-    for g in mem.get("nvml") or []:
+    nvml = mem.get("nvml")
+    for g in nvml if isinstance(nvml, list) else []:
         if isinstance(g, dict):
             out.append("\n")
             out.append_text(
@@ -87,7 +89,7 @@ def gate_text(phase: str, gate: dict[str, Any] | None, end: dict[str, Any] | Non
                 )
             )
     if mem.get("rss") is not None:
-        out.append(f"\n process RSS {fm.mib(mem.get('rss'))}, peak {fm.mib(mem.get('rss_peak'))}")
+        out.append(f"\n process RSS {fm.mib(_bytes(mem.get('rss')))}, peak {fm.mib(_bytes(mem.get('rss_peak')))}")
     if gate.get("busy"):
         out.append("\ntime   ", style="bold")
         out.append_text(
@@ -102,3 +104,8 @@ def gate_text(phase: str, gate: dict[str, Any] | None, end: dict[str, Any] | Non
     if view.word == "stopped":
         out.append("\nstopped by a signal (x, cockpit stop or Ctrl+C): not a failure of this phase", style="dim")
     return out
+
+
+def _bytes(value: object) -> float | None:
+    """A byte count as the gate holds it; None (a dash) for a figure that is not a number."""
+    return value if isinstance(value, (int, float)) else None

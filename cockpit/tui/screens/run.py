@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from rich.text import Text
 from textual import events, on, work
@@ -25,6 +24,7 @@ from textual.widgets import DataTable, Header
 
 from ... import events as ev
 from ... import runs
+from ...schema import Event
 from .. import format as fm
 from .. import progress as pg
 from .. import style as sty
@@ -76,7 +76,7 @@ class RunScreen(Screen[None]):
         self._charts_pending: set[str] = set()
         self._charts_drawn = float("-inf")
         self._chart_timer: Timer | None = None
-        self._meta: dict[str, Any] = {}  # run.toml's [run], read once, for the header before the run starts
+        self._meta: runs.RunTable = {}  # run.toml's [run], read once, for the header before the run starts
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -233,15 +233,23 @@ class RunScreen(Screen[None]):
             out.append(f"  ({self.query_one(GateTable).scale_label})", style="dim")
         self.finish_head(out, status)
 
-    def known_start(self) -> dict[str, Any]:
+    def known_start(self) -> Event:
         """The run_start event; until the process writes it, what run.toml said at creation (variant, seed)."""
         if self.feed is not None and self.feed.start:
             return self.feed.start
         if not self._meta:
             self._meta = runs.run_meta(self.rdir)  # a small file, written before the run is listed
         m = self._meta
-        kind = {"run_kind": m["kind"]} if m.get("kind") == "probe" else {}
-        return {k: m[k] for k in ("variant", "seed", "follows") if k in m} | kind
+        known: Event = {}
+        if "variant" in m:
+            known["variant"] = m["variant"]
+        if "seed" in m:
+            known["seed"] = m["seed"]
+        if "follows" in m:
+            known["follows"] = m["follows"]
+        if m.get("kind") == "probe":
+            known["run_kind"] = m["kind"]
+        return known
 
     def finish_head(self, out: Text, status: str) -> None:
         """Shared end of the header: the backlog being read, the banner, the output tail of a failed run."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Hashable
-from typing import Any
+from typing import TypeGuard
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -23,6 +23,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Header
 
 from ... import runs
+from ...schema import JSON, Event, JSONObject
 from .. import format as fm
 from .. import progress as pg
 from .. import style as sty
@@ -45,7 +46,7 @@ class TrainRunScreen(RunScreen):
 
     def __init__(self, run_id: str) -> None:
         super().__init__(run_id)
-        self.metrics: dict[str, Any] | None = None
+        self.metrics: dict[str, JSON] | None = None  # metrics.json
         self._eval_shown: dict[str, tuple[Hashable, ...]] = {}
         self._eval_columns: list[str] = []
 
@@ -144,7 +145,7 @@ class TrainRunScreen(RunScreen):
             self._eval_columns = columns
             for i, col in enumerate(columns):
                 table.add_column(one_line(short(col), limit=12), key=f"c{i}")
-        best = min((e["loss"] for e in feed.evals if _num(e.get("loss"))), default=None)
+        best = min((loss for e in feed.evals for loss in [e.get("loss")] if _num(loss)), default=None)
         for e in feed.evals:
             loss = e.get("loss")
             cells = [
@@ -174,7 +175,10 @@ class TrainRunScreen(RunScreen):
         assert feed is not None
         plot = self.query_one("#loss", BraillePlot)
         points = [
-            (float(e["step"]), float(e["loss"])) for e in feed.evals if _num(e.get("step")) and _num(e.get("loss"))
+            (float(step), float(loss))
+            for e in feed.evals
+            for step, loss in [(e.get("step"), e.get("loss"))]
+            if _num(step) and _num(loss)
         ]
         title = "loss"
         if feed.step_loss.y:
@@ -196,12 +200,12 @@ class TrainRunScreen(RunScreen):
         """A train run has no gates."""
 
 
-def _metrics(e: dict[str, Any]) -> dict[str, Any]:
+def _metrics(e: Event) -> JSONObject:
     m = e.get("metrics")
     return m if isinstance(m, dict) else {}
 
 
-def _num(x: Any) -> bool:
+def _num(x: object) -> TypeGuard[float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
@@ -209,7 +213,7 @@ def short(name: str) -> str:
     return {"token_accuracy": "tok acc", "exact_match": "exact", "val_loss": "val_loss"}.get(name, name[:10])
 
 
-def step_words(e: dict[str, Any]) -> str:
+def step_words(e: Event) -> str:
     parts = [f"{e.get('step', '?')}"]
     loss = e.get("loss")
     parts.append("loss " + (f"{loss:.4g}" if isinstance(loss, (int, float)) else "non-finite"))
@@ -223,7 +227,7 @@ def step_words(e: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def metrics_text(m: dict[str, Any] | None) -> Text:
+def metrics_text(m: JSONObject | None) -> Text:
     out = Text()
     if not m:
         out.append("metrics.json: written at the end", style="dim")
@@ -235,7 +239,8 @@ def metrics_text(m: dict[str, Any] | None) -> Text:
         out.append(clean_line(f" @{m['final_step']}", 40))
     if isinstance(bv, (int, float)):
         out.append(clean_line(f", best {bv:.4g} @{m.get('best_step')}", 60))
-    fm_ = m.get("final_metrics") if isinstance(m.get("final_metrics"), dict) else {}
+    final = m.get("final_metrics")
+    fm_ = final if isinstance(final, dict) else {}
     if fm_:
         out.append("\n")
         out.append(
@@ -250,7 +255,8 @@ def metrics_text(m: dict[str, Any] | None) -> Text:
     out.append(clean_line(f"{m.get('updates', '?')}/{m.get('planned_updates', '?')} updates", 60))
     if isinstance(m.get("step_time_s"), (int, float)):
         out.append(f", {m['step_time_s']:.3f} s/update")
-    value, counter = runs.mem_peak(m.get("peak") if isinstance(m.get("peak"), dict) else None)
+    peak = m.get("peak")
+    value, counter = runs.mem_peak(peak if isinstance(peak, dict) else None)
     if value is not None:
         out.append(f"\npeak {fm.mib(value)} ({counter})", style="dim")
     return out
