@@ -180,12 +180,45 @@ class RunEndFigures(TypedDict, total=False):
     mem: Mem | None
 
 
+class StackGpu(TypedDict, total=False):
+    index: int
+    name: str
+    total: int  # bytes
+    capability: str
+
+
+class Stack(TypedDict, total=False):
+    """The software stack a run measured on (``cockpit.pilot.meter.stack_info``): a run_start's ``stack``, and the
+    stack gate's, which a probe's script interpreter reports."""
+
+    python: str
+    torch: str
+    build: str  # cuda | rocm | cpu
+    cuda: str | None
+    cudnn: int | None
+    cuda_available: bool
+    driver: str | None
+    nvml: bool
+    nvml_error: str | None
+    gpus: list[StackGpu]
+    bf16: bool | None
+    nccl: bool
+    gloo: bool
+    device: str
+    cpu_count: int | None
+    memory_total: int
+    threads: int  # the torch threads the run computed with (cockpit.pilot.threads)
+    torch_threads: int
+    cpus_available: float | None
+    OMP_NUM_THREADS: str | None
+
+
 class GateExtras(TypedDict, total=False):
     """A gate's own figures, beside its checks. Each phase writes the ones it measures."""
 
     machine: JSONObject  # the CPU load during the phase (cockpit.machine.CpuWatch), gpu_others on a GPU
     busy: str  # the load in words, when other processes made the machine busy
-    stack: JSONObject  # stack: the software stack found
+    stack: Stack  # stack: the software stack found
     gpu_others: JSON  # stack: other processes' memory on the GPUs
     data_revision: JSONObject  # data: the hash over every example
     truncation: Truncation  # data
@@ -384,6 +417,8 @@ __all__ = [
     "RunEndFields",
     "SCHEMA_VERSION",
     "SampleFields",
+    "Stack",
+    "StackGpu",
     "StepTime",
     "TorchCounters",
     "Truncation",

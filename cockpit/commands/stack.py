@@ -21,6 +21,7 @@ from typing import TypedDict, cast
 from .. import notebook as nbm
 from ..notebook.settings import Settings
 from ..pilot.stackcheck import MARK
+from ..schema import Stack
 
 TIMEOUT_S = 300
 
@@ -32,13 +33,6 @@ class Needs:
     nccl: bool = False  # more than one GPU per run
     gpu: bool = True  # False only when the campaign trains on the CPU on purpose
     source: str = "no campaign given"
-
-
-class StackGpu(TypedDict, total=False):
-    index: int
-    name: str
-    total: int  # bytes
-    capability: str
 
 
 class KernelRan(TypedDict, total=False):
@@ -57,25 +51,13 @@ class ExtensionImport(TypedDict, total=False):
     error: str
 
 
-class StackReport(TypedDict, total=False):
-    """What ``python -m cockpit.pilot.stackcheck`` reports (``cockpit.pilot.meter.stack_info``, the kernels and
-    the extensions; only ``torch_error`` and ``extensions`` when torch could not be used), as far as the items
-    read it; ``--json`` prints every field the child wrote."""
+class StackReport(Stack, total=False):
+    """What ``python -m cockpit.pilot.stackcheck`` reports (the stack, :class:`cockpit.schema.Stack`, with the
+    kernels and the extensions; only ``torch_error`` and ``extensions`` when torch could not be used)."""
 
     torch_error: str
     extensions: list[ExtensionImport]
     kernels: list[KernelRan]
-    python: str
-    torch: str
-    build: str  # cuda | rocm | cpu
-    cuda: str | None
-    cuda_available: bool
-    driver: str | None
-    nvml_error: str | None
-    gpus: list[StackGpu]
-    bf16: bool | None
-    nccl: bool
-    gloo: bool
 
 
 @dataclass

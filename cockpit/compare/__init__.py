@@ -21,11 +21,11 @@ or settings other than memory settings changed by a memory variant.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypedDict
 
 from .. import events as ev
 from .. import notebook as nbm
 from .. import runs
+from .comparison import Comparison
 from .memory import Flag, PhaseMem, PhaseMemRow, PilotMem, PilotMemRow, flags, pilot_mem_row, pilot_memory
 from .quality import (
     MEMORY_KNOBS,
@@ -74,28 +74,6 @@ __all__ = [
     "summarize",
     "train_runs",
 ]
-
-
-class Comparison(TypedDict):
-    """Everything ``cockpit compare`` shows (and ``--json`` prints), as plain values; the TUI's compare screen
-    reads the same."""
-
-    campaign: str
-    question: str
-    metric: str
-    higher_is_better: bool
-    quality_target: float | None
-    held_constant: str
-    probe_campaign: bool
-    reference: str
-    quality: list[GroupRow]
-    not_completed: list[TrainRunRow]
-    superseded: list[TrainRunRow]
-    memory: dict[str, PilotMemRow]
-    flags: dict[str, list[Flag]]
-    kinds: dict[str, str]
-    method: str
-    train_runs: list[TrainRunRow]
 
 
 def collect(campaign: Path | str) -> Comparison:

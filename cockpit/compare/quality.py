@@ -10,7 +10,7 @@ from typing import TypedDict
 from .. import events as ev
 from .. import notebook as nbm
 from .. import runs
-from ..schema import JSON, JSONObject
+from ..schema import JSON
 
 MEMORY_KNOBS = frozenset(
     {
@@ -156,13 +156,14 @@ def differences_text(got: Mapping[str, object], want: Mapping[str, object]) -> s
     return ", ".join(parts)
 
 
-def quality_of(metrics: JSONObject, events: Iterable[ev.Event], metric: str) -> float | None:
+def quality_of(metrics: ev.Metrics, events: Iterable[ev.Event], metric: str) -> float | None:
     """The run's final value of the quality metric: metrics.json, else its last eval event."""
     if metrics:
-        if metric in ("val_loss", "loss"):
-            v = metrics.get("final_val_loss")
-        else:
-            v = mapping(metrics.get("final_metrics")).get(metric)
+        v: object = (
+            metrics.get("final_val_loss")
+            if metric in ("val_loss", "loss")
+            else mapping(metrics.get("final_metrics")).get(metric)
+        )
         return ev.finite_or_none(number(v))
     last = None
     for e in ev.iter_kind(events, ev.EVAL):

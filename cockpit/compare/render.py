@@ -9,7 +9,7 @@ from .. import runs
 from .memory import PilotMemRow
 
 if TYPE_CHECKING:
-    from . import Comparison
+    from .comparison import Comparison
 
 
 def _f(x: float | None, digits: int = 4) -> str:

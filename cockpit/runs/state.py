@@ -252,13 +252,13 @@ class RunFiles:
         return next((g for g in ev.gates(self.events) if g.get("phase") == phase), None)
 
     @property
-    def stack(self) -> dict[str, ev.JSON]:
+    def stack(self) -> ev.Stack:
         """The software stack the run measured on: its run_start's, with what its stack gate found on top
         (a probe's run process only watches; the stack gate comes from the script's own interpreter)."""
-        out = dict(self.run_start.get("stack") or {})
-        found = (self.gate("stack") or {}).get("stack")
-        if isinstance(found, dict):
-            out.update(found)
+        out: ev.Stack = {}
+        for found in (self.run_start.get("stack"), (self.gate("stack") or {}).get("stack")):
+            if isinstance(found, dict):  # a line of the file, which may hold anything
+                out.update(found)
         return out
 
     @property

@@ -10,10 +10,10 @@ import math
 from dataclasses import dataclass
 
 from .. import notebook as nbm
-from ..schema import JSONObject
+from ..schema import Metrics
 
 
-def metric_value(metrics: JSONObject | None, metric: str) -> float | None:
+def metric_value(metrics: Metrics | None, metric: str) -> float | None:
     """The final value of the campaign's quality metric in a run's metrics.json (as `cockpit compare` reads it)."""
     if not metrics:
         return None

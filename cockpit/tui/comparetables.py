@@ -18,8 +18,9 @@ from rich.text import Text
 
 from .. import events as ev
 from .. import runs
+from ..compare.quality import GroupRow, TrainRunRow
 from . import style as sty
-from .comparedata import Comparison, QualityRow, TrainRow
+from .comparedata import Comparison
 from .plain import clean_line, one_line, plain
 
 WIDE = 110  # from this width the quality table has a column of every seed's value
@@ -123,7 +124,7 @@ def quality_table(data: Comparison, metric: str, way: str, wide: bool) -> Table:
     return q
 
 
-def seed_values(g: QualityRow, limit: int = 8) -> str:
+def seed_values(g: GroupRow, limit: int = 8) -> str:
     """Every seed's value (the first ``limit``, then how many more), then the runs that did not complete."""
     items = list(g["seeds"].items())
     text = ", ".join(f"s{k}={v:.4g}" for k, v in items[:limit])
@@ -147,7 +148,7 @@ def seed_lines(data: Comparison) -> list[Text]:
     return out
 
 
-def not_completed_table(rows: list[TrainRow], wide: bool) -> Table:
+def not_completed_table(rows: list[TrainRunRow], wide: bool) -> Table:
     t = Table(title="runs that did not complete (kept, not averaged in)", title_justify="left")
     columns = (
         ("run", "variant", "seed", "status", "updates", "follows", "stop reason")

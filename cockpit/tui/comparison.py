@@ -23,13 +23,13 @@ import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 from .. import compare, runs
 from .. import events as ev
 from .. import notebook as nbm
+from ..compare.quality import TrainRunRow
 from ..schema import Event
-from .comparedata import Comparison, ComparisonReading, Curve, TrainRow
+from .comparedata import Comparison, ComparisonReading, Curve
 from .runcache import RunCache
 
 VARIANT_STYLES = (
@@ -100,7 +100,7 @@ def read(
             frozen = runs.read_run_toml(rdir)
         except (OSError, ValueError):
             continue
-        live[rid] = build(rdir, frozen, evs, runs.read_json(rdir / runs.METRICS_FILE) or None, st)
+        live[rid] = build(rdir, frozen, evs, runs.read_metrics(rdir) or None, st)
     data = collect(nb, cache, live)
     return ComparisonReading(
         data, listing(nb, data), width, comparetables.laid_out(comparetables.tables(data, width), width)
@@ -112,7 +112,7 @@ def collect(
 ) -> Comparison:
     """``compare.summarize`` from cached runs (and the running runs' own readers)."""
     # compare's figures are a plain dict: they enter the TUI here, as the record they are
-    return cast(Comparison, compare.summarize(nb, all_runs(nb.directory, cache or RunCache(), live)))
+    return compare.summarize(nb, all_runs(nb.directory, cache or RunCache(), live))
 
 
 # --------------------------------------------------------------------------- curves
@@ -134,7 +134,7 @@ def read_evals(path: Path) -> list[tuple[float, float]]:
     return out
 
 
-def styles(nb: nbm.Notebook, train: list[TrainRow]) -> dict[str, tuple[str, str]]:
+def styles(nb: nbm.Notebook, train: list[TrainRunRow]) -> dict[str, tuple[str, str]]:
     """Run id -> (colour, marker): a colour per variant (notebook order), a marker per run of that variant."""
     order = {v.id: i for i, v in enumerate(nb.variants)}
     extra: dict[str, int] = {}

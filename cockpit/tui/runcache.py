@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, cast
 
 from .. import events as ev
 from .. import runs
-from ..schema import JSON, Event
+from ..schema import Event
 from .ingest import safe_state
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ class RunCache:
             return None
         kind = frozen.get("run", {}).get("kind", "pilot") if isinstance(frozen.get("run"), dict) else "pilot"
         evs, bad = slim_events(rdir / runs.EVENTS_FILE, steps=kind == "pilot")
-        metrics = runs.read_json(rdir / runs.METRICS_FILE) or None
+        metrics = runs.read_metrics(rdir) or None
         files = build(rdir, frozen, evs, metrics)
         self._keep(rdir, Cached(stamp, files, bad))
         return files
@@ -179,7 +179,7 @@ def build(
     rdir: Path,
     frozen: runs.RunToml,
     evs: list[Event],
-    metrics: dict[str, JSON] | None,
+    metrics: ev.Metrics | None,
     state: runs.RunState | None = None,
 ) -> runs.RunFiles:
     """A RunFiles from what was read, with its state by ``runs.state`` (the one rule) unless given."""
