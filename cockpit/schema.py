@@ -374,7 +374,7 @@ class Event(GateExtras, total=False):
     lr: float | None
     grad_norm: float | None
     examples: int | None
-    opt_step: int | None  # a probe's: the optimizer step this update ran
+    opt_step: float | None  # a probe's: the optimizer step this update ran (the optimizer's count: 5.0)
     microbatches: int | None
     metrics: JSONObject
     # log

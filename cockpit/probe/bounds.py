@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import torch
 
@@ -23,7 +23,12 @@ from ..machine import CpuWatch, busy_words
 from ..pilot.gate import Gate
 from ..pilot.meter import Meter, PhaseMeasure
 from . import phases as ph
+from .channel import Diverged, Save
+from .config import ChildConfig
 from .reading import read_peak_rss, reset_peak_rss
+
+if TYPE_CHECKING:  # typing.NotRequired and Unpack are Python 3.11; annotations here are never evaluated
+    from typing import NotRequired, Unpack
 
 
 class ProbeStop(SystemExit):
@@ -45,9 +50,29 @@ class Config:
     runner: int = 0
 
     @classmethod
-    def of(cls, raw: dict[str, Any]) -> Config:
+    def of(cls, raw: Mapping[str, object]) -> Config:
+        """From the JSON in the script's environment (a key it does not know is left out)."""
         names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in raw.items() if k in names})
+        return cls(**cast(ChildConfig, {k: v for k, v in raw.items() if k in names}))  # ProbeConfig.child's
+
+
+class SavedFile(TypedDict):
+    """One file a save call wrote: its path (None: a file object with no name), size, seconds, the step it follows."""
+
+    path: str | None
+    bytes: int | None
+    seconds: float
+    step: int
+
+
+class Burst(TypedDict):
+    """The save phase's files so far: a checkpoint is often several calls."""
+
+    files: list[SavedFile]
+    bytes: int
+    seconds: float
+    calls: int
+    end: NotRequired[float]  # when the last write ended
 
 
 @dataclass
@@ -81,7 +106,7 @@ class Evaluation:
     with_grad: int = 0  # forwards with grad enabled
     trailing: int = 0  # the last forwards in a row with grad enabled (a training forward, if a backward follows)
     trailing_eval: int = 0  # of those, in eval mode
-    losses: list[Any] = field(default_factory=list)  # loss tensors the model returned
+    losses: list[torch.Tensor] = field(default_factory=list)  # loss tensors the model returned
     microbatch: int | None = None
     measured: bool = False
 
@@ -115,13 +140,13 @@ class Bounds:
         self.timed: list[float] = []  # update_second: each later step's duration
         self.second_pending = False
         self.before: dict[str, tuple[float, float, float]] = {}
-        self.forward_inputs: dict[str, Any] = {}
-        self.saves: list[dict[str, Any]] = []
-        self.burst: dict[str, Any] | None = None  # the save phase's files so far
+        self.forward_inputs: dict[str, ev.JSON] = {}
+        self.saves: list[Save] = []
+        self.burst: Burst | None = None  # the save phase's files so far
         self.loaded: list[str] = []
         self.stop_reason = ""
         self.finished = False
-        self.diverged: dict[str, Any] | None = None
+        self.diverged: Diverged | None = None
         self.recheck: dict[str, tuple[float, float, float]] | None = None  # fingerprint before the later steps
         self.optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # every one the script built
         self.backwards = 0  # backward() calls seen
@@ -142,15 +167,16 @@ class Bounds:
 
     # ------------------------------------------------------------------ sending
 
-    def emit(self, kind: str, **payload: Any) -> None:
-        self.send("event", event={"kind": kind, "t": time.time(), **payload})
+    def emit(self, kind: str, /, **payload: Unpack[ev.Event]) -> None:
+        event: ev.Event = {"kind": kind, "t": time.time(), **payload}
+        self.send("event", event=event)
 
     def log(self, message: str, level: str = "info") -> None:
         self.emit(ev.LOG, level=level, message=message)
 
     # ------------------------------------------------------------------ phases within the meter's bounds
 
-    def begin(self, name: str, inputs: dict[str, Any] | None = None) -> None:
+    def begin(self, name: str, inputs: ev.JSONObject | None = None) -> None:
         assert self.open is None, f"{name} opened while {self.open.name} is open"
         g = Gate(name, dict(inputs or {}))
         self.emit(ev.PHASE_START, phase=name, inputs=g.inputs)
@@ -190,13 +216,13 @@ class Bounds:
                 o.measure.mem["rss_peak"] = max(int(o.measure.mem.get("rss_peak") or 0), peak)
         return o
 
-    def record(self, o: Open, duration: float | None = None, **extra: Any) -> Gate:
+    def record(self, o: Open, duration: float | None = None) -> Gate:
         g = o.gate
         self.done.add(o.name)
         load = o.load if o.load is not None else o.cpu.stop()
-        extra["machine"] = load
+        figures: ev.GateExtras = {**g.extra, "machine": load}  # the phase's own figures, then its load
         if load.get("busy"):
-            extra["busy"] = busy_words(load)
+            figures["busy"] = busy_words(load)
         verdict = g.verdict
         if verdict == ev.Verdict.FAIL and not g.remedy:
             g.remedy = ph.REMEDY.get(o.name, "")
@@ -212,12 +238,11 @@ class Bounds:
             message=g.message,
             duration_s=o.measure.duration_s if duration is None else duration,
             mem=o.measure.mem,
-            **g.extra,
-            **extra,
+            **figures,
         )
         return g
 
-    def skipped(self, name: str, why: str, inputs: dict[str, Any] | None = None) -> None:
+    def skipped(self, name: str, why: str, inputs: ev.JSONObject | None = None) -> None:
         """A phase the script never went through while it was watched: a row that says so."""
         self.done.add(name)
         self.emit(

@@ -12,13 +12,91 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Any
+from typing import Any, Literal, TypeAlias, TypedDict, cast
 
 from .. import events as ev
 
 FD_ENV = "COCKPIT_PROBE_FD"  # the pipe's write end in the script
 CONFIG_ENV = "COCKPIT_PROBE"  # what to watch, as JSON (ProbeConfig.child)
 CLAIM_ENV = "COCKPIT_PROBE_CLAIMED"  # the pid of the process that took the instrumentation (its children skip)
+
+
+class Hello(TypedDict):
+    """``hello``: the interpreter that took the instrumentation."""
+
+    msg: Literal["hello"]
+    pid: int
+    ppid: int
+    python: str
+    argv: list[str]
+    mode: str
+
+
+class EventMessage(TypedDict):
+    """``event``: one event for events.jsonl (its ``kind`` and ``t`` set by the script), relayed as it is."""
+
+    msg: Literal["event"]
+    event: ev.Event
+
+
+class Stopping(TypedDict):
+    """``stopping``: the probe is ending the script, and why."""
+
+    msg: Literal["stopping"]
+    reason: str
+
+
+class Internal(TypedDict):
+    """``internal``: the instrumentation failed (a bug in Cockpit), with the end of its traceback."""
+
+    msg: Literal["internal"]
+    error: str
+    traceback: str
+
+
+class Raised(TypedDict):
+    """The uncaught exception the script ended with."""
+
+    type: str
+    message: str
+    frame: str  # the script's own innermost frame, 'file:line in function'
+    oom: bool
+    injected: bool  # raised by COCKPIT_INJECT (a test)
+
+
+class Diverged(TypedDict):
+    """The first non-finite loss: the phase and step it came in, its value in words ("nan")."""
+
+    phase: str
+    value: str
+    step: int
+
+
+class Save(TypedDict):
+    """One checkpoint: the step it was taken after and the files written (absolute paths)."""
+
+    step: int
+    files: list[str]
+
+
+class Exit(TypedDict):
+    """``exit``: how the script ended, as far as its interpreter knows."""
+
+    msg: Literal["exit"]
+    how: str  # "ended", "stopped" (by the probe), "exception", "diverged"
+    reason: str  # the probe's stop reason ("" when it did not stop the script)
+    exception: Raised | None
+    diverged: Diverged | None
+    step: int  # optimizer steps counted
+    phase: str | None  # the phase open at the end
+    loaded: list[str]  # files it loaded (torch.load, safetensors)
+    saves: list[Save]
+    mem: ev.Mem | None  # a resumed process: its memory over its whole life
+    seconds: float
+
+
+# One line of the pipe, told apart by its ``msg``.
+Message: TypeAlias = Hello | EventMessage | Stopping | Internal | Exit
 
 
 class Channel:
@@ -76,9 +154,9 @@ class Reader:
         self.eof = False
         self.bad = 0
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[Message]:
         """What is there now (the fd is non-blocking); an empty list when nothing came."""
-        out: list[dict[str, Any]] = []
+        out: list[Message] = []
         while not self.eof:
             try:
                 chunk = os.read(self.fd, 1 << 16)
@@ -94,7 +172,7 @@ class Reader:
                     self.bad += 1
                     continue
                 if isinstance(m, dict) and isinstance(m.get("msg"), str):
-                    out.append(m)
+                    out.append(cast(Message, m))  # the instrumentation's own line, as Channel.send wrote it
                 else:
                     self.bad += 1
         return out

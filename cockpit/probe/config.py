@@ -5,13 +5,41 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from . import channel
 
+if TYPE_CHECKING:
+    from ..runs import RunToml, TomlValue
+
 BOOT_DIR = Path(__file__).resolve().parent / "boot"  # holds the sitecustomize the script's interpreter runs
+
+
+class ProbeToml(TypedDict, total=False):
+    """run.toml's ``[extra.probe]``, as :meth:`ProbeConfig.frozen` wrote it: one key per field."""
+
+    command: list[str]
+    env: dict[str, str]
+    steps: int
+    resume: list[str]
+    to_end: bool
+    save_within: int
+    compare_steps: int
+    cwd: str
+
+
+class ChildConfig(TypedDict):
+    """What the instrumentation reads from its environment (:meth:`ProbeConfig.child`)."""
+
+    mode: str
+    steps: int
+    to_end: bool
+    save_within: int
+    compare_steps: int
+    resume: bool  # a resume command is given: the probe waits for steps after a save to compare
+    runner: int  # the run process's pid
 
 
 @dataclass
@@ -26,30 +54,39 @@ class ProbeConfig:
     cwd: str = ""
 
     @classmethod
-    def from_frozen(cls, frozen: dict[str, Any]) -> ProbeConfig:
+    def from_frozen(cls, frozen: RunToml) -> ProbeConfig:
         """From a run.toml: ``[extra.probe]``, written by ``cockpit probe`` when it created the run."""
-        raw = dict(((frozen.get("extra") or {}).get("probe")) or {})
-        if not raw.get("command"):
+        raw = (frozen.get("extra") or {}).get("probe") or {}
+        if not isinstance(raw, dict) or not raw.get("command"):
             raise ValueError("run.toml has no [extra.probe] command: create probes with `cockpit probe`")
         names = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in raw.items() if k in names})
+        return cls(**cast(ProbeToml, {k: v for k, v in raw.items() if k in names}))  # the table frozen() wrote
 
-    def frozen(self) -> dict[str, Any]:
-        return asdict(self)
+    def frozen(self) -> dict[str, TomlValue]:
+        """The ``[extra.probe]`` table of the run's run.toml (:class:`ProbeToml`)."""
+        return {
+            "command": list(self.command),
+            "env": dict(self.env),
+            "steps": self.steps,
+            "resume": list(self.resume),
+            "to_end": self.to_end,
+            "save_within": self.save_within,
+            "compare_steps": self.compare_steps,
+            "cwd": self.cwd,
+        }
 
     def child(self, mode: str, runner_pid: int) -> str:
         """The JSON the instrumentation reads from its environment."""
-        return json.dumps(
-            {
-                "mode": mode,
-                "steps": self.steps,
-                "to_end": self.to_end,
-                "save_within": self.save_within,
-                "compare_steps": self.compare_steps,
-                "resume": bool(self.resume),
-                "runner": runner_pid,
-            }
-        )
+        cfg: ChildConfig = {
+            "mode": mode,
+            "steps": self.steps,
+            "to_end": self.to_end,
+            "save_within": self.save_within,
+            "compare_steps": self.compare_steps,
+            "resume": bool(self.resume),
+            "runner": runner_pid,
+        }
+        return json.dumps(cfg)
 
     def environment(self, mode: str, fd: int, base: dict[str, str] | None = None) -> dict[str, str]:
         """The script's environment: the run process's, [probe] env, and the instrumentation on PYTHONPATH."""

@@ -23,7 +23,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -355,7 +355,7 @@ def _same(a: object, b: object) -> bool:
     return a is b
 
 
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int) -> Any:
+def _arg(args: tuple[object, ...], kwargs: Mapping[str, object], index: int) -> object:
     """The file argument of a save or load call: by position, else by its usual keyword names."""
     if len(args) > index:
         return args[index]

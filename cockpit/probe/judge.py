@@ -12,13 +12,27 @@ from __future__ import annotations
 import signal
 import sys
 from dataclasses import dataclass, field
-from typing import Any
 
 from .. import events as ev
 from . import phases as ph
+from .channel import Exit, Hello
 from .config import shown
 
 STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+
+
+class ProbeGate(ev.GateExtras):
+    """A gate row the run process writes itself (:class:`cockpit.schema.GateFields`): a phase a signal left open,
+    a phase the script never reached, the resume gate. No duration or memory when nothing was measured."""
+
+    phase: str
+    verdict: str
+    checks: list[ev.Check]
+    inputs: ev.JSONObject
+    remedy: str
+    message: str
+    duration_s: float | None
+    mem: ev.Mem | ev.JSONObject | None
 
 
 @dataclass
@@ -27,23 +41,23 @@ class Watched:
 
     mode: str
     argv: list[str]
-    hello: dict[str, Any] | None = None
-    exit: dict[str, Any] | None = None  # the interpreter's last message
+    hello: Hello | None = None
+    exit: Exit | None = None  # the interpreter's last message
     returncode: int | None = None
     spawn_error: str = ""
     internal: str = ""  # the instrumentation failed
     stopping: str = ""  # the probe ended the script (why)
     killed_by_probe: str = ""  # the run process had to end it (why)
     kill_at: float = 0.0  # when the run process ends it if it has not exited after the probe's stop
-    gates: dict[str, dict[str, Any]] = field(default_factory=dict)
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    gates: dict[str, ev.Event] = field(default_factory=dict)  # by phase, as relayed to events.jsonl
+    steps: list[ev.Event] = field(default_factory=list)  # its step events
     open: str | None = None  # a phase started and not gated
     last_phase: str | None = None
     seconds: float = 0.0
 
     @property
     def phase(self) -> str:
-        return self.open or ((self.exit or {}).get("phase")) or self.last_phase or "start-up"
+        return self.open or (self.exit.get("phase") if self.exit else None) or self.last_phase or "start-up"
 
     @property
     def signal(self) -> str:
@@ -56,7 +70,7 @@ class Watched:
             return f"signal {-rc}"
 
 
-def failed_gate(phase: str, check: str, detail: str, message: str, remedy: str = "") -> dict[str, Any]:
+def failed_gate(phase: str, check: str, detail: str, message: str, remedy: str = "") -> ProbeGate:
     return {
         "phase": phase,
         "verdict": ev.Verdict.FAIL.value,
@@ -69,7 +83,7 @@ def failed_gate(phase: str, check: str, detail: str, message: str, remedy: str =
     }
 
 
-def outcome(w: Watched, script: str) -> tuple[ev.Outcome, dict[str, Any] | None]:
+def outcome(w: Watched, script: str) -> tuple[ev.Outcome, ProbeGate | None]:
     """The run's outcome from how the script's process ended, and a gate for a phase left open."""
     at = w.phase
     if w.spawn_error:
@@ -100,10 +114,11 @@ def outcome(w: Watched, script: str) -> tuple[ev.Outcome, dict[str, Any] | None]
     return judge_gates(w, script), None
 
 
-def _ended(w: Watched, script: str, at: str) -> tuple[ev.Outcome, dict[str, Any] | None] | None:
+def _ended(w: Watched, script: str, at: str) -> tuple[ev.Outcome, ProbeGate | None] | None:
     """The outcome when the script ended badly (an exception, a signal, a non-zero status), else None."""
-    exit_ = w.exit or {}
-    exc = exit_.get("exception")
+    exit_ = w.exit
+    how = exit_.get("how") if exit_ else None
+    exc = exit_.get("exception") if exit_ else None
     if exc:
         first = str(exc.get("message") or "").splitlines()[0][:200] if exc.get("message") else exc.get("type")
         if exc.get("oom"):
@@ -111,12 +126,11 @@ def _ended(w: Watched, script: str, at: str) -> tuple[ev.Outcome, dict[str, Any]
         return ev.Outcome.of(
             ev.Status.ERROR, f"{script} raised {exc.get('type')}: {first} in {at} ({exc.get('frame')})"
         ), None
-    if exit_.get("how") == "diverged":
-        d = exit_.get("diverged") or {}
-        return ev.Outcome.of(
-            ev.Status.DIVERGED, f"non-finite loss in {d.get('phase', at)} at step {d.get('step')} ({d.get('value')})"
-        ), None
-    stopped_by_probe = exit_.get("how") == "stopped" or bool(w.killed_by_probe and w.stopping)
+    if how == "diverged":
+        d = exit_.get("diverged") if exit_ else None
+        where, step, value = (d.get("phase", at), d.get("step"), d.get("value")) if d else (at, None, None)
+        return ev.Outcome.of(ev.Status.DIVERGED, f"non-finite loss in {where} at step {step} ({value})"), None
+    stopped_by_probe = how == "stopped" or bool(w.killed_by_probe and w.stopping)
     if stopped_by_probe:
         return None
     sig = w.signal
@@ -147,7 +161,7 @@ KILLED = (
 )
 
 
-def _open_gate(w: Watched, check: str, why: str) -> dict[str, Any] | None:
+def _open_gate(w: Watched, check: str, why: str) -> ProbeGate | None:
     return failed_gate(w.open, check, why, why, KILLED if check == "script alive" else "") if w.open else None
 
 
@@ -168,8 +182,11 @@ def judge_gates(w: Watched, script: str) -> ev.Outcome:
         return ev.Outcome.of(ev.Status.FAILED, f"no update seen: {why}")
     failed = [p for p in ph.TRAINING if (w.gates.get(p) or {}).get("verdict") == ev.Verdict.FAIL.value]
     warned = sum(1 for g in w.gates.values() if g.get("verdict") == ev.Verdict.WARN.value)
+    exit_ = w.exit
     how = (
-        w.stopping or (w.exit or {}).get("reason") or f"the script ended after {(w.exit or {}).get('step', '?')} steps"
+        w.stopping
+        or (exit_.get("reason") if exit_ else None)
+        or f"the script ended after {exit_.get('step', '?') if exit_ else '?'} steps"
     )
     if failed:
         return ev.Outcome.of(ev.Status.FAILED, f"gate{'s' if len(failed) > 1 else ''} failed: {', '.join(failed)}")

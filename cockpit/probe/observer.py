@@ -54,6 +54,7 @@ from .reading import (
     loss_of,
     user_frame,
 )
+from .saving import SaveToken
 
 __all__ = [
     "Config",
@@ -200,7 +201,7 @@ class Observer(Evaluating):
 
     # ------------------------------------------------------------------ a save begins (the rest: .saving)
 
-    def save_begin(self, target: Any) -> dict[str, Any]:
+    def save_begin(self, target: object) -> SaveToken:
         """Before ``torch.save`` or a safetensors save; what :meth:`save_end` needs."""
         self.manual_check("a save")
         self._count("saves", "a save")

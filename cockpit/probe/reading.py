@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -31,7 +31,7 @@ def optimizer_step_count(opt: torch.optim.Optimizer) -> float | None:
     return None
 
 
-def first_tensor(args: Any, kwargs: dict[str, Any] | None) -> torch.Tensor | None:
+def first_tensor(args: Any, kwargs: Mapping[str, object] | None) -> torch.Tensor | None:
     for a in list(args or ()) + list((kwargs or {}).values()):
         if isinstance(a, torch.Tensor):
             return a
@@ -42,7 +42,7 @@ def first_tensor(args: Any, kwargs: dict[str, Any] | None) -> torch.Tensor | Non
     return None
 
 
-def _tensors(args: Any, kwargs: dict[str, Any] | None) -> list[torch.Tensor]:
+def _tensors(args: Any, kwargs: Mapping[str, object] | None) -> list[torch.Tensor]:
     """The tensors a call was given: positional and keyword, and one level inside tuples, lists and dicts."""
     out: list[torch.Tensor] = []
     for a in list(args or ()) + list((kwargs or {}).values()):
@@ -54,7 +54,7 @@ def _tensors(args: Any, kwargs: dict[str, Any] | None) -> list[torch.Tensor]:
 def batch_dim(
     module: torch.nn.Module,
     args: Any,
-    kwargs: dict[str, Any] | None,
+    kwargs: Mapping[str, object] | None,
     loader_sizes: set[int] | frozenset[int] = frozenset(),
 ) -> tuple[int, str] | None:
     """Which dimension of the model's first input is the batch, and how that was read; None without a tensor.
@@ -85,7 +85,7 @@ def batch_dim(
     return 0, ""
 
 
-def input_shapes(args: Any, kwargs: dict[str, Any] | None) -> dict[str, list[int]]:
+def input_shapes(args: Any, kwargs: Mapping[str, object] | None) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for i, a in enumerate(args or ()):
         if isinstance(a, torch.Tensor):
@@ -156,7 +156,7 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
-def describe_inputs(inputs: dict[str, Any]) -> str:
+def describe_inputs(inputs: Mapping[str, object]) -> str:
     return ", ".join(f"{k}={v}" for k, v in inputs.items()) or "none"
 
 

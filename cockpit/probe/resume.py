@@ -9,15 +9,14 @@ learning rate and its next losses are those of the uninterrupted script at the s
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from .. import events as ev
 from ..pilot.gate import Gate
 from . import phases as ph
-from .judge import Watched
+from .judge import ProbeGate, Watched
 
 
-def _num(x: Any) -> float | None:
+def _num(x: object) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
@@ -28,17 +27,17 @@ def same(a: float, b: float, exact: bool) -> bool:
 def gate(first: Watched, second: Watched, compare_steps: int, exact: bool) -> Gate:
     """Checks of the resumed process against the uninterrupted one. ``exact``: the script ran on the CPU
     (bit-identical losses expected); on a GPU, kernels are not bit-deterministic (1e-5 relative)."""
-    saves = list((first.exit or {}).get("saves") or [])
+    saves = list((first.exit.get("saves") if first.exit else None) or [])
     saved_files = {f for s in saves for f in s.get("files") or []}
     last = saves[-1]["step"] if saves else None
     g = Gate(ph.RESUME, {"command": " ".join(second.argv)[:200], "from_step": last, "compare_steps": compare_steps})
-    ex = second.exit or {}
-    loaded = list(ex.get("loaded") or [])
+    loaded = list((second.exit.get("loaded") if second.exit else None) or [])
     steps = list(second.steps)
+    pid = second.hello.get("pid") if second.hello else None
     g.check(
         "new process",
         True,
-        f"pid {(second.hello or {}).get('pid')}, {len(steps)} step{'s' if len(steps) != 1 else ''} after the restart",
+        f"pid {pid}, {len(steps)} step{'s' if len(steps) != 1 else ''} after the restart",
     )
     from_ck = [f for f in loaded if f in saved_files]
     g.check(
@@ -50,7 +49,7 @@ def gate(first: Watched, second: Watched, compare_steps: int, exact: bool) -> Ga
         + (f"; it loaded {_files(loaded)}" if loaded else ", nothing with torch.load or safetensors")
         + ": is the resume command wired to the checkpoint?",
     )
-    before = {int(s["opt_step"]): s for s in first.steps if _num(s.get("opt_step")) is not None}
+    before = {int(k): s for s in first.steps if (k := _num(s.get("opt_step"))) is not None}
     counted = {int(s["step"]): s for s in first.steps if isinstance(s.get("step"), int)}
     if not steps:
         g.fail("steps after the restart", "the resumed script took no optimizer step")
@@ -67,7 +66,7 @@ def gate(first: Watched, second: Watched, compare_steps: int, exact: bool) -> Ga
             + ("" if restored else ": the optimizer's state (its step count) was not restored"),
         )
         if restored:
-            pairs = [(s, before.get(int(s["opt_step"]))) for s in steps if _num(s.get("opt_step")) is not None]
+            pairs = [(s, before.get(int(k))) for s in steps if (k := _num(s.get("opt_step"))) is not None]
         else:  # compared from the last checkpoint on, step for step
             pairs = [(s, counted.get((last or 0) + i + 1)) for i, s in enumerate(steps)]
     else:
@@ -77,7 +76,7 @@ def gate(first: Watched, second: Watched, compare_steps: int, exact: bool) -> Ga
             "not checked: the optimizer keeps no step count (plain SGD); steps compared from the last checkpoint on",
         )
         pairs = [(s, counted.get((last or 0) + i + 1)) for i, s in enumerate(steps)]
-    matched: list[tuple[dict[str, Any], dict[str, Any]]] = [(a, b) for a, b in pairs if b is not None]
+    matched: list[tuple[ev.Event, ev.Event]] = [(a, b) for a, b in pairs if b is not None]
     if not matched:
         g.fail(
             "next losses equal the uninterrupted run",
@@ -134,9 +133,10 @@ def _files(paths: list[str], k: int = 3) -> str:
     return ", ".join(names[:k]) + (f" and {len(names) - k} more" if len(names) > k else "") if names else "none"
 
 
-def payload(g: Gate, second: Watched) -> dict[str, Any]:
+def payload(g: Gate, second: Watched) -> ProbeGate:
     """The resume gate's event: the resumed process's memory (its whole life) and time."""
-    ex = second.exit or {}
+    ex = second.exit
+    seconds = ex.get("seconds") if ex else None
     verdict = g.verdict
     return {
         "phase": ph.RESUME,
@@ -145,6 +145,6 @@ def payload(g: Gate, second: Watched) -> dict[str, Any]:
         "inputs": g.inputs,
         "remedy": ph.REMEDY[ph.RESUME] if verdict in (ev.Verdict.FAIL, ev.Verdict.WARN) else "",
         "message": g.message or "; ".join(f"{c['name']}: {c['detail']}" for c in g.failures()),
-        "duration_s": ex.get("seconds") if isinstance(ex.get("seconds"), (int, float)) else second.seconds,
-        "mem": ex.get("mem") or {},
+        "duration_s": seconds if isinstance(seconds, (int, float)) else second.seconds,
+        "mem": (ex.get("mem") if ex else None) or {},
     }

@@ -28,7 +28,7 @@ from ..pilot.meter import Meter
 from ..pilot.process import RunProcess
 from . import judge, resume
 from . import phases as ph
-from .channel import Reader
+from .channel import Message, Reader
 from .config import ProbeConfig, script_name, shown
 
 STOP_GRACE_S = 30.0  # after the probe's stop, the script's own clean-up may take this long before it is killed
@@ -49,7 +49,7 @@ class ProbeRun(RunProcess):
 
     # ---- the skeleton's hooks
 
-    def start_fields(self) -> dict[str, Any]:
+    def start_fields(self) -> dict[str, ev.JSON]:
         return {
             "phases": ph.planned(bool(self.cfg.resume)),
             "probe": {
@@ -83,7 +83,7 @@ class ProbeRun(RunProcess):
         # A probe says so in its stop reason (the campaign table and `cockpit runs` show it).
         return ev.Outcome(outcome.status, outcome.code, f"probe of {self.script}: {outcome.reason}")
 
-    def end_fields(self, outcome: ev.Outcome) -> dict[str, Any]:
+    def end_fields(self, outcome: ev.Outcome) -> dict[str, str]:
         return {"run_kind": self.kind}
 
     # ---- watching one process of the script
@@ -136,28 +136,28 @@ class ProbeRun(RunProcess):
         self.log(f"{mode}: the script's process ended ({_status(proc.returncode)}) after {w.seconds:.1f} s")
         return w
 
-    def on_message(self, m: dict[str, Any], w: judge.Watched) -> None:
-        kind = m.get("msg")
-        if kind == "hello":
+    def on_message(self, m: Message, w: judge.Watched) -> None:
+        if m["msg"] == "hello":
             w.hello = m
             pid = m.get("pid")
             if isinstance(pid, int):
                 with contextlib.suppress(psutil.Error):
                     self.meter.proc = psutil.Process(pid)  # the interpreter running the script (under a shell, too)
-        elif kind == "event" and isinstance(m.get("event"), dict):
-            self.relay(dict(m["event"]), w)
-        elif kind == "stopping":
+        elif m["msg"] == "event":
+            if isinstance(m.get("event"), dict):
+                self.relay(m["event"].copy(), w)
+        elif m["msg"] == "stopping":
             w.stopping = str(m.get("reason") or "stopped by the probe")
             w.kill_at = time.monotonic() + STOP_GRACE_S
-        elif kind == "internal":
+        elif m["msg"] == "internal":
             w.internal = str(m.get("error") or "unknown")
             if self.proc is not None:
                 self.end_child(self.proc, "the probe's instrumentation failed")
-        elif kind == "exit":
+        elif m["msg"] == "exit":
             w.exit = m
 
-    def relay(self, e: dict[str, Any], w: judge.Watched) -> None:
-        kind = e.pop("kind", None)
+    def relay(self, e: ev.Event, w: judge.Watched) -> None:
+        kind = e.pop("kind", "")
         if kind not in ev.KINDS or kind in (ev.RUN_START, ev.RUN_END):
             return
         if kind == ev.PHASE_START:
@@ -174,16 +174,16 @@ class ProbeRun(RunProcess):
             self.remedy(e)
         elif kind == ev.STEP:
             w.steps.append(e)
-        self.writer.emit(kind, **e)
+        self.writer.emit(kind, **{k: v for k, v in e.items() if k != "kind"})  # the writer stamps its kind
 
-    def remedy(self, gate: dict[str, Any]) -> None:
+    def remedy(self, gate: ev.Event) -> None:
         """Out of memory: the pilot's remedy for that phase, naming the inputs that were running."""
         if any(c.get("name") == "memory" and not c.get("ok") for c in gate.get("checks") or []):
             from ..pilot.pilot import oom_remedy
 
             gate["remedy"] = oom_remedy(str(gate.get("phase")), dict(gate.get("inputs") or {}))
 
-    def emit_gate(self, gate: dict[str, Any]) -> None:
+    def emit_gate(self, gate: judge.ProbeGate) -> None:
         self.gated.add(str(gate["phase"]))
         if self.open == gate["phase"]:
             self.open = None
@@ -211,7 +211,7 @@ class ProbeRun(RunProcess):
     # ---- resume
 
     def resume(self, first: judge.Watched, outcome: ev.Outcome) -> ev.Outcome:
-        saves = (first.exit or {}).get("saves") or []
+        saves = (first.exit.get("saves") if first.exit else None) or []
         if outcome.status not in (ev.Status.PASSED, ev.Status.FAILED):
             self.emit(ev.GATE, **_row(ph.RESUME, "skipped", f"not run: the probe ended {outcome.status.value}"))
             return outcome
@@ -245,7 +245,7 @@ class ProbeRun(RunProcess):
         return outcome
 
 
-def _row(phase: str, verdict: str, why: str) -> dict[str, Any]:
+def _row(phase: str, verdict: str, why: str) -> judge.ProbeGate:
     return {
         "phase": phase,
         "verdict": verdict,

@@ -10,17 +10,28 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TypedDict
 
 from . import phases as ph
+from .bounds import SavedFile
 from .reading import file_position, file_size, short_list
 from .updates import Updates
+
+
+class SaveToken(TypedDict):
+    """What a save call's start (:meth:`cockpit.probe.observer.Observer.save_begin`) leaves for its end."""
+
+    path: str | None  # the path it was given
+    name: str | None  # else the file object's own file, when it names one
+    target: object  # what it writes to
+    pos: int | None  # the file object's position before the write
+    t0: float
 
 
 class Saving(Updates):
     """The files saved and loaded, and the save phase closed."""
 
-    def save_end(self, token: dict[str, Any]) -> None:
+    def save_end(self, token: SaveToken) -> None:
         took = time.perf_counter() - token["t0"]
         path, pos = token["path"], token["pos"]
         if path:
@@ -29,7 +40,12 @@ class Saving(Updates):
             now = file_position(token["target"])
             size = now - pos if pos is not None and now is not None else None
         path = path or token.get("name")  # a file object's own file: named, its size read from its position
-        entry = {"path": os.path.abspath(path) if path else None, "bytes": size, "seconds": took, "step": self.step}
+        entry: SavedFile = {
+            "path": os.path.abspath(path) if path else None,
+            "bytes": size,
+            "seconds": took,
+            "step": self.step,
+        }
         if self.burst is not None and self.open is not None and self.open.name == ph.SAVE:
             self.burst["files"].append(entry)
             self.burst["bytes"] += size or 0
@@ -38,7 +54,7 @@ class Saving(Updates):
             self.burst["end"] = time.perf_counter()
         self._saved(entry)
 
-    def _saved(self, entry: dict[str, Any]) -> None:
+    def _saved(self, entry: SavedFile) -> None:
         if entry["step"] < 1:
             return
         if not self.saves or self.saves[-1]["step"] != entry["step"]:
@@ -46,7 +62,7 @@ class Saving(Updates):
         if entry["path"]:
             self.saves[-1]["files"].append(entry["path"])
 
-    def load(self, target: Any) -> None:
+    def load(self, target: object) -> None:
         if isinstance(target, (str, os.PathLike)):
             self.loaded.append(os.path.abspath(os.fspath(target)))
 
