@@ -20,6 +20,7 @@ from .. import events as ev
 from .. import machine, runs
 from . import dist as dist_
 from . import signals
+from .config import PilotConfig
 from .context import Context, Measured
 from .gate import Gate, Phase
 from .phases import PHASES
@@ -271,7 +272,7 @@ class PilotRun(RunProcess):
             rdir=self.rdir,
             emit=self.emit,
             meter=self.meter,
-            pilot_cfg=dict(self.frozen.get("pilot", {})),
+            pilot_cfg=PilotConfig.from_table(self.frozen.get("pilot")),
             frozen=self.frozen,
             rank=rank,
             world=world,

@@ -50,7 +50,7 @@ BATCHNORM = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
 
 
 def tolerance(ctx: Context) -> float:
-    tol = float(ctx.pilot_cfg.get("grad_tolerance", 1e-4))
+    tol = ctx.pilot_cfg.grad_tolerance
     if ctx.settings.precision != "fp32":
         tol = max(tol, 2e-2)
     return tol

@@ -65,9 +65,9 @@ def run(ctx: Context, g: Gate) -> None:
     cfg = ctx.pilot_cfg
     base = ctx.trainer
     task = base.task
-    n_want = min(max(int(cfg.get("overfit_examples", 16)), 8), 32)
-    steps = min(max(int(cfg.get("overfit_steps", 200)), 1), 2000)
-    need = float(cfg.get("overfit_accuracy", 0.9))
+    n_want = min(max(cfg.overfit_examples, 8), 32)
+    steps = min(max(cfg.overfit_steps, 1), 2000)
+    need = cfg.overfit_accuracy
     train = base.splits["train"]
     scans = ctx.scans
     empty: set[Any] = set()
@@ -79,7 +79,7 @@ def run(ctx: Context, g: Gate) -> None:
         examples = pool[:n_want]
     n = len(examples)
     campaign_lr = float(base.params["lr"])
-    chosen = task.extras.get("overfit_lr") or cfg.get("overfit_lr")
+    chosen = task.extras.get("overfit_lr") or cfg.overfit_lr
     lr = float(chosen or campaign_lr)
     g.inputs["lr_source"] = "[pilot] overfit_lr" if chosen else "the campaign's learning rate"
     chunk = (
@@ -423,8 +423,8 @@ def _round(x: float) -> float | None:
 
 def inputs(ctx: Context) -> dict[str, Any]:
     return {
-        "examples": int(ctx.pilot_cfg.get("overfit_examples", 16)),
-        "steps": int(ctx.pilot_cfg.get("overfit_steps", 200)),
+        "examples": ctx.pilot_cfg.overfit_examples,
+        "steps": ctx.pilot_cfg.overfit_steps,
     }
 
 

@@ -218,7 +218,7 @@ def update_second(ctx: Context, g: Gate) -> None:
     measurement can be trusted (a busy machine widens it).
     """
     tr = ctx.trainer
-    k = max(1, int(ctx.pilot_cfg.get("timed_updates", 5)))
+    k = max(1, ctx.pilot_cfg.timed_updates)
     times: list[float] = []
     losses: list[float] = []
     for i in range(k):
