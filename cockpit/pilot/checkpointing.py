@@ -17,7 +17,7 @@ from typing import Any
 
 from . import resumable
 from .process import RunProcess
-from .trainer import Trainer
+from .trainer import RunBookkeeping, Trainer, TrainerState
 
 
 class DiskFullSoon(Exception):
@@ -59,7 +59,7 @@ class CheckpointedRun(RunProcess):
     start_loss: float | None
     best: tuple[float, int] | None
     since_best: int
-    evals: list[dict[str, Any]]
+    evals: list[dict[str, float]]
     examples_seen: int
     eval_times: list[float]
     step_times: list[float]
@@ -107,7 +107,7 @@ class CheckpointedRun(RunProcess):
             self.log(f"checkpoint at update {tr.step}: {path.name}, {size / 2**20:.1f} MiB in {dt:.2f} s")
         self.last_checkpoint = time.monotonic()
 
-    def room_for(self, state: dict[str, Any]) -> None:
+    def room_for(self, state: TrainerState) -> None:
         """Stop cleanly before a checkpoint the disk cannot hold, rather than die in the middle of writing it."""
         from .. import machine
 
@@ -135,9 +135,10 @@ class CheckpointedRun(RunProcess):
             raise RuntimeError(f"no checkpoint in {resumable.folder(self.rdir)} to resume from")
         step, state = found
         tr.load_state_dict(state)
-        run = state.get("run") or {}
+        run: RunBookkeeping = state.get("run") or {}
         self.start_loss = run.get("start_loss")
-        self.best = tuple(run["best"]) if run.get("best") else None
+        best = run.get("best")
+        self.best = (best[0], int(best[1])) if best else None
         self.since_best = int(run.get("since_best") or 0)
         self.evals = list(run.get("evals") or [])
         self.examples_seen = int(run.get("examples_seen") or 0)

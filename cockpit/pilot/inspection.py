@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .. import fsutil, runs
+from ..contract import Example
 from .datascan import SplitScan, collate, rows
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def _jsonable(v: Any) -> Any:
     return str(v)
 
 
-def rows_as_seen(ctx: Context, examples: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
+def rows_as_seen(ctx: Context, examples: list[Example], split: str) -> list[dict[str, Any]]:
     """The examples exactly as the loss receives them (collated together, as one microbatch)."""
     task = ctx.the_task
     if not examples:
@@ -74,7 +75,7 @@ def rows_as_seen(ctx: Context, examples: list[dict[str, Any]], split: str) -> li
 def write(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
     task = ctx.the_task
     n_train, n_val = task.extras.get("inspect_examples", (4, 2))
-    examples: list[dict[str, Any]] = []
+    examples: list[Example] = []
     for split, n, size in (("train", n_train, ctx.trainer.microbatch), ("val", n_val, ctx.trainer.eval_microbatch)):
         chosen = list(ctx.trainer.splits.get(split, [])[: int(n)])
         for i in range(0, len(chosen), max(int(size), 1)):  # padded together as one microbatch of training would be

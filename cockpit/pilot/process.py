@@ -23,6 +23,7 @@ import torch
 
 from .. import events as ev
 from .. import fsutil, runs
+from ..contract import Params
 from . import signals
 from .meter import Meter, stack_info
 from .signals import Stopped
@@ -128,7 +129,7 @@ class RunProcess:
         self.rdir = Path(rdir)
         self.writer = writer
         self.frozen = runs.read_run_toml(self.rdir)
-        self.params: dict[str, Any] = dict(self.frozen["params"])
+        self.params: Params = dict(self.frozen["params"])
         self.seed = int(self.frozen["run"]["seed"])
         self.variant = str(self.frozen["run"].get("variant", ""))
         self.rank, self.world = rank, world

@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, overload
 
+from ..contract import Example
 from .usercode import UserCodeError
 
 
-class Split(Sequence[dict[str, Any]]):
+class Split(Sequence[Example]):
     def __init__(self, name: str, data: Any):
         if not hasattr(data, "__len__") or not hasattr(data, "__getitem__"):
             raise UserCodeError(

@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from ...contract import Example
 from ..context import Context
 from ..datascan import ids_text
 from ..gate import Gate, Phase
@@ -309,8 +310,8 @@ def in_range(g: Gate, attempt: dict[str, Any]) -> None:
 
 def _attempt(
     ctx: Context,
-    examples: list[dict[str, Any]],
-    mbs: list[list[dict[str, Any]]],
+    examples: list[Example],
+    mbs: list[list[Example]],
     lr: float,
     steps: int,
     need: float,
@@ -375,7 +376,7 @@ def _attempt(
 
 
 @torch.no_grad()
-def paired_losses(tr: Trainer, mbs: list[list[dict[str, Any]]]) -> tuple[float, float, str] | str:
+def paired_losses(tr: Trainer, mbs: list[list[Example]]) -> tuple[float, float, str] | str:
     """(the fitted loss, the loss with each row's input paired with the next row's everything else, the keys moved),
     under one replayed RNG state; or why it cannot be measured. A model whose output ignores its input gives the
     same for both (a contrastive model collapsed to uniform scores, a pooled token that is the same in every row)."""
