@@ -14,7 +14,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import psutil
 import torch
@@ -73,7 +72,7 @@ def replay_with(
     return {"pid": os.getpid(), "safe": True, **replay_into(tr, adir / ck.MODEL_FILE, adir / ck.CONTROL_FILE, manifest)}
 
 
-def replay_into(tr: Trainer, model_file: Path, control_file: Path, manifest: dict[str, Any]) -> ChildFound:
+def replay_into(tr: Trainer, model_file: Path, control_file: Path, manifest: ck.Manifest) -> ChildFound:
     """Load the exported weights (safely; an adapter only over its recorded base) and replay the control inputs."""
     loaded, said = ck.load_exported(tr, ck.safe_load(model_file, map_location=tr.device), manifest)
     out: ChildFound = {"weights": manifest.get("weights", "whole model"), "loaded": said}
