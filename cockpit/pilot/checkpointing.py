@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from . import resumable
+from .config import CheckpointConfig
 from .process import RunProcess
 from .trainer import RunBookkeeping, Trainer, TrainerState
 
@@ -48,7 +49,7 @@ class CheckpointedRun(RunProcess):
     total: int
     lead: bool
     resume_point: int | None
-    checkpoints: dict[str, Any]
+    checkpoints: CheckpointConfig
     trainable_only: bool
     last_checkpoint: float
     last_checkpoint_bytes: int
@@ -69,8 +70,8 @@ class CheckpointedRun(RunProcess):
         return self.trainer.step if self.trainer is not None else 0
 
     def checkpoint_due(self, step: int) -> bool:
-        every = int(self.checkpoints.get("every_updates") or 0)
-        minutes = float(self.checkpoints.get("every_minutes") or 0.0)
+        every = self.checkpoints.every_updates
+        minutes = self.checkpoints.every_minutes
         if step >= self.total:
             return False  # the end writes its own
         if every and step % every == 0:
@@ -100,7 +101,7 @@ class CheckpointedRun(RunProcess):
         }
         if self.lead:
             self.room_for(state)
-            path, size = resumable.write(self.rdir, tr.step, state, int(self.checkpoints.get("keep") or 2))
+            path, size = resumable.write(self.rdir, tr.step, state, self.checkpoints.keep)
             self.last_checkpoint_bytes = size
             dt = time.perf_counter() - t0
             self.save_times.append(dt)

@@ -56,3 +56,61 @@ class PilotConfig:
             grad_tolerance=_number(t, "grad_tolerance", d.grad_tolerance),
             headroom=_number(t, "headroom", d.headroom),
         )
+
+
+def _optional(table: Mapping[str, object], key: str) -> float | None:
+    """A setting that is off when absent (or 0): None then, else its number."""
+    return _number(table, key, 0.0) or None
+
+
+@dataclass(frozen=True)
+class StopConfig:
+    """run.toml's ``[stop]`` as a training run reads it: absent settings stop nothing (None)."""
+
+    nonfinite: bool = True  # a loss that is not finite stops the run
+    divergence_factor: float | None = None  # the loss above this times its starting value stops it
+    patience: int | None = None  # evaluations without improvement
+    wall_clock_minutes: float | None = None
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, object] | None) -> StopConfig:
+        t: Mapping[str, object] = table or {}
+        patience = _optional(t, "patience")
+        return cls(
+            nonfinite=bool(t.get("nonfinite", True)),
+            divergence_factor=_optional(t, "divergence_factor"),
+            patience=int(patience) if patience else None,
+            wall_clock_minutes=_optional(t, "wall_clock_minutes"),
+        )
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    """run.toml's ``[validation]``: validate every so many updates (0: never)."""
+
+    every_updates: int = 0
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, object] | None) -> ValidationConfig:
+        return cls(every_updates=_whole(table or {}, "every_updates", 0))
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """run.toml's ``[checkpoints]``: when a training run writes a checkpoint, how many it keeps, and whether it
+    leaves frozen parameters out (absent or 0: not by count, not by time; keep 2)."""
+
+    every_updates: int = 0
+    every_minutes: float = 0.0
+    keep: int = 2
+    trainable_only: bool = False
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, object] | None) -> CheckpointConfig:
+        t: Mapping[str, object] = table or {}
+        return cls(
+            every_updates=_whole(t, "every_updates", 0),
+            every_minutes=_number(t, "every_minutes", 0.0),
+            keep=_whole(t, "keep", 2) or 2,
+            trainable_only=bool(t.get("trainable_only")),
+        )

@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
+from ... import events as ev
 from ...contract import Example
 from ..context import Context
 from ..datascan import ids_text
@@ -60,6 +61,24 @@ from .overfitjudge import (
     trend_falls,
     trend_rises,
 )
+
+if TYPE_CHECKING:  # typing.NotRequired is Python 3.11; annotations here are never evaluated
+    from typing import NotRequired
+
+
+class Attempt(TypedDict):
+    """One fit of a fresh copy to the fixed examples: its loss curve, where it stopped being finite, the accuracy
+    at the end, and what a blind model reaches (its floor, whether the targets are discrete)."""
+
+    losses: list[float]
+    bad_step: int | None
+    accuracy: Fit | None
+    floor: float | None
+    discrete: bool
+    blind: NotRequired[Blind]
+    shares: NotRequired[list[float]]  # the accuracy read every 10 steps
+    first_accuracy: NotRequired[float | None]  # before the first update
+    paired: NotRequired[tuple[float, float, str] | str | None]  # fitted vs inputs shuffled (paired_losses)
 
 
 def run(ctx: Context, g: Gate) -> None:
@@ -105,7 +124,7 @@ def run(ctx: Context, g: Gate) -> None:
     _verdict(g, attempt, n, lr, need)
 
 
-def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -> None:
+def _verdict(g: Gate, attempt: Attempt, n: int, lr: float, need: float) -> None:
     losses, bad_step = attempt["losses"], attempt["bad_step"]
     acc: Fit | None = attempt["accuracy"]
     floor: float | None = attempt["floor"]
@@ -238,7 +257,7 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -
         )
 
 
-def input_matters(g: Gate, attempt: dict[str, Any], noise: float, slow: bool = False) -> None:
+def input_matters(g: Gate, attempt: Attempt, noise: float, slow: bool = False) -> None:
     """Without predictions, a falling loss could be a model learning a constant (uniform contrastive scores):
     the fitted loss must be clearly lower than with each row's input paired with another row."""
     name = "output depends on the input"
@@ -269,7 +288,7 @@ def input_matters(g: Gate, attempt: dict[str, Any], noise: float, slow: bool = F
     )
 
 
-def in_range(g: Gate, attempt: dict[str, Any]) -> None:
+def in_range(g: Gate, attempt: Attempt) -> None:
     """A loss over discrete targets that starts at or above 0 never goes below it: a negative value is impossible."""
     losses = [x for x in attempt["losses"] if math.isfinite(x)]
     name = "loss in range"
@@ -315,7 +334,7 @@ def _attempt(
     lr: float,
     steps: int,
     need: float,
-) -> dict[str, Any]:
+) -> Attempt:
     base = ctx.trainer
     params = dict(base.params)
     params.update(lr=lr, schedule="constant", warmup_updates=0, weight_decay=0.0, dropout=0.0, accumulation=len(mbs))
@@ -332,7 +351,7 @@ def _attempt(
     first = accuracy(tr, examples)
     shares = [first.share] if first is not None else []  # the accuracy read every 10 steps: is the ranking rising?
     losses: list[float] = []
-    bad_step = None
+    bad_step: int | None = None
     acc: Fit | None = None
     at = 0
     ceiling = min(2000, 10 * steps)
@@ -370,9 +389,17 @@ def _attempt(
         if acc is not None:
             shares.append(acc.share)
     paired = paired_losses(tr, mbs) if bad_step is None else None
-    out = {"losses": losses, "bad_step": bad_step, "accuracy": acc, "blind": blind, "floor": floor}
-    out.update(discrete=discrete, shares=shares, first_accuracy=first.share if first is not None else None)
-    return {**out, "paired": paired}
+    return {
+        "losses": losses,
+        "bad_step": bad_step,
+        "accuracy": acc,
+        "blind": blind,
+        "floor": floor,
+        "discrete": discrete,
+        "shares": shares,
+        "first_accuracy": first.share if first is not None else None,
+        "paired": paired,
+    }
 
 
 @torch.no_grad()
@@ -422,7 +449,7 @@ def _round(x: float) -> float | None:
     return round(x, 5) if math.isfinite(x) else None
 
 
-def inputs(ctx: Context) -> dict[str, Any]:
+def inputs(ctx: Context) -> dict[str, ev.JSON]:
     return {
         "examples": ctx.pilot_cfg.overfit_examples,
         "steps": ctx.pilot_cfg.overfit_steps,
