@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..contract import Example, Params
+from ..contract import Batch, Example, Params
 from .task import Task
 from .trainer import UserCodeError, user
 
@@ -61,7 +61,7 @@ class SplitScan:
     mapping: dict[str, dict[int, list[Any]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
 
 
-def collate(task: Task, params: Params, examples: list[Example]) -> dict[str, Any]:
+def collate(task: Task, params: Params, examples: list[Example]) -> Batch:
     """The task's collate on CPU tensors; a result that is not a dict is the task's error."""
     batch = user("collate", task.collate, examples, params)
     if not isinstance(batch, dict):

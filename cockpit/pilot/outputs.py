@@ -28,7 +28,7 @@ class LossOut:
     form: str  # "mean", "sum/count", "model output .loss", "(logits, loss)"
 
 
-def model_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
+def model_inputs(batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """The batch's tensors, as keywords for a model that takes them (Hugging Face)."""
     return {k: v for k, v in batch.items() if torch.is_tensor(v)}
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -52,7 +52,7 @@ def _inject(ctx: Context, name: str) -> None:
         os._exit(9)
 
 
-def _fmt_inputs(inputs: dict[str, Any]) -> str:
+def _fmt_inputs(inputs: Mapping[str, ev.JSON]) -> str:
     return ", ".join(f"{k}={v}" for k, v in inputs.items() if k != "ids") or "none"
 
 
@@ -131,7 +131,7 @@ def phase_failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> Pha
     return PhaseEnded(ev.Outcome.of(ev.Status.ERROR, f"internal error {at}", outcome.code))
 
 
-def oom_remedy(phase: str, inputs: dict[str, Any]) -> str:
+def oom_remedy(phase: str, inputs: Mapping[str, ev.JSON]) -> str:
     """What frees memory depends on what was running: each phase its own remedy, naming its inputs."""
     running = _fmt_inputs(inputs)
     activations = (

@@ -151,7 +151,7 @@ def _rows(
 
 def _predicted_batch(
     task: Task, batch: Batch, pred: torch.Tensor, lab: torch.Tensor, counts: torch.Tensor
-) -> dict[str, Any] | None:
+) -> Batch | None:
     """The batch with predictions in place of the targets, when the batch follows the causal
     convention (each counted target is the next input token), so ``decode`` renders predictions.
     Rows that do not follow it are left out (None)."""
@@ -180,7 +180,7 @@ def _predicted_batch(
     return swapped
 
 
-def _decoded(task: Task, batch: Batch, r: int, swapped: dict[str, Any] | None) -> Decoded:
+def _decoded(task: Task, batch: Batch, r: int, swapped: Batch | None) -> Decoded:
     try:
         spans = user("decode", task.decode, batch, r)
     except UserCodeError as exc:

@@ -140,7 +140,7 @@ class RunProcess:
         self.phase = "start-up"
         self.t0 = time.time()
 
-    def emit(self, kind: str, **payload: Any) -> dict[str, Any]:
+    def emit(self, kind: str, **payload: Any) -> object:
         return self.writer.emit(kind, **payload)
 
     def log(self, message: str, level: str = "info") -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
 
 import torch
 
@@ -108,7 +107,9 @@ def update_first(ctx: Context, g: Gate) -> None:
         )
 
 
-def base_unchanged(ctx: Context, g: Gate, before: dict[str, Any], after: dict[str, Any]) -> None:
+def base_unchanged(
+    ctx: Context, g: Gate, before: dict[str, tuple[float, ...]], after: dict[str, tuple[float, ...]]
+) -> None:
     """Under a PEFT adapter, the base model's weights must not move: the adapter is what trains.
 
     PEFT freezes the base itself; a base parameter that changed was set trainable again by the
