@@ -88,8 +88,10 @@ def logits_of(out: Any) -> torch.Tensor | None:
     """The logits in a model's output: a tensor, ``.logits``, or the first tensor of a tuple."""
     if torch.is_tensor(out):
         return out
-    if isinstance(out, Mapping) and torch.is_tensor(out.get("logits")):
-        return out["logits"]
+    if isinstance(out, Mapping):
+        named = out.get("logits")
+        if torch.is_tensor(named):
+            return named
     lg = getattr(out, "logits", None)
     if torch.is_tensor(lg):
         return lg
