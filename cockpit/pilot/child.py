@@ -20,6 +20,7 @@ import torch
 
 from .. import fsutil, runs
 from ..contract import Params
+from ..notebook.settings import Settings
 from . import checkpoint as ck
 from .config import PilotConfig
 from .microsteps import ChildFound
@@ -103,7 +104,7 @@ def main(argv: list[str]) -> int:
         params,
         int(frozen["run"]["seed"]),
         rdir,
-        resolve_device(params.get("device")),
+        resolve_device(Settings(params).device),
         PilotConfig.from_table(frozen.get("pilot")),
     )
     rank = int(os.environ.get("RANK", "0"))

@@ -24,6 +24,7 @@ import torch
 from .. import events as ev
 from .. import fsutil, runs
 from ..contract import Params
+from ..notebook.settings import Settings
 from . import signals
 from .meter import Meter, stack_info
 from .signals import Stopped
@@ -133,7 +134,7 @@ class RunProcess:
         self.seed = int(self.frozen["run"]["seed"])
         self.variant = str(self.frozen["run"].get("variant", ""))
         self.rank, self.world = rank, world
-        self.device = resolve_device(self.params.get("device"))
+        self.device = resolve_device(Settings(self.params).device)
         if self.device.type == "cuda" and world > 1:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         self.meter = Meter(self.device, emit=writer.emit, sample_hz=sample_hz)
