@@ -12,7 +12,7 @@ import json
 import pickle
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any, TypedDict, cast
+from typing import IO, TYPE_CHECKING, Any, TypedDict, cast
 
 import torch
 
@@ -48,6 +48,18 @@ def safe_load(path: Path | str | IO[bytes], map_location: str | torch.device = "
             f"strings, lists or dicts, and unpickling them could run arbitrary code ({str(exc).splitlines()[0]}). "
             "Re-export it as a state_dict of tensors (or safetensors) from code you trust."
         ) from exc
+
+
+if TYPE_CHECKING:  # typing.NotRequired is Python 3.11; annotations here are never evaluated
+    from typing import NotRequired
+
+
+class Recorded(ControlOutputs):
+    """``control.pt``: the control outputs an export must reproduce, the control inputs' ids, and the inputs
+    themselves when they are not JSON (a dataset's tensors)."""
+
+    ids: list[JSON]
+    inputs: NotRequired[list[Example]]
 
 
 class FileEntry(TypedDict):
@@ -137,7 +149,13 @@ def export_trained(tr: Any, out_dir: Path, meta: ExportMeta, controls: list[Exam
             "state = torch.load('model.pt', weights_only=True); model = build_model(params); model.load_state_dict(state)"
         )
     outputs = tr.control_outputs(controls)
-    recorded = {"ids": [c.get("id") if isinstance(c, dict) else None for c in controls], **outputs}
+    recorded: Recorded = {
+        "ids": [c.get("id") if isinstance(c, dict) else None for c in controls],
+        "loss": outputs["loss"],
+        "predictions": outputs["predictions"],
+    }
+    if "generated" in outputs:
+        recorded["generated"] = outputs["generated"]
     try:
         json.dumps(controls)
         manifest["controls"] = controls
@@ -186,7 +204,7 @@ def load_exported(tr: Any, state: dict[str, torch.Tensor], manifest: Manifest) -
     return True, f"{said}; adapter loaded ({len(state)} tensors)"
 
 
-def compare_controls(got: ControlOutputs, recorded: Mapping[str, Any], n: int, exact: bool) -> tuple[bool, str]:
+def compare_controls(got: ControlOutputs, recorded: Recorded, n: int, exact: bool) -> tuple[bool, str]:
     """Whether replayed control outputs reproduce the recorded ones: bit-identical (CPU) or within 1e-5 (GPU)."""
     same_pred = bool(torch.equal(got["predictions"], recorded["predictions"]))
     a, b = float(got["loss"]), float(recorded["loss"])

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ..contract import Batch
 from .task import Task
 from .usercode import UserCodeError
 
@@ -28,12 +29,12 @@ class LossOut:
     form: str  # "mean", "sum/count", "model output .loss", "(logits, loss)"
 
 
-def model_inputs(batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+def model_inputs(batch: Batch) -> dict[str, torch.Tensor]:
     """The batch's tensors, as keywords for a model that takes them (Hugging Face)."""
     return {k: v for k, v in batch.items() if torch.is_tensor(v)}
 
 
-def default_loss(model: Any, batch: Mapping[str, Any]) -> Any:
+def default_loss(model: Any, batch: Batch) -> Any:
     """No ``Task.loss``: call the model with the batch's tensors and use its own loss."""
     return model(**model_inputs(batch))
 
