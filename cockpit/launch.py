@@ -22,6 +22,7 @@ from typing import Any
 
 from . import notebook as nbm
 from . import runs
+from .contract import Params
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -108,13 +109,13 @@ def new_run(
     *,
     kind: str = "pilot",
     follows: str = "",
-    overrides: dict[str, Any] | None = None,
+    overrides: Params | None = None,
     nproc: int | None = None,
     nnodes: int = 1,
     rdzv: str | None = None,
     env: dict[str, str] | None = None,
     starter: Starter | None = None,
-    extra: dict[str, Any] | None = None,
+    extra: dict[str, runs.TomlValue] | None = None,
     notes: str = "",
 ) -> tuple[str, Path]:
     """Create a run (its id, run.toml and notebook row) and start its process detached.
@@ -127,7 +128,10 @@ def new_run(
     nb = runs.settle(path)
     if nproc is None:
         nproc = nproc_for(nb)
-    info = {"launch": {"nproc": nproc, "nnodes": nnodes, "rdzv": rdzv or ""}, **(extra or {})}
+    info: dict[str, runs.TomlValue] = {
+        "launch": {"nproc": nproc, "nnodes": nnodes, "rdzv": rdzv or ""},
+        **(extra or {}),
+    }
     rid, rdir = runs.create_run(
         path, variant, seed, kind=kind, follows=follows, overrides=overrides, extra=info, read=nb, notes=notes
     )
@@ -181,7 +185,9 @@ def resume_run(
             f"from: run it again with `cockpit series {path.parent} --rerun {rid}`"
         )
     step = int(points[-1][len("update-") : -len(".pt")])
-    nproc = int(((runs.read_run_toml(rdir).get("extra") or {}).get("launch") or {}).get("nproc") or nproc_for(nb))
+    launched = (runs.read_run_toml(rdir).get("extra") or {}).get("launch")
+    recorded = launched.get("nproc") if isinstance(launched, dict) else None
+    nproc = int(recorded if isinstance(recorded, (int, float, str)) and recorded else nproc_for(nb))
 
     def note(fresh: nbm.Notebook) -> None:
         row = fresh.run(rid)

@@ -12,12 +12,14 @@ import json
 import pickle
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, TypedDict, cast
 
 import torch
 
 from .. import fsutil
+from ..contract import Example, Params
 from ..fsutil import sha256  # one hashing function for exports and archives
+from ..schema import JSON
 from .microsteps import ControlOutputs
 
 MODEL_FILE = "model.pt"
@@ -48,12 +50,62 @@ def safe_load(path: Path | str | IO[bytes], map_location: str | torch.device = "
         ) from exc
 
 
-def export_artifact(model: torch.nn.Module, out_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
+if TYPE_CHECKING:  # typing.NotRequired is Python 3.11; annotations here are never evaluated
+    from typing import NotRequired
+
+
+class Recorded(ControlOutputs):
+    """``control.pt``: the control outputs an export must reproduce, the control inputs' ids, and the inputs
+    themselves when they are not JSON (a dataset's tensors)."""
+
+    ids: list[JSON]
+    inputs: NotRequired[list[Example]]
+
+
+class FileEntry(TypedDict):
+    sha256: str
+    bytes: int
+
+
+class ExportMeta(TypedDict, total=False):
+    """What an export records of the run it came from (the pilot's export phase, a training run's end)."""
+
+    run: str
+    entry: str  # the task's entry point
+    params: Params
+    step: int
+    seed: int
+    data_revision: dict[str, JSON]
+    task_code: str | None  # the task code's SHA-256 at the run's start
+
+
+class AdapterRecord(TypedDict):
+    kind: str
+    adapters: list[str]
+    tensors: int
+    values: int
+    describe: str
+
+
+class Manifest(ExportMeta, total=False):
+    """An export's ``manifest.json``: the run it came from, its files and their hashes, what its weights are and
+    how to load them, and its control inputs (here when they are JSON, else in control.pt)."""
+
+    files: dict[str, FileEntry]
+    weights: str  # "whole model" or "adapter"
+    adapter: AdapterRecord
+    base: dict[str, JSON]  # an adapter's base, by identity (cockpit.pilot.adapter.base_identity)
+    load: str  # the code that loads it
+    controls: list[Example]
+    controls_in: str  # the file holding the control inputs when they are not JSON
+
+
+def export_artifact(model: torch.nn.Module, out_dir: Path, meta: ExportMeta) -> Manifest:
     """Write the evaluation artifact: weights only (a state_dict on CPU) and a manifest."""
     out_dir.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()}
     size = atomic_save(state, out_dir / MODEL_FILE)
-    manifest = {
+    manifest: Manifest = {
         **meta,
         "files": {MODEL_FILE: {"sha256": sha256(out_dir / MODEL_FILE), "bytes": size}},
         "load": "state = torch.load('model.pt', weights_only=True); model = build_model(params); model.load_state_dict(state)",
@@ -61,7 +113,7 @@ def export_artifact(model: torch.nn.Module, out_dir: Path, meta: dict[str, Any])
     return manifest
 
 
-def export_trained(tr: Any, out_dir: Path, meta: dict[str, Any], controls: list[dict[str, Any]]) -> dict[str, Any]:
+def export_trained(tr: Any, out_dir: Path, meta: ExportMeta, controls: list[Example]) -> Manifest:
     """Export a trainer's model with its control outputs, and write the manifest.
 
     An adapter over a frozen base (``cockpit.pilot.adapter``) is exported as its
@@ -76,7 +128,7 @@ def export_trained(tr: Any, out_dir: Path, meta: dict[str, Any], controls: list[
     frozen = tr.frozen_keys() if ad is not None else set()
     state = {k: v.detach().to("cpu").clone() for k, v in tr.model.state_dict().items() if k not in frozen}
     size = atomic_save(state, out_dir / MODEL_FILE)
-    manifest: dict[str, Any] = {**meta, "files": {MODEL_FILE: {"sha256": sha256(out_dir / MODEL_FILE), "bytes": size}}}
+    manifest: Manifest = {**meta, "files": {MODEL_FILE: {"sha256": sha256(out_dir / MODEL_FILE), "bytes": size}}}
     if ad is not None:
         manifest["weights"] = "adapter"
         manifest["adapter"] = {
@@ -97,7 +149,13 @@ def export_trained(tr: Any, out_dir: Path, meta: dict[str, Any], controls: list[
             "state = torch.load('model.pt', weights_only=True); model = build_model(params); model.load_state_dict(state)"
         )
     outputs = tr.control_outputs(controls)
-    recorded = {"ids": [c.get("id") if isinstance(c, dict) else None for c in controls], **outputs}
+    recorded: Recorded = {
+        "ids": [c.get("id") if isinstance(c, dict) else None for c in controls],
+        "loss": outputs["loss"],
+        "predictions": outputs["predictions"],
+    }
+    if "generated" in outputs:
+        recorded["generated"] = outputs["generated"]
     try:
         json.dumps(controls)
         manifest["controls"] = controls
@@ -110,7 +168,7 @@ def export_trained(tr: Any, out_dir: Path, meta: dict[str, Any], controls: list[
     return manifest
 
 
-def controls_of(manifest: dict[str, Any], recorded: dict[str, Any]) -> list[dict[str, Any]]:
+def controls_of(manifest: Mapping[str, object], recorded: Mapping[str, object]) -> list[Example]:
     """The control inputs an export recorded: in its manifest (JSON), or in control.pt when they hold tensors."""
     controls = manifest.get("controls")
     if controls is None:
@@ -120,7 +178,7 @@ def controls_of(manifest: dict[str, Any], recorded: dict[str, Any]) -> list[dict
     return controls
 
 
-def load_exported(tr: Any, state: dict[str, Any], manifest: dict[str, Any]) -> tuple[bool, str]:
+def load_exported(tr: Any, state: dict[str, torch.Tensor], manifest: Manifest) -> tuple[bool, str]:
     """Load exported weights into the model ``build_model`` made; an adapter only over the recorded base.
 
     Returns (loaded, what was checked, in words).
@@ -146,7 +204,7 @@ def load_exported(tr: Any, state: dict[str, Any], manifest: dict[str, Any]) -> t
     return True, f"{said}; adapter loaded ({len(state)} tensors)"
 
 
-def compare_controls(got: ControlOutputs, recorded: Mapping[str, Any], n: int, exact: bool) -> tuple[bool, str]:
+def compare_controls(got: ControlOutputs, recorded: Recorded, n: int, exact: bool) -> tuple[bool, str]:
     """Whether replayed control outputs reproduce the recorded ones: bit-identical (CPU) or within 1e-5 (GPU)."""
     same_pred = bool(torch.equal(got["predictions"], recorded["predictions"]))
     a, b = float(got["loss"]), float(recorded["loss"])
@@ -169,12 +227,12 @@ def compare_controls(got: ControlOutputs, recorded: Mapping[str, Any], n: int, e
     return False, "; ".join(parts)
 
 
-def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:
+def write_manifest(out_dir: Path, manifest: Manifest) -> None:
     fsutil.write_text(out_dir / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
 
 
-def verify_manifest(out_dir: Path) -> dict[str, Any]:
-    manifest = json.loads((out_dir / MANIFEST).read_text())
+def verify_manifest(out_dir: Path) -> Manifest:
+    manifest = cast(Manifest, json.loads((out_dir / MANIFEST).read_text()))
     for name, info in manifest.get("files", {}).items():
         got = sha256(out_dir / name)
         if got != info["sha256"]:

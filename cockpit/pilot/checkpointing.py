@@ -16,8 +16,9 @@ import time
 from typing import Any
 
 from . import resumable
+from .config import CheckpointConfig
 from .process import RunProcess
-from .trainer import Trainer
+from .trainer import RunBookkeeping, Trainer, TrainerState
 
 
 class DiskFullSoon(Exception):
@@ -48,7 +49,7 @@ class CheckpointedRun(RunProcess):
     total: int
     lead: bool
     resume_point: int | None
-    checkpoints: dict[str, Any]
+    checkpoints: CheckpointConfig
     trainable_only: bool
     last_checkpoint: float
     last_checkpoint_bytes: int
@@ -59,7 +60,7 @@ class CheckpointedRun(RunProcess):
     start_loss: float | None
     best: tuple[float, int] | None
     since_best: int
-    evals: list[dict[str, Any]]
+    evals: list[dict[str, float]]
     examples_seen: int
     eval_times: list[float]
     step_times: list[float]
@@ -69,8 +70,8 @@ class CheckpointedRun(RunProcess):
         return self.trainer.step if self.trainer is not None else 0
 
     def checkpoint_due(self, step: int) -> bool:
-        every = int(self.checkpoints.get("every_updates") or 0)
-        minutes = float(self.checkpoints.get("every_minutes") or 0.0)
+        every = self.checkpoints.every_updates
+        minutes = self.checkpoints.every_minutes
         if step >= self.total:
             return False  # the end writes its own
         if every and step % every == 0:
@@ -100,14 +101,14 @@ class CheckpointedRun(RunProcess):
         }
         if self.lead:
             self.room_for(state)
-            path, size = resumable.write(self.rdir, tr.step, state, int(self.checkpoints.get("keep") or 2))
+            path, size = resumable.write(self.rdir, tr.step, state, self.checkpoints.keep)
             self.last_checkpoint_bytes = size
             dt = time.perf_counter() - t0
             self.save_times.append(dt)
             self.log(f"checkpoint at update {tr.step}: {path.name}, {size / 2**20:.1f} MiB in {dt:.2f} s")
         self.last_checkpoint = time.monotonic()
 
-    def room_for(self, state: dict[str, Any]) -> None:
+    def room_for(self, state: TrainerState) -> None:
         """Stop cleanly before a checkpoint the disk cannot hold, rather than die in the middle of writing it."""
         from .. import machine
 
@@ -135,9 +136,10 @@ class CheckpointedRun(RunProcess):
             raise RuntimeError(f"no checkpoint in {resumable.folder(self.rdir)} to resume from")
         step, state = found
         tr.load_state_dict(state)
-        run = state.get("run") or {}
+        run: RunBookkeeping = state.get("run") or {}
         self.start_loss = run.get("start_loss")
-        self.best = tuple(run["best"]) if run.get("best") else None
+        best = run.get("best")
+        self.best = (best[0], int(best[1])) if best else None
         self.since_best = int(run.get("since_best") or 0)
         self.evals = list(run.get("evals") or [])
         self.examples_seen = int(run.get("examples_seen") or 0)

@@ -14,19 +14,21 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import psutil
 import torch
 
 from .. import fsutil, runs
+from ..contract import Params
+from ..notebook.settings import Settings
 from . import checkpoint as ck
+from .config import PilotConfig
 from .microsteps import ChildFound
 from .task import Task, load_task
 from .trainer import Trainer, resolve_device
 
 
-def _trainer(task: Task, params: dict[str, Any], seed: int, device: torch.device) -> Trainer:
+def _trainer(task: Task, params: Params, seed: int, device: torch.device) -> Trainer:
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
         from . import dist
@@ -47,7 +49,7 @@ def _peak(tr: Trainer) -> int:
 
 
 def resume_with(
-    task: Task, params: dict[str, Any], seed: int, rdir: Path, device: torch.device, pilot: dict[str, Any]
+    task: Task, params: Params, seed: int, rdir: Path, device: torch.device, pilot: PilotConfig
 ) -> ChildFound:
     tr = _trainer(task, params, seed, device)
     tr.load_state_dict(ck.safe_load(Path(rdir) / runs.CHECKPOINT, map_location=tr.device))
@@ -57,14 +59,13 @@ def resume_with(
         "lr": float(tr.optimizer.param_groups[0]["lr"]),
         "data": tr.order.state(),
     }
-    k = int(pilot.get("updates_after_resume", 2))
-    out["losses"] = [tr.update()["loss"] for _ in range(k)]
+    out["losses"] = [tr.update()["loss"] for _ in range(pilot.updates_after_resume)]
     out["peak"] = _peak(tr)
     return out
 
 
 def replay_with(
-    task: Task, params: dict[str, Any], seed: int, rdir: Path, device: torch.device, pilot: dict[str, Any]
+    task: Task, params: Params, seed: int, rdir: Path, device: torch.device, pilot: PilotConfig
 ) -> ChildFound:
     adir = Path(rdir) / runs.ARTIFACT_DIR
     manifest = ck.verify_manifest(adir)
@@ -72,7 +73,7 @@ def replay_with(
     return {"pid": os.getpid(), "safe": True, **replay_into(tr, adir / ck.MODEL_FILE, adir / ck.CONTROL_FILE, manifest)}
 
 
-def replay_into(tr: Trainer, model_file: Path, control_file: Path, manifest: dict[str, Any]) -> ChildFound:
+def replay_into(tr: Trainer, model_file: Path, control_file: Path, manifest: ck.Manifest) -> ChildFound:
     """Load the exported weights (safely; an adapter only over its recorded base) and replay the control inputs."""
     loaded, said = ck.load_exported(tr, ck.safe_load(model_file, map_location=tr.device), manifest)
     out: ChildFound = {"weights": manifest.get("weights", "whole model"), "loaded": said}
@@ -103,8 +104,8 @@ def main(argv: list[str]) -> int:
         params,
         int(frozen["run"]["seed"]),
         rdir,
-        resolve_device(params.get("device")),
-        dict(frozen.get("pilot", {})),
+        resolve_device(Settings(params).device),
+        PilotConfig.from_table(frozen.get("pilot")),
     )
     rank = int(os.environ.get("RANK", "0"))
     name = f"{what}.json" if rank == 0 else f"{what}.rank{rank}.json"

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,14 +22,16 @@ import torch
 
 from .. import events as ev
 from .. import runs
+from ..contract import Example, Params
 from ..notebook.settings import Settings
+from .config import PilotConfig
 from .datascan import SplitScan
 from .meter import Meter
 from .microsteps import ChildFound, FirstUpdate, Saved, Updated
 from .task import Task
 from .trainer import Trainer, resolve_device, user
 
-Emit = Callable[..., dict[str, Any]]
+Emit = Callable[..., object]  # emit(kind, **fields): writes one event
 # spawn(what, ctx, distributed) -> (what the new process found, or None) and its words when it failed
 Spawn = Callable[[str, "Context", bool], tuple[ChildFound | None, str]]
 
@@ -45,14 +47,14 @@ class Measured:
 
 @dataclass
 class Context:
-    params: dict[str, Any]
+    params: Params
     seed: int
     device: torch.device
     rdir: Path
     emit: Emit
     meter: Meter
-    pilot_cfg: dict[str, Any] = field(default_factory=dict)
-    frozen: dict[str, Any] = field(default_factory=dict)
+    pilot_cfg: PilotConfig = field(default_factory=PilotConfig)
+    frozen: runs.RunToml = field(default_factory=lambda: runs.RunToml())
     rank: int = 0
     world: int = 1
     task: Task | None = None
@@ -63,7 +65,7 @@ class Context:
     first: FirstUpdate | None = None  # handed from forward to backward to update_first (and update_second)
     spawn: Spawn | None = None
     phase: str = ""
-    data_revision: dict[str, Any] = field(default_factory=dict)  # the data gate's hash over every example
+    data_revision: dict[str, ev.JSON] = field(default_factory=dict)  # the data gate's hash over every example
 
     # ---- building
 
@@ -71,17 +73,17 @@ class Context:
     def in_memory(
         cls,
         task: Task,
-        params: dict[str, Any],
+        params: Params,
         *,
         seed: int = 0,
         rdir: Path | None = None,
-        pilot: dict[str, Any] | None = None,
-        events: list[dict[str, Any]] | None = None,
+        pilot: Mapping[str, object] | None = None,
+        events: list[Mapping[str, object]] | None = None,
     ) -> Context:
         """A context around a task object, for running one phase in this process (tests)."""
         sink = events if events is not None else []
 
-        def emit(kind: str, **payload: Any) -> dict[str, Any]:
+        def emit(kind: str, **payload: Any) -> object:
             e = ev.make(kind, **payload)
             sink.append(e)
             return e
@@ -95,7 +97,7 @@ class Context:
             rdir=folder,
             emit=emit,
             meter=Meter(device, emit=None),
-            pilot_cfg=dict(pilot or {}),
+            pilot_cfg=PilotConfig.from_table(pilot),
             task=task,
             frozen={"run": {"id": "r0000", "seed": seed}, "task": {"entry": task.name or "in-memory"}},
         )
@@ -146,7 +148,7 @@ class Context:
             return int(user("max_length", self.task.max_length, self.params))
         return None
 
-    def batch_inputs(self, examples: list[dict[str, Any]]) -> dict[str, ev.JSON]:
+    def batch_inputs(self, examples: list[Example]) -> dict[str, ev.JSON]:
         out: dict[str, ev.JSON] = {"microbatch": len(examples), "ids": [e.get("id") for e in examples][:8]}
         task = self.the_task
         if task.length:

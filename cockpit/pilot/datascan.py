@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ..contract import Batch, Example, Params
 from .task import Task
 from .trainer import UserCodeError, user
 
@@ -60,7 +61,7 @@ class SplitScan:
     mapping: dict[str, dict[int, list[Any]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
 
 
-def collate(task: Task, params: dict[str, Any], examples: list[dict[str, Any]]) -> dict[str, Any]:
+def collate(task: Task, params: Params, examples: list[Example]) -> Batch:
     """The task's collate on CPU tensors; a result that is not a dict is the task's error."""
     batch = user("collate", task.collate, examples, params)
     if not isinstance(batch, dict):
@@ -108,9 +109,9 @@ def mask_fits(mask: torch.Tensor, inp: torch.Tensor) -> bool:
 
 def scan(
     task: Task,
-    params: dict[str, Any],
+    params: Params,
     split: str,
-    data: list[dict[str, Any]],
+    data: list[Example],
     ml: int | None,
     budget: float,
     encdec: bool = False,
@@ -278,9 +279,7 @@ def _input_hashes(task: Task, inp: torch.Tensor, mask: torch.Tensor | None, lab:
     return [hash(tuple(x for x, k in zip(r, kr, strict=True) if k)) for r, kr in zip(tokens, keep, strict=True)]
 
 
-def _truncation(
-    task: Task, params: dict[str, Any], s: SplitScan, chunk: list[dict[str, Any]], n_sup: list[int], ml: int
-) -> None:
+def _truncation(task: Task, params: Params, s: SplitScan, chunk: list[Example], n_sup: list[int], ml: int) -> None:
     if task.length is not None:
         lens = [int(user("length", task.length, e)) for e in chunk]
         idx = [i for i, n in enumerate(lens) if n > ml]

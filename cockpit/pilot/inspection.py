@@ -9,11 +9,13 @@ import json
 import sys
 import traceback
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
 from .. import fsutil, runs
+from ..contract import Example
+from ..schema import JSON
 from .datascan import SplitScan, collate, rows
 
 if TYPE_CHECKING:
@@ -21,7 +23,26 @@ if TYPE_CHECKING:
     from .gate import Gate
 
 
-def _jsonable(v: Any) -> Any:
+class InspectRow(TypedDict):
+    """One example as the loss receives it: its collated tensors' row, its decoded text and its target."""
+
+    split: str
+    id: JSON
+    row: dict[str, JSON]
+    text: JSON  # the decoded text, or [[text, supervised], ...] spans
+    target: JSON
+    label_name: str | None
+
+
+class InspectDoc(TypedDict, total=False):
+    """``inspect.json``."""
+
+    examples: list[InspectRow]
+    class_counts: dict[str, dict[str, int]]  # per split, per class
+    label_names: list[str] | None
+
+
+def _jsonable(v: Any) -> JSON:
     if torch.is_tensor(v):
         return v.tolist()
     if isinstance(v, (list, tuple)):
@@ -33,17 +54,17 @@ def _jsonable(v: Any) -> Any:
     return str(v)
 
 
-def rows_as_seen(ctx: Context, examples: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
+def rows_as_seen(ctx: Context, examples: list[Example], split: str) -> list[InspectRow]:
     """The examples exactly as the loss receives them (collated together, as one microbatch)."""
     task = ctx.the_task
     if not examples:
         return []
     batch = collate(task, ctx.params, examples)
-    out = []
+    out: list[InspectRow] = []
     n = len(examples)
     for r, ex in enumerate(examples):
         row = {k: _jsonable(v[r]) for k, v in batch.items() if torch.is_tensor(v) and v.dim() >= 1 and v.shape[0] == n}
-        text: Any = None
+        text: JSON = None
         if task.decode is not None:
             try:
                 dec = task.decode(batch, r)
@@ -55,7 +76,7 @@ def rows_as_seen(ctx: Context, examples: list[dict[str, Any]], split: str) -> li
                 )
                 text = f"(decode raised {type(exc).__name__}: {exc})"
         lab = batch.get(task.label_key)
-        target: Any = None
+        target: JSON = None
         label_name = None
         if task.kind == "classification" and torch.is_tensor(lab):
             target = int(rows(lab)[r, 0])
@@ -74,12 +95,12 @@ def rows_as_seen(ctx: Context, examples: list[dict[str, Any]], split: str) -> li
 def write(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
     task = ctx.the_task
     n_train, n_val = task.extras.get("inspect_examples", (4, 2))
-    examples: list[dict[str, Any]] = []
+    examples: list[InspectRow] = []
     for split, n, size in (("train", n_train, ctx.trainer.microbatch), ("val", n_val, ctx.trainer.eval_microbatch)):
         chosen = list(ctx.trainer.splits.get(split, [])[: int(n)])
         for i in range(0, len(chosen), max(int(size), 1)):  # padded together as one microbatch of training would be
             examples += rows_as_seen(ctx, chosen[i : i + max(int(size), 1)], split)
-    doc: dict[str, Any] = {"examples": examples}
+    doc: InspectDoc = {"examples": examples}
     if task.kind == "classification":
         names = task.label_names
         doc["class_counts"] = {

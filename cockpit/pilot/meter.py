@@ -152,12 +152,12 @@ class Meter:
                 continue
 
 
-def stack_info(device: torch.device | None, nvml: Nvml | None = None) -> dict[str, Any]:
+def stack_info(device: torch.device | None, nvml: Nvml | None = None) -> dict[str, ev.JSON]:
     """The software stack, for run_start and the stack gate."""
     import platform
 
     nvml = nvml or Nvml()
-    gpus = []
+    gpus: list[ev.JSON] = []
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)

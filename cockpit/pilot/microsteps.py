@@ -23,6 +23,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
+from ..contract import Batch, Example
+
 if TYPE_CHECKING:  # typing.NotRequired is Python 3.11; annotations here are never evaluated
     from typing import NotRequired
 
@@ -43,9 +45,9 @@ class Stepper(Protocol):
     step: int
     world: int
 
-    def collate(self, examples: list[dict[str, Any]]) -> dict[str, Any]: ...
+    def collate(self, examples: list[Example]) -> Batch: ...
 
-    def loss_call(self, batch: dict[str, Any], net: Any = None) -> LossOut: ...
+    def loss_call(self, batch: Batch, net: Any = None) -> LossOut: ...
 
     def reduce_count(self, count: float) -> float: ...
 
@@ -123,7 +125,7 @@ class Forward:
     """One microbatch's loss, taken and not yet back-propagated."""
 
     index: int
-    batch: dict[str, Any]
+    batch: Batch
     loss: LossOut
 
 
@@ -155,7 +157,7 @@ class Accumulation:
     def __init__(
         self,
         trainer: Stepper,
-        microbatches: list[list[dict[str, Any]]],
+        microbatches: list[list[Example]],
         *,
         weights: list[float] | None = None,
         check_finite: bool = True,
@@ -253,6 +255,6 @@ class FirstUpdate:
     and the parameters whose whole first gradient was exactly zero (with their fingerprint after the step)."""
 
     before: dict[str, tuple[float, ...]]
-    microbatches: list[list[dict[str, Any]]]
+    microbatches: list[list[Example]]
     accumulation: Accumulation
     zero_first: dict[str, tuple[float, ...]] = field(default_factory=dict)

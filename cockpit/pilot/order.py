@@ -10,7 +10,6 @@ examples per update``). Without it the last update is smaller.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -84,5 +83,5 @@ class DataOrder:
     def state(self) -> Position:
         return {"epoch": self.epoch, "cursor": self.cursor}
 
-    def load(self, st: Mapping[str, int]) -> None:
+    def load(self, st: Position) -> None:
         self.epoch, self.cursor = int(st["epoch"]), int(st["cursor"])

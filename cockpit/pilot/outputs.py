@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ..contract import Batch
 from .task import Task
 from .usercode import UserCodeError
 
@@ -28,12 +29,12 @@ class LossOut:
     form: str  # "mean", "sum/count", "model output .loss", "(logits, loss)"
 
 
-def model_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
+def model_inputs(batch: Batch) -> dict[str, torch.Tensor]:
     """The batch's tensors, as keywords for a model that takes them (Hugging Face)."""
     return {k: v for k, v in batch.items() if torch.is_tensor(v)}
 
 
-def default_loss(model: Any, batch: Mapping[str, Any]) -> Any:
+def default_loss(model: Any, batch: Batch) -> Any:
     """No ``Task.loss``: call the model with the batch's tensors and use its own loss."""
     return model(**model_inputs(batch))
 
@@ -88,8 +89,10 @@ def logits_of(out: Any) -> torch.Tensor | None:
     """The logits in a model's output: a tensor, ``.logits``, or the first tensor of a tuple."""
     if torch.is_tensor(out):
         return out
-    if isinstance(out, Mapping) and torch.is_tensor(out.get("logits")):
-        return out["logits"]
+    if isinstance(out, Mapping):
+        named = out.get("logits")
+        if torch.is_tensor(named):
+            return named
     lg = getattr(out, "logits", None)
     if torch.is_tensor(lg):
         return lg

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -20,6 +20,7 @@ from .. import events as ev
 from .. import machine, runs
 from . import dist as dist_
 from . import signals
+from .config import PilotConfig
 from .context import Context, Measured
 from .gate import Gate, Phase
 from .phases import PHASES
@@ -51,7 +52,7 @@ def _inject(ctx: Context, name: str) -> None:
         os._exit(9)
 
 
-def _fmt_inputs(inputs: dict[str, Any]) -> str:
+def _fmt_inputs(inputs: Mapping[str, ev.JSON]) -> str:
     return ", ".join(f"{k}={v}" for k, v in inputs.items() if k != "ids") or "none"
 
 
@@ -130,7 +131,7 @@ def phase_failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> Pha
     return PhaseEnded(ev.Outcome.of(ev.Status.ERROR, f"internal error {at}", outcome.code))
 
 
-def oom_remedy(phase: str, inputs: dict[str, Any]) -> str:
+def oom_remedy(phase: str, inputs: Mapping[str, ev.JSON]) -> str:
     """What frees memory depends on what was running: each phase its own remedy, naming its inputs."""
     running = _fmt_inputs(inputs)
     activations = (
@@ -271,7 +272,7 @@ class PilotRun(RunProcess):
             rdir=self.rdir,
             emit=self.emit,
             meter=self.meter,
-            pilot_cfg=dict(self.frozen.get("pilot", {})),
+            pilot_cfg=PilotConfig.from_table(self.frozen.get("pilot")),
             frozen=self.frozen,
             rank=rank,
             world=world,

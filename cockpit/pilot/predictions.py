@@ -11,6 +11,7 @@ from typing import Any, TypedDict
 
 import torch
 
+from ..contract import Batch
 from .task import Task
 from .trainer import Trainer, UserCodeError, user
 
@@ -116,7 +117,7 @@ def predict_pass(tr: Trainer) -> tuple[dict[str, float], list[PredictionRow]]:
 
 
 def _rows(
-    task: Task, batch: dict[str, Any], ids: list[Any], pred: torch.Tensor, lab: torch.Tensor, counts: torch.Tensor
+    task: Task, batch: Batch, ids: list[Any], pred: torch.Tensor, lab: torch.Tensor, counts: torch.Tensor
 ) -> list[PredictionRow]:
     out = []
     names = task.label_names
@@ -149,8 +150,8 @@ def _rows(
 
 
 def _predicted_batch(
-    task: Task, batch: dict[str, Any], pred: torch.Tensor, lab: torch.Tensor, counts: torch.Tensor
-) -> dict[str, Any] | None:
+    task: Task, batch: Batch, pred: torch.Tensor, lab: torch.Tensor, counts: torch.Tensor
+) -> Batch | None:
     """The batch with predictions in place of the targets, when the batch follows the causal
     convention (each counted target is the next input token), so ``decode`` renders predictions.
     Rows that do not follow it are left out (None)."""
@@ -179,7 +180,7 @@ def _predicted_batch(
     return swapped
 
 
-def _decoded(task: Task, batch: dict[str, Any], r: int, swapped: dict[str, Any] | None) -> Decoded:
+def _decoded(task: Task, batch: Batch, r: int, swapped: Batch | None) -> Decoded:
     try:
         spans = user("decode", task.decode, batch, r)
     except UserCodeError as exc:

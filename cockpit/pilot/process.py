@@ -23,6 +23,8 @@ import torch
 
 from .. import events as ev
 from .. import fsutil, runs
+from ..contract import Params
+from ..notebook.settings import Settings
 from . import signals
 from .meter import Meter, stack_info
 from .signals import Stopped
@@ -128,18 +130,18 @@ class RunProcess:
         self.rdir = Path(rdir)
         self.writer = writer
         self.frozen = runs.read_run_toml(self.rdir)
-        self.params: dict[str, Any] = dict(self.frozen["params"])
+        self.params: Params = dict(self.frozen["params"])
         self.seed = int(self.frozen["run"]["seed"])
         self.variant = str(self.frozen["run"].get("variant", ""))
         self.rank, self.world = rank, world
-        self.device = resolve_device(self.params.get("device"))
+        self.device = resolve_device(Settings(self.params).device)
         if self.device.type == "cuda" and world > 1:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         self.meter = Meter(self.device, emit=writer.emit, sample_hz=sample_hz)
         self.phase = "start-up"
         self.t0 = time.time()
 
-    def emit(self, kind: str, **payload: Any) -> dict[str, Any]:
+    def emit(self, kind: str, **payload: Any) -> object:
         return self.writer.emit(kind, **payload)
 
     def log(self, message: str, level: str = "info") -> None:

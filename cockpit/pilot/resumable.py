@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import fsutil, runs
 from . import checkpoint as ck
+
+if TYPE_CHECKING:
+    from .trainer import TrainerState
 
 NAME = re.compile(r"^update-(\d{8})\.pt$")
 
@@ -66,7 +70,7 @@ class Csv:
         self.fh = open(path, "a", newline="", encoding="utf-8", buffering=1)  # noqa: SIM115 - kept open for the run
         self.w = csv.writer(self.fh)
 
-    def row(self, values: dict[str, Any]) -> None:
+    def row(self, values: Mapping[str, float | None]) -> None:
         self.w.writerow([_num(values.get(c)) for c in self.columns])
         self.fh.flush()
 
@@ -101,7 +105,7 @@ def listed(rdir: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
-def write(rdir: Path, step: int, state: dict[str, Any], keep: int) -> tuple[Path, int]:
+def write(rdir: Path, step: int, state: TrainerState, keep: int) -> tuple[Path, int]:
     """Write the checkpoint of ``step`` atomically and drop all but the newest ``keep``; its path and size."""
     d = folder(rdir)
     d.mkdir(exist_ok=True)
@@ -112,7 +116,7 @@ def write(rdir: Path, step: int, state: dict[str, Any], keep: int) -> tuple[Path
     return path, size
 
 
-def latest(rdir: Path) -> tuple[int, dict[str, Any]] | None:
+def latest(rdir: Path) -> tuple[int, TrainerState] | None:
     """The newest checkpoint that loads (a damaged one is skipped for the one before it)."""
     for step, path in reversed(listed(rdir)):
         try:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:  # typing.NotRequired is Python 3.11; annotations here are never evaluated
+    from typing import NotRequired
 
 import torch
 
@@ -19,9 +22,27 @@ def seed_everything(seed: int) -> None:
         pass
 
 
-def rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1])}
-    state["python_full"] = [random.getstate()[0], random.getstate()[2]]
+class NumpyState(TypedDict):
+    keys: torch.Tensor  # the Mersenne Twister's keys, as int64
+    pos: int
+
+
+class RngState(TypedDict):
+    """Every random stream's state, as a checkpoint saves it (tensors and plain lists: safe loading reads it)."""
+
+    torch: torch.Tensor
+    python: list[int]  # random's Mersenne Twister state
+    python_full: list[int | float | None]  # random's version and its cached gauss
+    cuda: NotRequired[list[torch.Tensor]]
+    numpy: NotRequired[NumpyState]
+
+
+def rng_state() -> RngState:
+    state: RngState = {
+        "torch": torch.get_rng_state(),
+        "python": list(random.getstate()[1]),
+        "python_full": [random.getstate()[0], random.getstate()[2]],
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     try:
@@ -34,7 +55,7 @@ def rng_state() -> dict[str, Any]:
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: RngState) -> None:
     torch.set_rng_state(state["torch"])
     version, gauss = state["python_full"]
     random.setstate((version, tuple(int(x) for x in state["python"]), gauss))

@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, overload
 
+from ..contract import Example
+from ..schema import JSON
 from .usercode import UserCodeError
 
 
-class Split(Sequence[dict[str, Any]]):
+class Split(Sequence[Example]):
     def __init__(self, name: str, data: Any):
         if not hasattr(data, "__len__") or not hasattr(data, "__getitem__"):
             raise UserCodeError(
@@ -39,12 +41,12 @@ class Split(Sequence[dict[str, Any]]):
         return len(self.data)
 
     @overload
-    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    def __getitem__(self, i: int) -> Example: ...
 
     @overload
-    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, i: slice) -> list[Example]: ...
 
-    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+    def __getitem__(self, i: int | slice) -> Example | list[Example]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         if i < 0:
@@ -54,7 +56,7 @@ class Split(Sequence[dict[str, Any]]):
             return {**row, "id": f"{self.name}[{i}]"}
         return row if isinstance(row, dict) else dict(row) if isinstance(row, Mapping) else row
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[Example]:
         for i in range(len(self)):
             yield self[i]
 
@@ -105,7 +107,7 @@ def _feed(h: Any, value: Any) -> None:
     h.update(repr(value).encode())
 
 
-def data_revision(splits: Mapping[str, Any], limit: int = 2_000_000) -> dict[str, Any]:
+def data_revision(splits: Mapping[str, Sequence[Example]], limit: int = 2_000_000) -> dict[str, JSON]:
     """A revision of the data as the task produced it: a SHA-256 over every example's id and content, per split.
 
     Two runs trained on the same revision saw the same examples; a dataset that changed

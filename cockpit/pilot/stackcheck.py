@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 import traceback
-from typing import Any
+from typing import Any, TypedDict
 
 MARK = "cockpit-stack: "
 
@@ -24,12 +24,21 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[:300]}"
 
 
-def kernels(torch: Any, bf16: bool | None) -> list[dict[str, Any]]:
+class Kernels(TypedDict, total=False):
+    """One GPU's tiny matmul: whether it ran right in fp32 (and bf16), or the error it raised."""
+
+    index: int
+    fp32: bool
+    bf16: bool
+    error: str
+
+
+def kernels(torch: Any, bf16: object) -> list[Kernels]:
     """Run a tiny matmul on every visible GPU: catches a driver/runtime or architecture mismatch
     that ``torch.cuda.is_available()`` alone does not."""
     out = []
     for i in range(torch.cuda.device_count()):
-        row: dict[str, Any] = {"index": i}
+        row: Kernels = {"index": i}
         try:
             a = torch.ones(64, 64, device=f"cuda:{i}")
             row["fp32"] = float((a @ a).sum().item()) == 64.0 * 64 * 64
@@ -47,7 +56,7 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m cockpit.pilot.stackcheck")
     ap.add_argument("--extension", action="append", default=[], help="a module the task imports")
     args = ap.parse_args(argv)
-    result: dict[str, Any] = {}
+    result: dict[str, object] = {}  # stack_info's fields, the kernels, the extensions: printed as JSON
     try:
         import torch
 

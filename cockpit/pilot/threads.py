@@ -12,17 +12,17 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Any
 
 import torch
 
 from ..machine import available_cpus, others_busy_cpus
+from ..schema import JSON
 
 LOOK_S = 0.3  # how long the start looks at what other processes keep busy
 
 
-def thread_settings() -> dict[str, Any]:
-    out: dict[str, Any] = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "cpus_available": available_cpus()}
+def thread_settings() -> dict[str, JSON]:
+    out: dict[str, JSON] = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "cpus_available": available_cpus()}
     out["torch_threads"] = torch.get_num_threads()
     return out
 

@@ -15,17 +15,19 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
+from torch.optim.optimizer import StateDict
 
+from ..contract import Batch, Example, Params
 from ..notebook.settings import Settings
 from . import adapter as adapter_
 from . import frozen as frozen_
 from . import outputs, splits
 from .microsteps import Accumulated, Accumulation, Applied, ControlOutputs, Evaluated, Updated
-from .order import DataOrder
-from .rng import rng_state, seed_everything, set_rng_state
+from .order import DataOrder, Position
+from .rng import RngState, rng_state, seed_everything, set_rng_state
 from .task import Task
 from .usercode import NonFinite, UserCodeError, is_collective_failure, is_oom, resolve_device, user
 
@@ -42,6 +44,42 @@ __all__ = [
     "set_rng_state",
     "user",
 ]
+
+
+if TYPE_CHECKING:  # typing.NotRequired is Python 3.11; annotations here are never evaluated
+    from typing import NotRequired
+
+
+class RunBookkeeping(TypedDict, total=False):
+    """A training run's own figures in its checkpoint (:mod:`.checkpointing` adds them), so a resumed run goes on
+    counting where it stopped (absent: an older checkpoint)."""
+
+    start_loss: float | None
+    best: list[float] | None  # [val loss, update]
+    since_best: int
+    evals: list[dict[str, float]]  # step, val_loss and the metrics of each validation
+    examples_seen: int
+    trained_s: float
+    eval_times: list[float]
+    step_times: list[float]
+
+
+class TrainerState(TypedDict):
+    """Everything that changes in training (:meth:`Trainer.state_dict`): what a checkpoint holds."""
+
+    model: dict[str, torch.Tensor]
+    model_trainable_only: bool
+    optimizer: StateDict  # torch's own state dicts, as torch writes and reads them
+    scheduler: StateDict
+    scaler: StateDict | None
+    step: int
+    rng: RngState
+    data: Position
+    seed: int
+    rng_ranks: NotRequired[list[RngState]]  # every rank's RNG, in a distributed run
+    run: NotRequired[RunBookkeeping]  # a training run's figures
+    stop_reason: NotRequired[str]  # a training run's final checkpoint: why and how it ended
+    status: NotRequired[str]
 
 
 def _schedule(kind: str, warmup: int, total: int) -> Any:
@@ -64,10 +102,10 @@ class Trainer:
     def __init__(
         self,
         task: Task,
-        params: dict[str, Any],
+        params: Params,
         seed: int,
         device: torch.device | None = None,
-        splits: dict[str, Sequence[dict[str, Any]]] | None = None,
+        splits: dict[str, Sequence[Example]] | None = None,
         total_updates: int | None = None,
         rank: int = 0,
         world: int = 1,
@@ -81,7 +119,7 @@ class Trainer:
         self.eval_microbatch = s.eval_microbatch
         self.precision = s.precision
         self.total_updates = int(total_updates or s.updates or 1)
-        self._splits: dict[str, Sequence[dict[str, Any]]] | None = dict(splits) if splits is not None else None
+        self._splits: dict[str, Sequence[Example]] | None = dict(splits) if splits is not None else None
         self.step = 0
         self.model: Any = None
         self.ddp: Any = None  # the DDP wrapper when distributed; self.model stays the bare module
@@ -96,7 +134,7 @@ class Trainer:
         self.nothing_trains = ""  # what froze the model, when no parameter requires grad
 
     @property
-    def splits(self) -> dict[str, Sequence[dict[str, Any]]]:
+    def splits(self) -> dict[str, Sequence[Example]]:
         """The task's splits (loaded by :meth:`load_data`)."""
         if self._splits is None:
             raise RuntimeError("the splits are not loaded yet: call load_data() first")
@@ -104,7 +142,7 @@ class Trainer:
 
     # ---- building
 
-    def load_data(self) -> dict[str, Sequence[dict[str, Any]]]:
+    def load_data(self) -> dict[str, Sequence[Example]]:
         if self._splits is None:
             self._splits = dict(splits.load(user("datasets", self.task.datasets, self.params)))
         if "train" not in self.splits:
@@ -217,11 +255,11 @@ class Trainer:
 
     # ---- batches
 
-    def examples(self, split: str, idx: Sequence[int]) -> list[dict[str, Any]]:
+    def examples(self, split: str, idx: Sequence[int]) -> list[Example]:
         data = self.splits[split]
         return [data[i] for i in idx]
 
-    def collate(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+    def collate(self, examples: list[Example]) -> Batch:
         batch = user("collate", self.task.collate, examples, self.params)
         if not isinstance(batch, dict):
             raise UserCodeError("collate", TypeError(f"must return a dict of tensors, got {type(batch).__name__}"))
@@ -230,7 +268,7 @@ class Trainer:
             out["ids"] = [e.get("id") if isinstance(e, dict) else None for e in examples]
         return out
 
-    def next_microbatches(self) -> list[list[dict[str, Any]]]:
+    def next_microbatches(self) -> list[list[Example]]:
         return [self.examples("train", idx) for idx in self.order.next_update()]
 
     def autocast(self) -> Any:
@@ -239,19 +277,19 @@ class Trainer:
             return torch.autocast(self.device.type, dtype=dtype)
         return contextlib.nullcontext()
 
-    def loss_call(self, batch: dict[str, Any], net: Any = None) -> outputs.LossOut:
+    def loss_call(self, batch: Batch, net: Any = None) -> outputs.LossOut:
         """The task's loss on a batch, read in whichever form it comes (see ``cockpit.pilot.outputs``)."""
         fn = self.task.loss if self.task.loss is not None else outputs.default_loss
         with self.autocast():
             out = user("loss", fn, net if net is not None else self.net, batch)
         return outputs.read_loss(out, self.device)
 
-    def loss_of(self, batch: dict[str, Any], net: Any = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def loss_of(self, batch: Batch, net: Any = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(value, count): value is a mean when count is None, else a sum over count items."""
         lo = self.loss_call(batch, net)
         return lo.value, lo.count
 
-    def predictions(self, batch: dict[str, Any]) -> torch.Tensor | None:
+    def predictions(self, batch: Batch) -> torch.Tensor | None:
         """Predictions laid out like the labels: the task's predict(), else the argmax of the model's logits."""
         if self.task.predict is not None:
             with self.autocast():
@@ -268,7 +306,7 @@ class Trainer:
     # ---- one update
 
     def accumulate(
-        self, microbatches: list[list[dict[str, Any]]], check_finite: bool = True, weights: list[float] | None = None
+        self, microbatches: list[list[Example]], check_finite: bool = True, weights: list[float] | None = None
     ) -> Accumulated:
         """Forward and backward over the microbatches of one update; gradients left in .grad.
 
@@ -317,7 +355,7 @@ class Trainer:
         self.step += 1
         return {"grad_norm": norm if math.isfinite(norm) else None, "lr": lr}
 
-    def update(self, microbatches: list[list[dict[str, Any]]] | None = None) -> Updated:
+    def update(self, microbatches: list[list[Example]] | None = None) -> Updated:
         mbs = microbatches if microbatches is not None else self.next_microbatches()
         self.model.train()
         acc = self.accumulate(mbs)
@@ -327,7 +365,7 @@ class Trainer:
     # ---- evaluation
 
     @torch.no_grad()
-    def evaluate(self, split: str = "val", examples: Sequence[dict[str, Any]] | None = None) -> Evaluated:
+    def evaluate(self, split: str = "val", examples: Sequence[Example] | None = None) -> Evaluated:
         data = list(examples if examples is not None else self.splits[split])
         was_training = self.model.training
         self.model.eval()
@@ -355,7 +393,7 @@ class Trainer:
         return {"loss": loss, "ids": ids, "n": n_rows, "was_training": was_training}
 
     @torch.no_grad()
-    def generated(self, batch: dict[str, Any]) -> list[str] | None:
+    def generated(self, batch: Batch) -> list[str] | None:
         """The text the model generates for each row of the batch (the task's ``generate``), or None."""
         if self.task.generate is None:
             return None
@@ -373,7 +411,7 @@ class Trainer:
         return list(texts)
 
     @torch.no_grad()
-    def control_outputs(self, controls: list[dict[str, Any]]) -> ControlOutputs:
+    def control_outputs(self, controls: list[Example]) -> ControlOutputs:
         """Loss, predictions (and generated text) of the control inputs in eval mode: what an export must reproduce."""
         was = self.model.training
         self.model.eval()
@@ -406,7 +444,7 @@ class Trainer:
             if isinstance(v, torch.nn.Parameter) and not v.requires_grad
         }
 
-    def state_dict(self, trainable_only: bool = False) -> dict[str, Any]:
+    def state_dict(self, trainable_only: bool = False) -> TrainerState:
         """Everything that changes in training. ``trainable_only``: the model's frozen parameters are left out
         (an adapter's checkpoint); loading rebuilds them with ``build_model``, as they never change."""
         model = self.model.state_dict()
@@ -425,7 +463,7 @@ class Trainer:
             "seed": self.seed,
         }
 
-    def load_state_dict(self, st: dict[str, Any]) -> None:
+    def load_state_dict(self, st: TrainerState) -> None:
         if st.get("model_trainable_only"):
             got = self.model.load_state_dict(st["model"], strict=False)
             missing = sorted(set(got.missing_keys) - self.frozen_keys())
@@ -439,8 +477,9 @@ class Trainer:
             self.model.load_state_dict(st["model"])
         self.optimizer.load_state_dict(st["optimizer"])
         self.scheduler.load_state_dict(st["scheduler"])
-        if self.scaler is not None and st.get("scaler"):
-            self.scaler.load_state_dict(st["scaler"])
+        scaler = st.get("scaler")
+        if self.scaler is not None and scaler:
+            self.scaler.load_state_dict(scaler)
         self.step = int(st["step"])
         self.order.load(st["data"])
         ranks = st.get("rng_ranks")

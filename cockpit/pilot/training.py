@@ -29,7 +29,7 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:  # typing.NotRequired is Python 3.11; annotations here are never evaluated
     from typing import NotRequired
@@ -41,6 +41,7 @@ from .. import events as ev
 from . import checkpoint as ck
 from . import resumable, signals
 from .checkpointing import CheckpointedRun, DiskFullSoon
+from .config import CheckpointConfig, StopConfig, ValidationConfig
 from .predictions import PredictionRow, predict_pass
 from .process import outcome_of
 from .signals import Stopped
@@ -73,12 +74,12 @@ class TrainingRun(CheckpointedRun):
         self.resume = resume
         points = resumable.listed(self.rdir) if resume else []
         self.resume_point: int | None = points[-1][0] if points else None
-        self.checkpoints: dict[str, Any] = dict(self.frozen.get("checkpoints", {}))
-        self.trainable_only = bool(self.checkpoints.get("trainable_only"))
+        self.checkpoints = CheckpointConfig.from_table(self.frozen.get("checkpoints"))
+        self.trainable_only = self.checkpoints.trainable_only
         self.last_checkpoint = time.monotonic()
         self.trained_s = 0.0  # training time before this process (a resumed run counts it toward its clock)
-        self.stop: dict[str, Any] = dict(self.frozen.get("stop", {}))
-        self.validation: dict[str, Any] = dict(self.frozen.get("validation", {}))
+        self.stop = StopConfig.from_table(self.frozen.get("stop"))
+        self.validation = ValidationConfig.from_table(self.frozen.get("validation"))
         self.lead = rank == 0  # only rank 0 writes the run's files
         self.task: Task | None = None
         self.trainer: Trainer | None = None
@@ -96,7 +97,7 @@ class TrainingRun(CheckpointedRun):
         self.curve: resumable.Csv | None = None
         self.evals_csv: resumable.Csv | None = None
         self.save_times: list[float] = []
-        self.data_revision: dict[str, Any] = {}
+        self.data_revision: dict[str, ev.JSON] = {}
         self.last_checkpoint_bytes = 0
         self.disk_full = False  # a checkpoint would not fit: no final save either
         self.replay: Replayed | None = None
@@ -108,9 +109,9 @@ class TrainingRun(CheckpointedRun):
     def start_fields(self) -> dict[str, ev.JSON]:
         out: dict[str, ev.JSON] = {
             "phases": ["train"],
-            "stop": self.stop,
-            "validation": self.validation,
-            "checkpoints": self.checkpoints,
+            "stop": self.frozen.get("stop", {}),  # the tables as run.toml holds them
+            "validation": self.frozen.get("validation", {}),
+            "checkpoints": self.frozen.get("checkpoints", {}),
         }
         if self.resume:
             out["resumed_from"] = self.resume_point
@@ -185,7 +186,7 @@ class TrainingRun(CheckpointedRun):
         self.log(
             f"training {self.variant} seed {self.seed} for {self.total} updates "
             f"({budget.basis} budget, {arithmetic.plan_from(plan_params).examples_per_update} examples per update) "
-            f"on {self.device}; validation every {self.validation.get('every_updates') or 'never'} updates"
+            f"on {self.device}; validation every {self.validation.every_updates or 'never'} updates"
         )
 
     def _agree(self, *values: float) -> list[float]:
@@ -201,11 +202,11 @@ class TrainingRun(CheckpointedRun):
     def train_loop(self) -> str:
         tr = self.trainer
         assert tr is not None
-        every = int(self.validation.get("every_updates") or 0)
-        factor = self.stop.get("divergence_factor")
-        patience = self.stop.get("patience")
-        wall = self.stop.get("wall_clock_minutes")
-        nonfinite = bool(self.stop.get("nonfinite", True))
+        every = self.validation.every_updates
+        factor = self.stop.divergence_factor
+        patience = self.stop.patience
+        wall = self.stop.wall_clock_minutes
+        nonfinite = self.stop.nonfinite
         self.phase = "train"
         self.emit(
             ev.PHASE_START,

@@ -38,11 +38,12 @@ import torch
 from torch import nn
 
 from ... import events as ev
+from ...contract import Example
 from .. import carried, outputs
 from ..context import Context
 from ..gate import Gate, Phase
 from ..microsteps import Accumulated
-from ..rng import rng_state, set_rng_state
+from ..rng import RngState, rng_state, set_rng_state
 from ..trainer import Trainer
 
 DROPOUT = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
@@ -50,7 +51,7 @@ BATCHNORM = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
 
 
 def tolerance(ctx: Context) -> float:
-    tol = float(ctx.pilot_cfg.get("grad_tolerance", 1e-4))
+    tol = ctx.pilot_cfg.grad_tolerance
     if ctx.settings.precision != "fp32":
         tol = max(tol, 2e-2)
     return tol
@@ -75,13 +76,13 @@ def _relative(a: Grads, b: Grads) -> float:
     return math.sqrt(num) / max(math.sqrt(den), 1e-30)
 
 
-def _single(tr: Trainer, mbs: list[list[dict[str, Any]]]) -> None:
+def _single(tr: Trainer, mbs: list[list[Example]]) -> None:
     batch = tr.collate([e for mb in mbs for e in mb])
     value, count = tr.loss_of(batch)
     (value / count if count is not None else value).backward()
 
 
-def _counts(ctx: Context, mbs: list[list[dict[str, Any]]]) -> list[int]:
+def _counts(ctx: Context, mbs: list[list[Example]]) -> list[int]:
     """Supervised items per microbatch, as the task's loss counts them."""
     tr, task = ctx.trainer, ctx.the_task
     out = []
@@ -95,7 +96,7 @@ def _counts(ctx: Context, mbs: list[list[dict[str, Any]]]) -> list[int]:
     return out
 
 
-def _loss_value(tr: Trainer, examples: list[dict[str, Any]], start: dict[str, Any]) -> tuple[float, float | None]:
+def _loss_value(tr: Trainer, examples: list[Example], start: RngState) -> tuple[float, float | None]:
     """(value, count) of the loss on these examples under the RNG state ``start`` (no gradient)."""
     set_rng_state(start)
     with torch.no_grad():
@@ -123,7 +124,7 @@ class Found(TypedDict, total=False):
     decomposition: ev.Decomposition
 
 
-def decomposition(tr: Trainer, mbs: list[list[dict[str, Any]]], counts: list[int]) -> ev.Decomposition:
+def decomposition(tr: Trainer, mbs: list[list[Example]], counts: list[int]) -> ev.Decomposition:
     """Does the loss decompose over examples? The whole batch's loss against its microbatches' combined, each
     under the same replayed RNG state (with dropout off, nothing random is left to differ), and the noise floor
     of the arithmetic (the whole batch in reverse order: a decomposing loss gives the same up to rounding)."""
@@ -162,7 +163,7 @@ def _source(outs: list[Any]) -> str:
     return ""
 
 
-def _pick(ctx: Context, n: int) -> list[list[dict[str, Any]]]:
+def _pick(ctx: Context, n: int) -> list[list[Example]]:
     """n microbatches of different lengths: the case a mean per microbatch gets wrong."""
     tr = ctx.trainer
     train = tr.splits["train"]

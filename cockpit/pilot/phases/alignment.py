@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ...contract import Batch
 from .. import outputs
 from ..context import Context
 from ..gate import Gate
@@ -123,7 +124,7 @@ def _changed(lab: torch.Tensor, where: tuple[int, int | None], classes: int) -> 
     return out
 
 
-def _grad_at_outputs(ctx: Context, model: Any, batch: dict[str, Any]) -> torch.Tensor | None:
+def _grad_at_outputs(ctx: Context, model: Any, batch: Batch) -> torch.Tensor | None:
     from ..trainer import user
 
     task = ctx.the_task
@@ -137,7 +138,7 @@ def _grad_at_outputs(ctx: Context, model: Any, batch: dict[str, Any]) -> torch.T
     return None if g is None else g.detach().float()
 
 
-def measure(ctx: Context, probe: Probe, batch: dict[str, Any]) -> Scored | str:
+def measure(ctx: Context, probe: Probe, batch: Batch) -> Scored | str:
     """Change one target of ``batch`` and see which outputs' gradients change; a string says why it could not."""
     task = ctx.the_task
     lab = batch.get(task.label_key)
@@ -188,7 +189,7 @@ OWN = "targets scored against their own example"
 COUPLED = 0.5  # another example's output changing by this share of the example's own: the loss mixes examples
 
 
-def own_example(g: Gate, batch: dict[str, Any], s: Scored | str) -> None:
+def own_example(g: Gate, batch: Batch, s: Scored | str) -> None:
     """Each example's target is scored against that example's output, not against the whole batch's."""
     if isinstance(s, str):
         g.not_applicable(OWN, s)
@@ -242,7 +243,7 @@ def _what(d: int) -> str:
     return f"{d} tokens ahead" if d > 0 else f"a token {-d} behind its input: the model learns to copy its input"
 
 
-def targets_aligned(ctx: Context, g: Gate, batch: dict[str, Any], s: Scored | str, encdec: bool) -> None:
+def targets_aligned(ctx: Context, g: Gate, batch: Batch, s: Scored | str, encdec: bool) -> None:
     """Generation: which token each output learns to predict, from the measured offset and the labels' relation
     to the inputs the model reads; the declared ``label_convention`` is a hint checked against the offset."""
     task = ctx.the_task
@@ -322,7 +323,7 @@ def targets_aligned(ctx: Context, g: Gate, batch: dict[str, Any], s: Scored | st
     )
 
 
-def targets_declared(ctx: Context, g: Gate, batch: dict[str, Any]) -> None:
+def targets_declared(ctx: Context, g: Gate, batch: Batch) -> None:
     """No measurement: labels against the inputs as the declared label convention says (a weaker check)."""
     task = ctx.the_task
     lab, inp = batch.get(task.label_key), batch.get(task.input_key)

@@ -411,7 +411,7 @@ def _ignored_batches(ctx: Context, g: Gate, s: SplitScan) -> None:
 
 
 def inputs(ctx: Context) -> dict[str, ev.JSON]:
-    return {"microbatch": ctx.params["microbatch"], "max_length": ctx.max_length()}
+    return {"microbatch": ctx.settings.microbatch, "max_length": ctx.max_length()}
 
 
 PHASE = Phase(

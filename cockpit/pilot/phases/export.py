@@ -43,7 +43,7 @@ def run(ctx: Context, g: Gate) -> None:
         base = manifest["base"]
         what = (
             f"adapter weights ({manifest['adapter']['values']:,} values; the base's "
-            f"{base['values']:,} recorded by identity, SHA-256 {base['sha256'][:12]}…)"
+            f"{base['values']:,} recorded by identity, SHA-256 {str(base['sha256'])[:12]}…)"
         )
         g.extra["base"] = base
     g.check("artifact written", mb > 0, f"{mb / 2**20:.2f} MiB {what} in {time.perf_counter() - t0:.2f} s")

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
+from ...contract import Example
 from ..context import Context
 from ..datascan import SplitScan, collate, ids_text
 from ..gate import Gate
@@ -34,7 +36,7 @@ def layout(task: Any, lab: Any) -> str:
 
 
 def dense_targets(
-    ctx: Context, scans: dict[str, SplitScan], splits: dict[str, Any], kind: str, budget: float
+    ctx: Context, scans: dict[str, SplitScan], splits: Mapping[str, Sequence[Example]], kind: str, budget: float
 ) -> tuple[Counter[int], str]:
     """For per-position or multi-hot targets: replace each scan's range problems (measured at every position,
     not the first) and count, per class, the training examples that contain it. Returns the counts and, when

@@ -37,10 +37,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
+from ... import events as ev
+from ...contract import Example
 from ..context import Context
 from ..datascan import ids_text
 from ..gate import Gate, Phase
@@ -60,14 +62,32 @@ from .overfitjudge import (
     trend_rises,
 )
 
+if TYPE_CHECKING:  # typing.NotRequired is Python 3.11; annotations here are never evaluated
+    from typing import NotRequired
+
+
+class Attempt(TypedDict):
+    """One fit of a fresh copy to the fixed examples: its loss curve, where it stopped being finite, the accuracy
+    at the end, and what a blind model reaches (its floor, whether the targets are discrete)."""
+
+    losses: list[float]
+    bad_step: int | None
+    accuracy: Fit | None
+    floor: float | None
+    discrete: bool
+    blind: NotRequired[Blind]
+    shares: NotRequired[list[float]]  # the accuracy read every 10 steps
+    first_accuracy: NotRequired[float | None]  # before the first update
+    paired: NotRequired[tuple[float, float, str] | str | None]  # fitted vs inputs shuffled (paired_losses)
+
 
 def run(ctx: Context, g: Gate) -> None:
     cfg = ctx.pilot_cfg
     base = ctx.trainer
     task = base.task
-    n_want = min(max(int(cfg.get("overfit_examples", 16)), 8), 32)
-    steps = min(max(int(cfg.get("overfit_steps", 200)), 1), 2000)
-    need = float(cfg.get("overfit_accuracy", 0.9))
+    n_want = min(max(cfg.overfit_examples, 8), 32)
+    steps = min(max(cfg.overfit_steps, 1), 2000)
+    need = cfg.overfit_accuracy
     train = base.splits["train"]
     scans = ctx.scans
     empty: set[Any] = set()
@@ -79,7 +99,7 @@ def run(ctx: Context, g: Gate) -> None:
         examples = pool[:n_want]
     n = len(examples)
     campaign_lr = float(base.params["lr"])
-    chosen = task.extras.get("overfit_lr") or cfg.get("overfit_lr")
+    chosen = task.extras.get("overfit_lr") or cfg.overfit_lr
     lr = float(chosen or campaign_lr)
     g.inputs["lr_source"] = "[pilot] overfit_lr" if chosen else "the campaign's learning rate"
     chunk = (
@@ -104,7 +124,7 @@ def run(ctx: Context, g: Gate) -> None:
     _verdict(g, attempt, n, lr, need)
 
 
-def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -> None:
+def _verdict(g: Gate, attempt: Attempt, n: int, lr: float, need: float) -> None:
     losses, bad_step = attempt["losses"], attempt["bad_step"]
     acc: Fit | None = attempt["accuracy"]
     floor: float | None = attempt["floor"]
@@ -237,7 +257,7 @@ def _verdict(g: Gate, attempt: dict[str, Any], n: int, lr: float, need: float) -
         )
 
 
-def input_matters(g: Gate, attempt: dict[str, Any], noise: float, slow: bool = False) -> None:
+def input_matters(g: Gate, attempt: Attempt, noise: float, slow: bool = False) -> None:
     """Without predictions, a falling loss could be a model learning a constant (uniform contrastive scores):
     the fitted loss must be clearly lower than with each row's input paired with another row."""
     name = "output depends on the input"
@@ -268,7 +288,7 @@ def input_matters(g: Gate, attempt: dict[str, Any], noise: float, slow: bool = F
     )
 
 
-def in_range(g: Gate, attempt: dict[str, Any]) -> None:
+def in_range(g: Gate, attempt: Attempt) -> None:
     """A loss over discrete targets that starts at or above 0 never goes below it: a negative value is impossible."""
     losses = [x for x in attempt["losses"] if math.isfinite(x)]
     name = "loss in range"
@@ -309,12 +329,12 @@ def in_range(g: Gate, attempt: dict[str, Any]) -> None:
 
 def _attempt(
     ctx: Context,
-    examples: list[dict[str, Any]],
-    mbs: list[list[dict[str, Any]]],
+    examples: list[Example],
+    mbs: list[list[Example]],
     lr: float,
     steps: int,
     need: float,
-) -> dict[str, Any]:
+) -> Attempt:
     base = ctx.trainer
     params = dict(base.params)
     params.update(lr=lr, schedule="constant", warmup_updates=0, weight_decay=0.0, dropout=0.0, accumulation=len(mbs))
@@ -331,7 +351,7 @@ def _attempt(
     first = accuracy(tr, examples)
     shares = [first.share] if first is not None else []  # the accuracy read every 10 steps: is the ranking rising?
     losses: list[float] = []
-    bad_step = None
+    bad_step: int | None = None
     acc: Fit | None = None
     at = 0
     ceiling = min(2000, 10 * steps)
@@ -369,13 +389,21 @@ def _attempt(
         if acc is not None:
             shares.append(acc.share)
     paired = paired_losses(tr, mbs) if bad_step is None else None
-    out = {"losses": losses, "bad_step": bad_step, "accuracy": acc, "blind": blind, "floor": floor}
-    out.update(discrete=discrete, shares=shares, first_accuracy=first.share if first is not None else None)
-    return {**out, "paired": paired}
+    return {
+        "losses": losses,
+        "bad_step": bad_step,
+        "accuracy": acc,
+        "blind": blind,
+        "floor": floor,
+        "discrete": discrete,
+        "shares": shares,
+        "first_accuracy": first.share if first is not None else None,
+        "paired": paired,
+    }
 
 
 @torch.no_grad()
-def paired_losses(tr: Trainer, mbs: list[list[dict[str, Any]]]) -> tuple[float, float, str] | str:
+def paired_losses(tr: Trainer, mbs: list[list[Example]]) -> tuple[float, float, str] | str:
     """(the fitted loss, the loss with each row's input paired with the next row's everything else, the keys moved),
     under one replayed RNG state; or why it cannot be measured. A model whose output ignores its input gives the
     same for both (a contrastive model collapsed to uniform scores, a pooled token that is the same in every row)."""
@@ -421,10 +449,10 @@ def _round(x: float) -> float | None:
     return round(x, 5) if math.isfinite(x) else None
 
 
-def inputs(ctx: Context) -> dict[str, Any]:
+def inputs(ctx: Context) -> dict[str, ev.JSON]:
     return {
-        "examples": int(ctx.pilot_cfg.get("overfit_examples", 16)),
-        "steps": int(ctx.pilot_cfg.get("overfit_steps", 200)),
+        "examples": ctx.pilot_cfg.overfit_examples,
+        "steps": ctx.pilot_cfg.overfit_steps,
     }
 
 

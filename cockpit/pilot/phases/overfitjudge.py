@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ...contract import Example
 from .. import outputs
 from ..datascan import rows
 from ..trainer import Trainer
@@ -143,7 +144,7 @@ def capped(j: dict[str, float], fit: Fit | None, first: float | None, blind: Bli
 
 
 @torch.no_grad()
-def blind_floor(tr: Trainer, examples: list[dict[str, Any]]) -> Blind:
+def blind_floor(tr: Trainer, examples: list[Example]) -> Blind:
     """The references of a model that ignores its input on these examples (see :class:`Blind`)."""
     task = tr.task
     counts: dict[int, int] = {}
@@ -179,7 +180,7 @@ def top_logprob(task: Any, logits: torch.Tensor, labels: torch.Tensor) -> torch.
 
 
 @torch.no_grad()
-def accuracy(tr: Trainer, examples: list[dict[str, Any]]) -> Fit | None:
+def accuracy(tr: Trainer, examples: list[Example]) -> Fit | None:
     """The fit's predictions on the subset (see :class:`Fit`); None: no predictions to compare."""
     task = tr.task
     was = tr.model.training

@@ -9,7 +9,7 @@ from ..microsteps import ChildFound
 
 def run(ctx: Context, g: Gate) -> None:
     tr = ctx.trainer
-    k = int(ctx.pilot_cfg.get("updates_after_resume", 2))
+    k = ctx.pilot_cfg.updates_after_resume
     g.inputs.update({"from_step": ctx.saved_state["step"], "updates": k})
     losses = []
     for _ in range(k):

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ...contract import Batch, Example
 from .. import outputs
 from ..context import Context
 from ..datascan import ids_text
@@ -102,7 +103,7 @@ def outputs_are_logits(ctx: Context, g: Gate, logits: torch.Tensor | None) -> No
     g.check("outputs are logits", True, f"output {tuple(x.shape)}: unnormalised scores, as a cross-entropy expects")
 
 
-def causal_mask(ctx: Context, g: Gate, batch: dict[str, Any]) -> None:
+def causal_mask(ctx: Context, g: Gate, batch: Batch) -> None:
     """Decoder LMs: tokens after position t never change the outputs at positions up to t."""
     task, tr = ctx.the_task, ctx.trainer
     if task.kind != "generation" or not task.causal or encoder_decoder(tr.model, batch, task.input_key, task.label_key):
@@ -153,7 +154,7 @@ def causal_mask(ctx: Context, g: Gate, batch: dict[str, Any]) -> None:
     )
 
 
-def decoder_key(batch: dict[str, Any], input_key: str = "input_ids", label_key: str = "labels") -> str | None:
+def decoder_key(batch: Batch, input_key: str = "input_ids", label_key: str = "labels") -> str | None:
     """The batch's decoder input: ``decoder_input_ids`` (Hugging Face), or, measured from the batch, the one
     integer tensor other than the input and its mask laid out like the labels (B, T) while the input is not
     (a hand-written encoder-decoder under teacher forcing, whatever it names it: ``tgt_in``, ``decoder_inputs``)."""
@@ -174,14 +175,14 @@ def decoder_key(batch: dict[str, Any], input_key: str = "input_ids", label_key: 
     return found[0] if len(found) == 1 else None
 
 
-def encoder_decoder(model: Any, batch: dict[str, Any], input_key: str = "input_ids", label_key: str = "labels") -> bool:
+def encoder_decoder(model: Any, batch: Batch, input_key: str = "input_ids", label_key: str = "labels") -> bool:
     """An encoder-decoder (T5, BART, a torch.nn one fed its decoder inputs): its outputs depend on the whole
     input by design, and its labels are the decoder's, not the encoder input's."""
     config = getattr(model, "config", None)
     return bool(getattr(config, "is_encoder_decoder", False)) or decoder_key(batch, input_key, label_key) is not None
 
 
-def _differ(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def _differ(a: Batch, b: Batch) -> list[str]:
     out = []
     for k, v in a.items():
         w = b.get(k)
@@ -190,7 +191,7 @@ def _differ(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return out
 
 
-def collate_deterministic(ctx: Context, g: Gate, examples: list[dict[str, Any]]) -> None:
+def collate_deterministic(ctx: Context, g: Gate, examples: list[Example]) -> None:
     """The same examples collated twice give identical tensors, or random ones reproducible from the seed.
 
     Random masking (a masked-LM collator) or augmentation is legitimate in training as long as the
@@ -234,7 +235,7 @@ def collate_deterministic(ctx: Context, g: Gate, examples: list[dict[str, Any]])
         )
 
 
-def rows_distinct(g: Gate, examples: list[dict[str, Any]], batch: dict[str, Any]) -> None:
+def rows_distinct(g: Gate, examples: list[Example], batch: Batch) -> None:
     """Examples that differ give rows that differ: a collate that repeats one example (a loop variable reused)
     trains on one input per batch, and under a contrastive loss makes every in-batch negative a false one.
 

@@ -20,7 +20,7 @@ def run(ctx: Context, g: Gate) -> None:
         g.check("cuda", torch.cuda.is_available(), f"CUDA {info['cuda']}, driver {info['driver']}")
     else:
         g.check("device", True, "CPU: GPU counters are recorded as absent")
-    if ctx.params.get("precision") == "bf16" and ctx.device.type == "cuda":
+    if ctx.settings.precision == "bf16" and ctx.device.type == "cuda":
         g.check("bf16", bool(info["bf16"]), "bf16 supported" if info["bf16"] else "this GPU has no bf16")
     if ctx.world > 1 and ctx.device.type == "cuda":
         g.check("nccl", bool(info["nccl"]), "NCCL available" if info["nccl"] else "NCCL missing")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
 
 import torch
 
@@ -108,7 +107,9 @@ def update_first(ctx: Context, g: Gate) -> None:
         )
 
 
-def base_unchanged(ctx: Context, g: Gate, before: dict[str, Any], after: dict[str, Any]) -> None:
+def base_unchanged(
+    ctx: Context, g: Gate, before: dict[str, tuple[float, ...]], after: dict[str, tuple[float, ...]]
+) -> None:
     """Under a PEFT adapter, the base model's weights must not move: the adapter is what trains.
 
     PEFT freezes the base itself; a base parameter that changed was set trainable again by the
@@ -218,7 +219,7 @@ def update_second(ctx: Context, g: Gate) -> None:
     measurement can be trusted (a busy machine widens it).
     """
     tr = ctx.trainer
-    k = max(1, int(ctx.pilot_cfg.get("timed_updates", 5)))
+    k = max(1, ctx.pilot_cfg.timed_updates)
     times: list[float] = []
     losses: list[float] = []
     for i in range(k):

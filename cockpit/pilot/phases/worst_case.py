@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
 
 from ... import events as ev
+from ...contract import Example
 from ..context import Context
 from ..gate import Gate, Phase
 
 
-def worst_batch(ctx: Context) -> list[dict[str, Any]]:
+def worst_batch(ctx: Context) -> list[Example]:
     tr = ctx.trainer
     train = tr.splits["train"]
     length = tr.task.length
