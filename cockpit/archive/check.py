@@ -14,11 +14,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from .. import fsutil, runs
 from ..fsutil import sha256
 from ..schema import JSON, JSONObject
 from .layout import ARTIFACT_MANIFEST, CHECKPOINT, CONTROL, MANIFEST, MODEL
+
+if TYPE_CHECKING:
+    from ..pilot.checkpoint import Manifest  # torch: the type only
 
 
 @dataclass
@@ -166,7 +170,7 @@ def rebuild_and_replay(v: Verified) -> None:
         return
     try:
         frozen = runs.read_run_toml(folder / "config")
-        art = json.loads(fsutil.read_regular(folder / ARTIFACT_MANIFEST, 64 << 20))
+        art = cast("Manifest", json.loads(fsutil.read_regular(folder / ARTIFACT_MANIFEST, 64 << 20)))  # enters here
         rev = json.loads(fsutil.read_regular(folder / "revisions.json", 16 << 20))
     except (OSError, ValueError, RecursionError, KeyError) as exc:
         v.problems.append(f"cannot read the run's configuration to rebuild it: {exc}")

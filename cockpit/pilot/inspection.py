@@ -9,37 +9,18 @@ import json
 import sys
 import traceback
 from collections import Counter
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .. import fsutil, runs
 from ..contract import Example
-from ..schema import JSON
+from ..schema import JSON, InspectDoc, InspectedExample
 from .datascan import SplitScan, collate, rows
 
 if TYPE_CHECKING:
     from .context import Context
     from .gate import Gate
-
-
-class InspectRow(TypedDict):
-    """One example as the loss receives it: its collated tensors' row, its decoded text and its target."""
-
-    split: str
-    id: JSON
-    row: dict[str, JSON]
-    text: JSON  # the decoded text, or [[text, supervised], ...] spans
-    target: JSON
-    label_name: str | None
-
-
-class InspectDoc(TypedDict, total=False):
-    """``inspect.json``."""
-
-    examples: list[InspectRow]
-    class_counts: dict[str, dict[str, int]]  # per split, per class
-    label_names: list[str] | None
 
 
 def _jsonable(v: Any) -> JSON:
@@ -54,13 +35,13 @@ def _jsonable(v: Any) -> JSON:
     return str(v)
 
 
-def rows_as_seen(ctx: Context, examples: list[Example], split: str) -> list[InspectRow]:
+def rows_as_seen(ctx: Context, examples: list[Example], split: str) -> list[InspectedExample]:
     """The examples exactly as the loss receives them (collated together, as one microbatch)."""
     task = ctx.the_task
     if not examples:
         return []
     batch = collate(task, ctx.params, examples)
-    out: list[InspectRow] = []
+    out: list[InspectedExample] = []
     n = len(examples)
     for r, ex in enumerate(examples):
         row = {k: _jsonable(v[r]) for k, v in batch.items() if torch.is_tensor(v) and v.dim() >= 1 and v.shape[0] == n}
@@ -95,7 +76,7 @@ def rows_as_seen(ctx: Context, examples: list[Example], split: str) -> list[Insp
 def write(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
     task = ctx.the_task
     n_train, n_val = task.extras.get("inspect_examples", (4, 2))
-    examples: list[InspectRow] = []
+    examples: list[InspectedExample] = []
     for split, n, size in (("train", n_train, ctx.trainer.microbatch), ("val", n_val, ctx.trainer.eval_microbatch)):
         chosen = list(ctx.trainer.splits.get(split, [])[: int(n)])
         for i in range(0, len(chosen), max(int(size), 1)):  # padded together as one microbatch of training would be

@@ -152,12 +152,12 @@ class Meter:
                 continue
 
 
-def stack_info(device: torch.device | None, nvml: Nvml | None = None) -> dict[str, ev.JSON]:
+def stack_info(device: torch.device | None, nvml: Nvml | None = None) -> ev.Stack:
     """The software stack, for run_start and the stack gate."""
     import platform
 
     nvml = nvml or Nvml()
-    gpus: list[ev.JSON] = []
+    gpus: list[ev.StackGpu] = []
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
