@@ -55,9 +55,13 @@ import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..pilot.task import Task
+from ..contract import Batch, Example, Params
+from ..pilot.task import Task, TaskExtras
+
+if TYPE_CHECKING:
+    import torch
 
 IGNORE = -100
 VAL_NAMES = {"validation": "val", "valid": "val", "dev": "val", "eval": "val"}
@@ -95,7 +99,7 @@ def _is_config(x: Any) -> bool:
     return hasattr(x, "model_type") and callable(getattr(x, "to_dict", None)) and not callable(x)
 
 
-def build_model(spec: Any, params: dict[str, Any], auto: str, base: Path) -> Any:
+def build_model(spec: Any, params: Params, auto: str, base: Path) -> Any:
     """The model ``spec`` names: a function of the parameters, a config (random init), or a local folder."""
     import transformers
 
@@ -113,7 +117,7 @@ def build_model(spec: Any, params: dict[str, Any], auto: str, base: Path) -> Any
     )
 
 
-def wrap_adapter(model: Any, adapter: Any, params: dict[str, Any]) -> Any:
+def wrap_adapter(model: Any, adapter: Any, params: Params) -> Any:
     """The model wrapped with its PEFT adapter (the config copied: PEFT fills some fields in)."""
     if adapter is None:
         return model
@@ -152,7 +156,7 @@ class Tokenizer:
         return 0
 
 
-def read_split(spec: Any, base: Path) -> Any:
+def read_split(spec: Any, base: Path) -> Sequence[Example]:
     """A split as given, or the rows of a JSON-lines (or JSON list) file."""
     if not _is_path(spec):
         return spec
@@ -174,7 +178,7 @@ def read_split(spec: Any, base: Path) -> Any:
     return rows
 
 
-def splits(data: Any, params: dict[str, Any], base: Path) -> dict[str, Any]:
+def splits(data: Any, params: Params, base: Path) -> dict[str, Sequence[Example]]:
     raw = data(params) if callable(data) and not isinstance(data, Mapping) else data
     if not isinstance(raw, Mapping):
         raise HelperError(
@@ -184,20 +188,20 @@ def splits(data: Any, params: dict[str, Any], base: Path) -> dict[str, Any]:
     return {VAL_NAMES.get(str(k), str(k)): read_split(v, base) for k, v in raw.items()}
 
 
-def _max_length(default: int) -> Callable[[dict[str, Any]], int]:
+def _max_length(default: int) -> Callable[[Params], int]:
     return lambda params: int(params.get("max_length") or default)
 
 
-def _tensors(batch: Mapping[str, Any]) -> dict[str, Any]:
+def _tensors(batch: Batch) -> dict[str, torch.Tensor]:
     import torch
 
     return {k: v for k, v in batch.items() if torch.is_tensor(v)}
 
 
-def _own_loss(shifted: bool) -> Callable[[Any, dict[str, Any]], Any]:
+def _own_loss(shifted: bool) -> Callable[[Any, Batch], Any]:
     """The model's own loss, with the number of targets it averaged: (sum, count)."""
 
-    def loss(model: Any, batch: dict[str, Any]) -> Any:
+    def loss(model: Any, batch: Batch) -> Any:
         out = model(**_tensors(batch))
         labels = batch["labels"]
         count = (labels[:, 1:] != IGNORE).sum() if shifted and labels.dim() == 2 else (labels != IGNORE).sum()
@@ -218,8 +222,8 @@ def causal_lm(
     answer: str = "answer",
     adapter: Any = None,
     max_length: int = 128,
-    collator: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None,
-    loss: Callable[[Any, dict[str, Any]], Any] | None = None,
+    collator: Callable[[list[Example]], Batch] | None = None,
+    loss: Callable[[Any, Batch], Any] | None = None,
     generate: bool = True,
     **fields: Any,
 ) -> Task:
@@ -228,7 +232,7 @@ def causal_lm(
     tok = Tokenizer(tokenizer, base)
     crop = _max_length(max_length)
 
-    def encode(e: dict[str, Any], limit: int) -> tuple[list[int], list[int]]:
+    def encode(e: Example, limit: int) -> tuple[list[int], list[int]]:
         t = tok()
         for key in (prompt, answer):
             if key not in e:
@@ -241,7 +245,7 @@ def causal_lm(
             a.append(int(t.eos_token_id))
         return (p + a)[:limit], ([IGNORE] * len(p) + a)[:limit]
 
-    def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+    def collate(examples: list[Example], params: Params) -> Batch:
         import torch
 
         limit = crop(params)
@@ -258,17 +262,17 @@ def causal_lm(
             labels[i, : len(lab)] = torch.tensor(lab)
         return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
 
-    def build(params: dict[str, Any]) -> Any:
+    def build(params: Params) -> Any:
         return wrap_adapter(build_model(model, params, "AutoModelForCausalLM", base), adapter, params)
 
-    def length(e: dict[str, Any]) -> int:
+    def length(e: Example) -> int:
         ids, _ = encode(e, 1 << 30)
         return len(ids)
 
-    def decode(batch: dict[str, Any], row: int) -> list[tuple[str, bool]]:
+    def decode(batch: Batch, row: int) -> list[tuple[str, bool]]:
         return spans(tok(), batch, row)
 
-    def gen(m: Any, batch: dict[str, Any]) -> list[str]:
+    def gen(m: Any, batch: Batch) -> list[str]:
         return generate_answers(m, tok(), batch, tok.pad_id())
 
     fields.setdefault("group_unit", "example")
@@ -289,7 +293,7 @@ def causal_lm(
     )
 
 
-def spans(t: Any, batch: dict[str, Any], row: int) -> list[tuple[str, bool]]:
+def spans(t: Any, batch: Batch, row: int) -> list[tuple[str, bool]]:
     """The attended tokens of a row as (text, supervised) spans; the text cut where supervision changes.
 
     Each span is the difference of two decoded prefixes, so word boundaries survive the cut.
@@ -310,7 +314,7 @@ def spans(t: Any, batch: dict[str, Any], row: int) -> list[tuple[str, bool]]:
     return out
 
 
-def generate_answers(model: Any, t: Any, batch: dict[str, Any], pad: int) -> list[str]:
+def generate_answers(model: Any, t: Any, batch: Batch, pad: int) -> list[str]:
     """Greedy, free-running generation from each row's prompt, for as many tokens as its answer has."""
     import torch
 
@@ -363,8 +367,9 @@ def sequence_classification(
     label_names: Sequence[str] | None = None,
     adapter: Any = None,
     max_length: int = 128,
-    collator: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None,
-    loss: Callable[[Any, dict[str, Any]], Any] | None = None,
+    collator: Callable[[list[Example]], Batch] | None = None,
+    loss: Callable[[Any, Batch], Any] | None = None,
+    extras: TaskExtras | None = None,
     **fields: Any,
 ) -> Task:
     """A task training a sequence classifier on ``text`` -> ``label``, label names from the model's config."""
@@ -383,7 +388,7 @@ def sequence_classification(
     names = list(label_names)
     index = {n: i for i, n in enumerate(names)}
 
-    def one(e: dict[str, Any], y: Any) -> int:
+    def one(e: Example, y: object) -> int:
         if isinstance(y, str):
             if y not in index:
                 raise HelperError(f"example {e.get('id', '?')!r}: label {y!r} is none of the label names {names}")
@@ -395,7 +400,7 @@ def sequence_classification(
             )
         return int(y)
 
-    def target(e: dict[str, Any]) -> int | list[float]:
+    def target(e: Example) -> int | list[float]:
         """A class index; or, for a multi-label example (a list), the multi-hot row HF's
         multi_label_classification loss (BCE with logits) takes: a list of 0/1 over every label, or the labels."""
         if label not in e:
@@ -410,7 +415,7 @@ def sequence_classification(
             row[one(e, v)] = 1.0
         return row
 
-    def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+    def collate(examples: list[Example], params: Params) -> Batch:
         import torch
 
         t = tok()
@@ -429,17 +434,17 @@ def sequence_classification(
         batch["labels"] = torch.tensor(ys, dtype=torch.float if any(multi) else torch.long)
         return batch
 
-    def build(params: dict[str, Any]) -> Any:
+    def build(params: Params) -> Any:
         return wrap_adapter(build_model(model, params, "AutoModelForSequenceClassification", base), adapter, params)
 
-    def decode(batch: dict[str, Any], row: int) -> str:
+    def decode(batch: Batch, row: int) -> str:
         ids = batch["input_ids"][row]
         if "attention_mask" in batch:
             ids = ids[batch["attention_mask"][row].bool()]
         return str(tok().decode(ids.tolist(), skip_special_tokens=True))
 
     fields.setdefault("group_unit", "example")
-    extras = dict(fields.pop("extras", {}) or {})
+    extras = extras.copy() if extras else TaskExtras()
     extras.setdefault("label_field", label)
     return Task(
         build_model=build,

@@ -33,9 +33,11 @@ is read by what it does (duck typing), so ``lightning`` and ``pytorch_lightning`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypedDict, overload
 
+from ..contract import Batch, Example, Params
 from ..pilot.task import Task
 
 
@@ -51,7 +53,7 @@ def _overrides(obj: Any, name: str) -> bool:
     return False
 
 
-def _make(spec: Any, params: dict[str, Any]) -> Any:
+def _make(spec: Any, params: Params) -> Any:
     if isinstance(spec, type):
         return spec()
     if callable(spec) and not hasattr(spec, "setup") and not hasattr(spec, "training_step"):
@@ -59,8 +61,15 @@ def _make(spec: Any, params: dict[str, Any]) -> Any:
     return spec  # an instance
 
 
-class _Items(Sequence[dict[str, Any]]):
-    """A Lightning dataset as Cockpit examples: {"id": "train-00017", "item": dataset[17]}."""
+class Item(TypedDict):
+    """One example of a Lightning dataset as Cockpit names it: ``{"id": "train-00017", "item": dataset[17]}``."""
+
+    id: str
+    item: object  # what the dataset's ``[i]`` returns, handed to its collate_fn as it is
+
+
+class _Items(Sequence[Item]):
+    """A Lightning dataset as Cockpit examples."""
 
     def __init__(self, split: str, data: Any):
         self.split, self.data = split, data
@@ -68,12 +77,26 @@ class _Items(Sequence[dict[str, Any]]):
     def __len__(self) -> int:
         return len(self.data)
 
-    def __getitem__(self, i: Any) -> Any:
+    @overload
+    def __getitem__(self, i: int) -> Item: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Item]: ...
+
+    def __getitem__(self, i: int | slice) -> Item | list[Item]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         if i < 0:
             i += len(self)
         return {"id": f"{self.split}-{i:05d}", "item": self.data[i]}
+
+
+class EveryState(TypedDict):
+    """What :class:`_Every` saves in a checkpoint: the inner scheduler's own state and the updates counted."""
+
+    inner: object  # the inner scheduler's state_dict(), as torch saves it
+    count: int
+    n: int
 
 
 class _Every:
@@ -87,10 +110,10 @@ class _Every:
         if self.count % self.n == 0:
             self.inner.step()
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> EveryState:
         return {"inner": self.inner.state_dict(), "count": self.count, "n": self.n}
 
-    def load_state_dict(self, st: dict[str, Any]) -> None:
+    def load_state_dict(self, st: EveryState) -> None:
         self.inner.load_state_dict(st["inner"])
         self.count = int(st["count"])
 
@@ -140,6 +163,15 @@ def _read_optimizers(conf: Any) -> tuple[Any, Any, str, int]:
     return opt, sched, interval, freq
 
 
+@dataclass
+class _Loaders:
+    """What the data module's loaders said, kept from ``datasets`` for ``collate`` and the scheduler."""
+
+    collate_fn: Callable[[list[object]], object] | None = None  # the train loader's
+    n_train: int | None = None  # examples in the training split (an epoch, for an "epoch" scheduler)
+    form: tuple[str, list[str]] | None = None  # the batch's form ("dict", "tuple", "list", "tensor") and its keys
+
+
 def lightning_task(
     module: Any,
     datamodule: Any,
@@ -152,7 +184,7 @@ def lightning_task(
     **task_fields: Any,
 ) -> Task:
     """A Cockpit task that runs a LightningModule's own steps and optimizers on a LightningDataModule's data."""
-    state: dict[str, Any] = {}
+    state = _Loaders()
     pending: dict[int, tuple[Any, str, int]] = {}
 
     def names_for(n: int) -> list[str]:
@@ -162,40 +194,40 @@ def lightning_task(
             return list(fields)
         return ["inputs", "labels"] if n == 2 else [f"b{i}" for i in range(n)]
 
-    def datasets(params: dict[str, Any]) -> dict[str, Any]:
+    def datasets(params: Params) -> dict[str, _Items]:
         dm = _make(datamodule, params)
         if callable(getattr(dm, "prepare_data", None)):
             dm.prepare_data()
         if callable(getattr(dm, "setup", None)):
             dm.setup("fit")
         train, val = dm.train_dataloader(), dm.val_dataloader()
-        state["collate_fn"] = getattr(train, "collate_fn", None)
-        out: dict[str, Any] = {"train": _Items("train", train.dataset), "val": _Items("val", val.dataset)}
+        state.collate_fn = getattr(train, "collate_fn", None)
+        out: dict[str, _Items] = {"train": _Items("train", train.dataset), "val": _Items("val", val.dataset)}
         if _overrides(dm, "test_dataloader"):
             dm.setup("test")
             out["test"] = _Items("test", dm.test_dataloader().dataset)
-        state["n_train"] = len(out["train"])
+        state.n_train = len(out["train"])
         return out
 
-    def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
-        fn = state.get("collate_fn")
+    def collate(examples: list[Example], params: Params) -> Batch:
+        fn = state.collate_fn
         if fn is None:
             from torch.utils.data import default_collate
 
             fn = default_collate
         batch = fn([e["item"] for e in examples])
         if isinstance(batch, Mapping):
-            state["form"] = ("dict", list(batch))
+            state.form = ("dict", list(batch))
             return dict(batch)
         if isinstance(batch, (list, tuple)):
             keys = names_for(len(batch))
-            state["form"] = (type(batch).__name__, keys)
+            state.form = (type(batch).__name__, keys)
             return dict(zip(keys, batch, strict=True))
-        state["form"] = ("tensor", [input_key])
+        state.form = ("tensor", [input_key])
         return {input_key: batch}
 
-    def lightning_batch(batch: dict[str, Any]) -> Any:
-        form, keys = state.get("form", ("tuple", ["inputs", "labels"]))
+    def lightning_batch(batch: Batch) -> object:
+        form, keys = state.form or ("tuple", ["inputs", "labels"])
         if form == "dict":
             return {k: batch[k] for k in keys if k in batch}
         if form == "tensor":
@@ -203,26 +235,26 @@ def lightning_task(
         values = [batch[k] for k in keys]
         return values if form == "list" else tuple(values)
 
-    def build(params: dict[str, Any]) -> Any:
+    def build(params: Params) -> Any:
         m = _make(module, params)
         if getattr(m, "automatic_optimization", True) is False:
             raise LightningHelperError(
                 f"{type(m).__name__} sets automatic_optimization = False (manual optimisation): Cockpit runs the "
                 "optimizer step itself, so it pilots automatic optimisation only"
             )
-        logged: dict[str, Any] = {}
+        logged: dict[str, object] = {}
 
-        def log(name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        def log(name: str, value: object, *args: object, **kwargs: object) -> None:
             logged[name] = value
 
-        def log_dict(values: Mapping[str, Any], *args: Any, **kwargs: Any) -> None:
+        def log_dict(values: Mapping[str, object], *args: object, **kwargs: object) -> None:
             logged.update(values)
 
         m.log, m.log_dict = log, log_dict  # recorded: there is no Lightning Trainer to send them to
         m._cockpit_logged = logged
         return m
 
-    def loss(model: Any, batch: dict[str, Any]) -> Any:
+    def loss(model: Any, batch: Batch) -> Any:
         import torch
 
         b = lightning_batch(batch)
@@ -244,12 +276,12 @@ def lightning_task(
             out = logged[key]
         return out
 
-    def optimizer(model: Any, params: dict[str, Any]) -> Any:
+    def optimizer(model: Any, params: Params) -> Any:
         opt, sched, interval, freq = _read_optimizers(model.configure_optimizers())
         pending[id(opt)] = (sched, interval, freq)
         return opt
 
-    def scheduler(opt: Any, params: dict[str, Any]) -> Any:
+    def scheduler(opt: Any, params: Params) -> Any:
         import torch
 
         sched, interval, freq = pending.pop(id(opt), (None, "epoch", 1))
@@ -262,7 +294,7 @@ def lightning_task(
         per_update = (
             int(params["microbatch"]) * int(params.get("accumulation") or 1) * int(params.get("data_replicas") or 1)
         )
-        n = max(1, int(state.get("n_train", per_update)) // per_update)
+        n = max(1, (per_update if state.n_train is None else state.n_train) // per_update)
         return _Every(sched, n * freq, f"stepped every {n * freq} updates (each {freq} epoch(s) of {n} updates)")
 
     return Task(

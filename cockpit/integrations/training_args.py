@@ -15,7 +15,9 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, TypeVar
+
+from ..schema import JSON, JSONObject
 
 SCHEDULES = {"linear": "linear", "cosine": "cosine", "constant": "constant", "constant_with_warmup": "constant"}
 OPTIMIZERS = {
@@ -26,7 +28,7 @@ OPTIMIZERS = {
     "adamw_apex_fused": "adamw",
     "sgd": "sgd",
 }
-HF_DEFAULTS = {
+HF_DEFAULTS: dict[str, JSON] = {
     "per_device_train_batch_size": 8,
     "per_device_eval_batch_size": 8,
     "gradient_accumulation_steps": 1,
@@ -49,21 +51,50 @@ UNSUPPORTED = {
 }
 
 
+N = TypeVar("N", int, float)
+
+
 class TrainingArgsError(ValueError):
     """A TrainingArguments file that cannot be read, said in one paragraph."""
 
 
+class BatchTable(TypedDict, total=False):
+    """The campaign's ``[batch]`` as converted: the microbatch and accumulation, and one budget."""
+
+    microbatch: int
+    accumulation: int
+    eval_microbatch: int | None  # None only when the file says null (tomli_w then refuses it, naming it)
+    drop_last: bool
+    dataset_size: int
+    updates: int  # max_steps, when set
+    epochs: float  # num_train_epochs otherwise (an int when whole)
+
+
+class TrainingTable(TypedDict, total=False):
+    """The campaign's ``[training]`` as converted."""
+
+    lr: float
+    weight_decay: float | None  # None only when the file says null
+    optimizer: str
+    schedule: str
+    warmup_updates: int
+    precision: str
+    activation_checkpointing: bool
+    grad_clip: float
+    device: str
+
+
 @dataclass
 class Converted:
-    batch: dict[str, Any] = field(default_factory=dict)
-    training: dict[str, Any] = field(default_factory=dict)
-    validation: dict[str, Any] = field(default_factory=dict)
-    checkpoints: dict[str, Any] = field(default_factory=dict)
+    batch: BatchTable = field(default_factory=BatchTable)
+    training: TrainingTable = field(default_factory=TrainingTable)
+    validation: dict[str, int] = field(default_factory=dict)  # every_updates
+    checkpoints: dict[str, int] = field(default_factory=dict)  # every_updates, keep
     notes: list[str] = field(default_factory=list)  # what could not be carried over, and what to do
     seed: int | None = None
 
 
-def read(path: Path | str) -> dict[str, Any]:
+def read(path: Path | str) -> JSONObject:
     p = Path(path)
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
@@ -79,48 +110,77 @@ def read(path: Path | str) -> dict[str, Any]:
     return doc
 
 
-def _num(doc: dict[str, Any], key: str, kind: type, src: str) -> Any:
+def _int_of(value: JSON, key: str, src: str) -> int:
+    """A setting's value as an int (a number or a numeral), or the error naming it."""
+    if isinstance(value, (str, int, float)):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    raise TrainingArgsError(f"{src}: {key} = {value!r} is not a int")
+
+
+def _float_of(value: JSON, key: str, src: str) -> float:
+    if isinstance(value, (str, int, float)):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise TrainingArgsError(f"{src}: {key} = {value!r} is not a float")
+
+
+def _int(doc: JSONObject, key: str, src: str) -> int | None:
+    """The setting, or Hugging Face's default for it; None when neither says."""
+    value = doc.get(key, HF_DEFAULTS.get(key))
+    return None if value is None else _int_of(value, key, src)
+
+
+def _float(doc: JSONObject, key: str, src: str) -> float | None:
     value = doc.get(key, HF_DEFAULTS.get(key))
     if value is None:
         return None
-    try:
-        out = kind(value)
-    except (TypeError, ValueError):
-        raise TrainingArgsError(f"{src}: {key} = {value!r} is not a {kind.__name__}") from None
-    if isinstance(out, float) and not math.isfinite(out):
+    out = _float_of(value, key, src)
+    if not math.isfinite(out):
         raise TrainingArgsError(f"{src}: {key} = {value!r} is not finite")
     return out
 
 
-def convert(doc: dict[str, Any], src: str = "TrainingArguments", dataset_size: int | None = None) -> Converted:
+def _given(value: N | None, key: str, kind: str, src: str) -> N:
+    """A setting the conversion cannot do without: a null in the file is said, naming it."""
+    if value is None:
+        raise TrainingArgsError(f"{src}: {key} = None is not a {kind}")
+    return value
+
+
+def convert(doc: JSONObject, src: str = "TrainingArguments", dataset_size: int | None = None) -> Converted:
     """[batch], [training], [validation] and [checkpoints] from TrainingArguments, with notes on the rest."""
     c = Converted()
-    micro = _num(doc, "per_device_train_batch_size", int, src)
-    accum = _num(doc, "gradient_accumulation_steps", int, src)
+    micro = _given(_int(doc, "per_device_train_batch_size", src), "per_device_train_batch_size", "int", src)
+    accum = _given(_int(doc, "gradient_accumulation_steps", src), "gradient_accumulation_steps", "int", src)
     if micro < 1 or accum < 1:
         raise TrainingArgsError(f"{src}: per_device_train_batch_size and gradient_accumulation_steps must be >= 1")
     c.batch = {
         "microbatch": micro,
         "accumulation": accum,
-        "eval_microbatch": _num(doc, "per_device_eval_batch_size", int, src),
+        "eval_microbatch": _int(doc, "per_device_eval_batch_size", src),
         "drop_last": bool(doc.get("dataloader_drop_last", False)),
     }
     if dataset_size:
         c.batch["dataset_size"] = int(dataset_size)
-    max_steps = _num(doc, "max_steps", int, src)
+    max_steps = _int(doc, "max_steps", src)
     updates: int | None = None
     if max_steps and max_steps > 0:
         c.batch["updates"] = updates = max_steps
     else:
-        epochs = _num(doc, "num_train_epochs", float, src)
+        epochs = _given(_float(doc, "num_train_epochs", src), "num_train_epochs", "float", src)
         c.batch["epochs"] = int(epochs) if float(epochs).is_integer() else epochs
         if dataset_size:
             per = micro * accum
             per_epoch = dataset_size // per if c.batch["drop_last"] else -(-dataset_size // per)
             updates = max(1, math.ceil(per_epoch * epochs))
-    t: dict[str, Any] = {
-        "lr": _num(doc, "learning_rate", float, src),
-        "weight_decay": _num(doc, "weight_decay", float, src),
+    t: TrainingTable = {
+        "lr": _given(_float(doc, "learning_rate", src), "learning_rate", "float", src),
+        "weight_decay": _float(doc, "weight_decay", src),
     }
     optim = str(doc.get("optim", HF_DEFAULTS["optim"])).lower()
     if optim in OPTIMIZERS:
@@ -132,7 +192,7 @@ def convert(doc: dict[str, Any], src: str = "TrainingArguments", dataset_size: i
             "that builds it, or the pilot measures AdamW's memory instead"
         )
     for key, default in (("adam_beta1", 0.9), ("adam_beta2", 0.999), ("adam_epsilon", 1e-8)):
-        if key in doc and float(doc[key]) != default:
+        if key in doc and _float_of(doc[key], key, src) != default:
             c.notes.append(
                 f"{key} = {doc[key]} differs from the default Cockpit's AdamW uses ({default}): build the optimizer "
                 "in the task (Task.optimizer) to keep it"
@@ -149,11 +209,12 @@ def convert(doc: dict[str, Any], src: str = "TrainingArguments", dataset_size: i
             "task a scheduler(optimizer, params) building it, or the pilot runs a constant rate"
         )
     warmup = doc.get("warmup_steps", 0) or 0
-    ratio = float(doc.get("warmup_ratio", 0.0) or 0.0)
+    ratio = _float_of(doc.get("warmup_ratio", 0.0) or 0.0, "warmup_ratio", src)
     if isinstance(warmup, float) and 0 < warmup < 1:  # transformers 5: a float below 1 is a ratio
         ratio, warmup = warmup, 0
-    if int(warmup) > 0:
-        t["warmup_updates"] = int(warmup)
+    warmup_updates = _int_of(warmup, "warmup_steps", src)
+    if warmup_updates > 0:
+        t["warmup_updates"] = warmup_updates
     elif ratio > 0:
         if updates is not None:
             t["warmup_updates"] = math.ceil(ratio * updates)
@@ -167,13 +228,13 @@ def convert(doc: dict[str, Any], src: str = "TrainingArguments", dataset_size: i
         raise TrainingArgsError(f"{src}: bf16 and fp16 are both true; TrainingArguments refuses that too")
     t["precision"] = "bf16" if bf16 else "fp16" if fp16 else "fp32"
     t["activation_checkpointing"] = bool(doc.get("gradient_checkpointing", False))
-    t["grad_clip"] = _num(doc, "max_grad_norm", float, src) or 0.0
+    t["grad_clip"] = _float(doc, "max_grad_norm", src) or 0.0
     if doc.get("use_cpu") or doc.get("no_cuda"):
         t["device"] = "cpu"
     c.training = t
     strategy = str(doc.get("eval_strategy", doc.get("evaluation_strategy", "no"))).lower().rsplit(".", 1)[-1]
     if strategy == "steps" and doc.get("eval_steps"):
-        steps = float(doc["eval_steps"])
+        steps = _float_of(doc["eval_steps"], "eval_steps", src)
         if 0 < steps < 1 and updates:
             steps = math.ceil(steps * updates)
         c.validation["every_updates"] = max(1, int(steps))
@@ -183,13 +244,13 @@ def convert(doc: dict[str, Any], src: str = "TrainingArguments", dataset_size: i
         c.notes.append("eval_strategy = 'epoch': give --dataset-size N to turn an epoch into updates for [validation]")
     save = str(doc.get("save_strategy", "steps")).lower().rsplit(".", 1)[-1]
     if save == "steps" and doc.get("save_steps"):
-        c.checkpoints["every_updates"] = max(1, int(float(doc["save_steps"])))
+        c.checkpoints["every_updates"] = max(1, int(_float_of(doc["save_steps"], "save_steps", src)))
     if doc.get("save_total_limit"):
-        c.checkpoints["keep"] = max(1, int(doc["save_total_limit"]))
+        c.checkpoints["keep"] = max(1, _int_of(doc["save_total_limit"], "save_total_limit", src))
     for key, why in UNSUPPORTED.items():
         value = doc.get(key)
         if value not in (None, False, 0, 0.0, "", [], {}):
             c.notes.append(f"{key} = {value!r}: {why}")
     if doc.get("seed") is not None:
-        c.seed = int(doc["seed"])
+        c.seed = _int_of(doc["seed"], "seed", src)
     return c

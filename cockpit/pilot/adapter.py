@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import torch
+
+from ..schema import JSON
 
 SMALL = 0.9  # a frozen base holding at least this share of the values makes the trainable rest "an adapter"
 
@@ -98,7 +101,25 @@ def base_key(model: Any, key: str) -> str:
     return key.replace(".base_layer.", ".").replace(".original_module.", ".")
 
 
-def _jsonable(v: Any) -> Any:
+BaseIdentity = TypedDict(
+    "BaseIdentity",
+    {
+        "sha256": str,  # over every frozen tensor: name (as the base names it), dtype, shape, bytes
+        "tensors": int,
+        "values": int,
+        "bytes": int,
+        "class": str,  # the base model's class
+        "config_sha256": NotRequired[str],  # its configuration, without the fields that name where it came from
+        "name_or_path": NotRequired[str],
+        "model_type": NotRequired[str | None],
+        "revision": NotRequired[str],  # the hub commit it came from
+        "peft": NotRequired[dict[str, dict[str, JSON]]],  # each PEFT adapter's config: type, rank, targets...
+    },
+)
+"""The frozen base's identity, as an adapter's export manifest records it (``manifest["base"]``)."""
+
+
+def _jsonable(v: object) -> JSON:
     if isinstance(v, (str, int, float, bool)) or v is None:
         return v
     if isinstance(v, dict):
@@ -109,7 +130,7 @@ def _jsonable(v: Any) -> Any:
     return str(v)
 
 
-def base_identity(model: Any, frozen_keys: set[str]) -> dict[str, Any]:
+def base_identity(model: Any, frozen_keys: set[str]) -> BaseIdentity:
     """The frozen base's identity: a SHA-256 over its tensors, its configuration and revision when known."""
     state = model.state_dict()
     h = hashlib.sha256()
@@ -122,9 +143,14 @@ def base_identity(model: Any, frozen_keys: set[str]) -> dict[str, Any]:
             h.update(t.view(-1).view(torch.uint8).numpy().tobytes())
         values += t.numel()
         nbytes += t.numel() * t.element_size()
-    out: dict[str, Any] = {"sha256": h.hexdigest(), "tensors": len(keys), "values": values, "bytes": nbytes}
     base = model.get_base_model() if is_peft(model) else model
-    out["class"] = type(base).__name__
+    out: BaseIdentity = {
+        "sha256": h.hexdigest(),
+        "tensors": len(keys),
+        "values": values,
+        "bytes": nbytes,
+        "class": type(base).__name__,
+    }
     cfg = getattr(base, "config", None)
     if cfg is not None and callable(getattr(cfg, "to_dict", None)):
         try:
@@ -143,7 +169,7 @@ def base_identity(model: Any, frozen_keys: set[str]) -> dict[str, Any]:
         if revision:
             out["revision"] = str(revision)
     if is_peft(model):
-        adapters = {}
+        adapters: dict[str, dict[str, JSON]] = {}
         for name, pc in model.peft_config.items():
             d = pc.to_dict() if callable(getattr(pc, "to_dict", None)) else {}
             adapters[str(name)] = {
@@ -163,7 +189,7 @@ def base_identity(model: Any, frozen_keys: set[str]) -> dict[str, Any]:
     return out
 
 
-def same_base(recorded: dict[str, Any], rebuilt: dict[str, Any]) -> tuple[bool, str]:
+def same_base(recorded: Mapping[str, object], rebuilt: BaseIdentity) -> tuple[bool, str]:
     """Whether the base build_model made now is the one the adapter was trained on, in words."""
     if recorded.get("sha256") == rebuilt.get("sha256"):
         return True, f"base identical (SHA-256 {str(recorded['sha256'])[:12]}… over {recorded.get('tensors')} tensors)"

@@ -88,7 +88,9 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
+
+from ..contract import Batch, Example, Params
 
 KINDS = ("generation", "classification", "other")
 CONVENTIONS = ("aligned", "shift_in_loss")
@@ -109,12 +111,25 @@ class DataTooSmall(TaskError):
     )
 
 
+class TaskExtras(TypedDict, total=False):
+    """``Task.extras``: the optional hooks the pilot's phases read (docs/pilot.md), each with its default there."""
+
+    label_field: str  # example field holding the label *name* (default "label")
+    label_names_by_split: Mapping[str, Sequence[str]] | Callable[[Params], Mapping[str, Sequence[str]]]
+    inspect_examples: tuple[int, int]  # (train, val) examples inspect.json records (default (4, 2))
+    max_no_target_share: float  # share of training examples allowed no supervised token (default 0)
+    scan_seconds: float  # time budget for collating the splits in the data gate (default 30 s)
+    measure_targets: bool  # False skips the alignment probe (default True)
+    ordered_groups: bool  # the group is a period: validation and test come after training
+    overfit_lr: float  # the overfit gate's learning rate (default [pilot] overfit_lr, else the campaign's)
+
+
 @dataclass
 class Task:
-    build_model: Callable[[dict[str, Any]], Any]
-    datasets: Callable[[dict[str, Any]], Mapping[str, Sequence[Any]]]
-    collate: Callable[[list[dict[str, Any]], dict[str, Any]], dict[str, Any]]
-    loss: Callable[[Any, dict[str, Any]], Any] | None = None
+    build_model: Callable[[Params], Any]
+    datasets: Callable[[Params], Mapping[str, Sequence[Mapping[str, object]]]]  # each split: its examples
+    collate: Callable[[list[Example], Params], Batch]
+    loss: Callable[[Any, Batch], Any] | None = None
     kind: str = "other"
     label_names: list[str] | None = None
     label_key: str = "labels"
@@ -125,22 +140,22 @@ class Task:
     mask_key: str = "attention_mask"
     loss_mask_key: str | None = None
     instruction_is_input: bool = False
-    max_length: Callable[[dict[str, Any]], int] | None = None
-    length: Callable[[dict[str, Any]], int] | None = None
-    vocab_size: Callable[[dict[str, Any]], int] | None = None
-    decode: Callable[[dict[str, Any], int], Any] | None = None
-    predict: Callable[[Any, dict[str, Any]], Any] | None = None
-    generate: Callable[[Any, dict[str, Any]], list[str]] | None = None
+    max_length: Callable[[Params], int] | None = None
+    length: Callable[[Example], int] | None = None
+    vocab_size: Callable[[Params], int] | None = None
+    decode: Callable[[Batch, int], Any] | None = None
+    predict: Callable[[Any, Batch], Any] | None = None
+    generate: Callable[[Any, Batch], list[str]] | None = None
     trainable: Callable[[Any], Sequence[str]] | None = None
-    optimizer: Callable[[Any, dict[str, Any]], Any] | None = None
-    scheduler: Callable[[Any, dict[str, Any]], Any] | None = None
+    optimizer: Callable[[Any, Params], Any] | None = None
+    scheduler: Callable[[Any, Params], Any] | None = None
     checkpointing: Callable[[Any, bool], Any] | None = None
-    control_inputs: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
+    control_inputs: Callable[[Params], list[Example]] | None = None
     group_unit: str = "group"
     batch_statistics: bool = False
     batch_level_loss: bool = False
     name: str = ""
-    extras: dict[str, Any] = field(default_factory=dict)
+    extras: TaskExtras = field(default_factory=TaskExtras)
 
     def __post_init__(self) -> None:
         for req in ("build_model", "datasets", "collate"):

@@ -11,16 +11,32 @@ from __future__ import annotations
 import json
 import sys
 import traceback
+from collections.abc import Mapping, Sized
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from .. import notebook as nbm
+from ..contract import Params
 from ..notebook.settings import Settings
 
 NEEDED = ("train", "val")  # the pilot trains on the first and validates on the second
 
 
-def task_problem(exc: BaseException, entry: str) -> dict[str, str]:
+class Problem(TypedDict):
+    """One thing to fix before a run: where (a file and line, or the campaign's setting) and what, in words."""
+
+    where: str
+    what: str
+
+
+class TaskCheck(TypedDict):
+    """What the child prints: the problems, and each checked variant's split sizes ({variant: {split: n}})."""
+
+    problems: list[Problem]
+    splits: dict[str, dict[str, int]]
+
+
+def task_problem(exc: BaseException, entry: str) -> Problem:
     """An exception raised while importing the task, as the place to fix and what is wrong there."""
     from .task import TaskError
 
@@ -37,9 +53,9 @@ def task_problem(exc: BaseException, entry: str) -> dict[str, str]:
     }
 
 
-def sizes(nb: nbm.Notebook, vid: str, params: dict[str, Any], splits: dict[str, Any]) -> list[dict[str, str]]:
+def sizes(nb: nbm.Notebook, vid: str, params: Params, splits: Mapping[str, Sized]) -> list[Problem]:
     """The splits the pilot needs exist, are not empty, and the training split holds at least one update."""
-    out: list[dict[str, str]] = []
+    out: list[Problem] = []
     where = f"{nb.path}: variant {vid}"
     for name in NEEDED:
         if name not in splits:
@@ -68,13 +84,13 @@ def sizes(nb: nbm.Notebook, vid: str, params: dict[str, Any], splits: dict[str, 
     return out
 
 
-def check(path: Path, variants: list[str] | None = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def check(path: Path, variants: list[str] | None = None, overrides: Params | None = None) -> TaskCheck:
     from .splits import load as load_splits
     from .task import load_task
     from .usercode import UserCodeError, user
 
     nb = nbm.load(path)
-    problems: list[dict[str, str]] = []
+    problems: list[Problem] = []
     try:
         task = load_task(nb.task.entry, nb.directory)
     except Exception as exc:  # noqa: BLE001 - the user's task: every failure is reported, none is ours
@@ -82,7 +98,7 @@ def check(path: Path, variants: list[str] | None = None, overrides: dict[str, An
     counted: dict[str, dict[str, int]] = {}
     seen: dict[str, dict[str, int]] = {}
     for vid in variants or [v.id for v in nb.variants]:
-        params = {**nb.params(vid), **(overrides or {})}
+        params: Params = {**nb.params(vid), **(overrides or {})}
         key = json.dumps({k: v for k, v in params.items() if k not in ("microbatch", "accumulation")}, default=str)
         if key not in seen:
             try:
@@ -97,12 +113,12 @@ def check(path: Path, variants: list[str] | None = None, overrides: dict[str, An
     return {"problems": merged(problems), "splits": counted}
 
 
-def merged(problems: list[dict[str, str]]) -> list[dict[str, str]]:
+def merged(problems: list[Problem]) -> list[Problem]:
     """The same problem in several variants, said once with the variants named."""
     by_what: dict[str, list[str]] = {}
     for p in problems:
         by_what.setdefault(p["what"], []).append(p["where"])
-    out = []
+    out: list[Problem] = []
     for what, wheres in by_what.items():
         if len(wheres) == 1:
             out.append({"where": wheres[0], "what": what})
@@ -116,7 +132,7 @@ def merged(problems: list[dict[str, str]]) -> list[dict[str, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    overrides: dict[str, Any] = {}
+    overrides: Params = {}
     if len(args) >= 2 and args[0] == "--overrides":
         overrides = json.loads(args[1])
         args = args[2:]

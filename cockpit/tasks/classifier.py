@@ -14,12 +14,13 @@ seconds on a 2-core CPU. Nothing is downloaded.
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import TypedDict
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cockpit.contract import Batch, Example, Params
 from cockpit.pilot.task import Task
 
 LABEL_NAMES = ["sports", "weather", "music", "food"]
@@ -61,10 +62,22 @@ VOCAB = len(WORDS) + 3
 PER_SOURCE = 4
 
 
-def make_split(name: str, n: int, seed: int) -> list[dict[str, Any]]:
+class Sentence(TypedDict):
+    """One example as ``datasets`` makes it: a sentence of a source document, with its topic's *name*.
+
+    ``collate`` (which maps the name to an id) and ``length`` take what the pilot hands back, the contract's
+    :data:`~cockpit.contract.Example`."""
+
+    id: str
+    group: str  # the source document, the leakage unit
+    text: str
+    label: str  # one of LABEL_NAMES
+
+
+def make_split(name: str, n: int, seed: int) -> list[Sentence]:
     """``n`` sentences from ``ceil(n / PER_SOURCE)`` source documents, all named after the split."""
     rng = random.Random(f"classifier-{seed}-{name}")
-    out: list[dict[str, Any]] = []
+    out: list[Sentence] = []
     for i in range(n):
         source = i // PER_SOURCE
         if i % PER_SOURCE == 0:
@@ -87,7 +100,7 @@ def make_split(name: str, n: int, seed: int) -> list[dict[str, Any]]:
     return out
 
 
-def datasets(params: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def datasets(params: Params) -> dict[str, list[Sentence]]:
     seed = int(params.get("data_seed", 7))
     return {
         "train": make_split("train", int(params.get("train_examples", 2048)), seed),
@@ -96,15 +109,15 @@ def datasets(params: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def tokens(ex: dict[str, Any]) -> list[int]:
+def tokens(ex: Example) -> list[int]:
     return [CLS, *(STOI.get(w, UNK) for w in ex["text"].split())]
 
 
-def length(ex: dict[str, Any]) -> int:
+def length(ex: Example) -> int:
     return len(ex["text"].split()) + 1
 
 
-def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+def collate(examples: list[Example], params: Params) -> Batch:
     max_len = int(params.get("max_length", 16))
     rows = [tokens(ex)[:max_len] for ex in examples]
     width = max(len(r) for r in rows)
@@ -131,7 +144,7 @@ class BagClassifier(nn.Module):
         return self.mlp(pooled)
 
 
-def build_model(params: dict[str, Any]) -> nn.Module:
+def build_model(params: Params) -> nn.Module:
     return BagClassifier(
         int(params.get("d_model", 32)),
         int(params.get("hidden", 64)),
@@ -140,24 +153,24 @@ def build_model(params: dict[str, Any]) -> nn.Module:
     )
 
 
-def loss(model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+def loss(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     logits = model(batch["input_ids"], batch["attention_mask"])
     labels = batch["labels"]
     total = F.cross_entropy(logits.float(), labels, ignore_index=-100, reduction="sum")
     return total, (labels != -100).sum()
 
 
-def predict(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+def predict(model: nn.Module, batch: Batch) -> torch.Tensor:
     return model(batch["input_ids"], batch["attention_mask"]).argmax(-1)
 
 
-def decode(batch: dict[str, Any], row: int) -> str:
+def decode(batch: Batch, row: int) -> str:
     ids = batch["input_ids"][row].tolist()
     mask = batch["attention_mask"][row].tolist()
     return " ".join(ITOS.get(t, "<unk>") for t, m in zip(ids, mask, strict=True) if m and t != CLS)
 
 
-def control_inputs(params: dict[str, Any]) -> list[dict[str, Any]]:
+def control_inputs(params: Params) -> list[Example]:
     """Fixed sentences replayed after export: one per class, plus the longest shape."""
     texts = [
         ("the team won the final match with a late goal", "sports"),

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import random
 import string
-from typing import Any
+from typing import TypedDict
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cockpit.contract import Batch, Example, Params
 from cockpit.pilot.task import Task
 
 PAD, BOS, SEP, EOS = 0, 1, 2, 3
@@ -25,6 +26,17 @@ ITOS = {i: c for c, i in STOI.items()} | {PAD: "", BOS: "^", SEP: "|", EOS: "$"}
 VOCAB = len(CHARS) + 4
 OPS = ("reverse", "upper", "sort", "double")
 PER_GROUP = 4
+
+
+class Pair(TypedDict):
+    """One example as ``datasets`` makes it: an instruction and its answer, in a conversation of ``PER_GROUP``.
+
+    ``collate`` and ``length`` take what the pilot hands back, the contract's :data:`~cockpit.contract.Example`."""
+
+    id: str
+    group: str
+    instruction: str  # "reverse: word"
+    answer: str
 
 
 def _answer(op: str, word: str) -> str:
@@ -37,12 +49,12 @@ def _answer(op: str, word: str) -> str:
     return "".join(c + c for c in word)[: 2 * len(word)]
 
 
-def make_split(name: str, n: int, seed: int, offset: int = 0, taken: set[str] | None = None) -> list[dict[str, Any]]:
+def make_split(name: str, n: int, seed: int, offset: int = 0, taken: set[str] | None = None) -> list[Pair]:
     """n examples; an instruction already in ``taken`` (another split) is drawn again, so no
     input appears in two splits."""
     rng = random.Random(f"{seed}-{name}")
     taken = taken if taken is not None else set()
-    out = []
+    out: list[Pair] = []
     for i in range(n):
         while True:
             op = OPS[rng.randrange(len(OPS))]
@@ -61,7 +73,7 @@ def make_split(name: str, n: int, seed: int, offset: int = 0, taken: set[str] | 
     return out
 
 
-def datasets(params: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def datasets(params: Params) -> dict[str, list[Pair]]:
     seed = int(params.get("data_seed", 1234))
     taken: set[str] = set()
     return {
@@ -71,18 +83,18 @@ def datasets(params: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def encode(ex: dict[str, Any]) -> tuple[list[int], int]:
+def encode(ex: Example) -> tuple[list[int], int]:
     """Token ids of BOS instruction SEP answer EOS, and the index of SEP."""
     ins = [STOI[c] for c in ex["instruction"]]
     ans = [STOI[c] for c in ex["answer"]]
     return [BOS, *ins, SEP, *ans, EOS], len(ins) + 1
 
 
-def length(ex: dict[str, Any]) -> int:
+def length(ex: Example) -> int:
     return len(ex["instruction"]) + len(ex["answer"]) + 3
 
 
-def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+def collate(examples: list[Example], params: Params) -> Batch:
     max_len = int(params.get("max_length", 48))
     rows, labels = [], []
     for ex in examples:
@@ -136,7 +148,7 @@ class TinyLM(nn.Module):
         return self.head(self.norm(x))
 
 
-def build_model(params: dict[str, Any]) -> nn.Module:
+def build_model(params: Params) -> nn.Module:
     return TinyLM(
         int(params.get("d_model", 64)),
         int(params.get("n_layers", 2)),
@@ -147,7 +159,7 @@ def build_model(params: dict[str, Any]) -> nn.Module:
     )
 
 
-def loss(model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+def loss(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     logits = model(batch["input_ids"], batch["attention_mask"])
     labels = batch["labels"]
     total = F.cross_entropy(
@@ -156,14 +168,14 @@ def loss(model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.T
     return total, (labels != -100).sum()
 
 
-def predict(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+def predict(model: nn.Module, batch: Batch) -> torch.Tensor:
     """Greedy next-token predictions at supervised positions (-100 elsewhere)."""
     logits = model(batch["input_ids"], batch["attention_mask"])
     pred = logits.argmax(-1)
     return torch.where(batch["labels"] != -100, pred, torch.full_like(pred, -100))
 
 
-def decode(batch: dict[str, Any], row: int) -> list[tuple[str, bool]]:
+def decode(batch: Batch, row: int) -> list[tuple[str, bool]]:
     """The row as text, split into spans that are supervised (True) or input only (False)."""
     ids = batch["input_ids"][row].tolist()
     labels = batch["labels"][row].tolist()
@@ -188,7 +200,7 @@ def _append(spans: list[tuple[str, bool]], text: str, sup: bool) -> None:
         spans.append((text, sup))
 
 
-def control_inputs(params: dict[str, Any]) -> list[dict[str, Any]]:
+def control_inputs(params: Params) -> list[Example]:
     """Fixed prompts replayed after export: one per operation, plus the longest shape."""
     pairs = [("reverse", "cockpit"), ("upper", "gate"), ("sort", "pilot"), ("double", "abcdefghijkl")]
     return [
