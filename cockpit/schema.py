@@ -246,7 +246,7 @@ class CpuLoad(TypedDict):
     this process's own, the 1-minute load average (None where the system has none) and whether that made the machine
     busy; on a GPU the pilot adds what other processes held on each GPU at the phase's end (bytes, by GPU index)."""
 
-    cpus: int
+    cpus: float
     others_cpus: float
     own_cpus: float
     load1: float | None

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from ..contract import Params
 from .model import Notebook
 
 SettingValue: TypeAlias = "str | int | float | bool | list[SettingValue] | dict[str, SettingValue] | None"
@@ -44,7 +45,7 @@ class Settings:
         """The set (not None) settings by name, ``leave_out`` left out: what two variants' settings are compared by."""
         return {k: v for k, v in self.params.items() if k not in leave_out and v is not None}
 
-    def flat(self) -> dict[str, Any]:
+    def flat(self) -> Params:
         """A copy of the flat mapping, for the task's functions and for run.toml."""
         return dict(self.params)
 
