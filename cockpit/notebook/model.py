@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from ..contract import Params
 from ..errors import CockpitError
@@ -284,7 +284,16 @@ class Notebook:
         return str(self.path) if self.path else NOTEBOOK_FILE
 
 
-def probe_campaign_sections() -> dict[str, Any]:
+class ProbeStandIns(TypedDict):
+    """The sections a probe campaign stands in for, as :class:`Notebook`'s arguments of those names."""
+
+    task: TaskSpec
+    batch: BatchSpec
+    training: TrainingSpec
+    variants: list[Variant]
+
+
+def probe_campaign_sections() -> ProbeStandIns:
     """The sections a probe campaign stands in for (it has none of its own). Never written to its file
     (:func:`~cockpit.notebook.store.to_dict` leaves them out) and never shown as settings: the script has its own."""
     return {
@@ -295,7 +304,7 @@ def probe_campaign_sections() -> dict[str, Any]:
     }
 
 
-SECTIONS: dict[str, Any] = {
+SECTIONS: dict[str, object] = {  # each section's type hint, as parse converts a table to it
     "campaign": CampaignInfo,
     "task": TaskSpec,
     "batch": BatchSpec,
