@@ -109,8 +109,9 @@ class Settings:
 
     @property
     def epochs(self) -> float | None:
+        """The budget in epochs, as given (a whole number stays one: the budget's ``amount`` reports it as such)."""
         e = self.params.get("epochs")
-        return float(e) if e is not None else None
+        return None if e is None else e if isinstance(e, (int, float)) else float(e)
 
     @property
     def examples(self) -> int | None:
