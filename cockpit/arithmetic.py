@@ -7,9 +7,10 @@ disagree. These are counts: they predict neither duration nor quality.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from .contract import Params
+from .notebook.settings import Settings
 
 HELD = ("updates", "epochs", "examples")
 
@@ -133,25 +134,22 @@ def resolve_budget(
     return Budget(updates, seen, epochs_seen, dropped, basis, amount)
 
 
-def budget_from(plan: BatchPlan, params: Mapping[str, Any]) -> Budget:
-    """The budget of a campaign variant (its flat parameters, ``Notebook.params``)."""
-    return resolve_budget(
-        plan,
-        updates=params.get("updates"),
-        epochs=params.get("epochs"),
-        examples=params.get("examples"),
-    )
+def budget_from(plan: BatchPlan, settings: Settings | Params) -> Budget:
+    """The budget of a campaign variant (its :class:`Settings`, or its flat parameters, ``Notebook.params``)."""
+    s = settings if isinstance(settings, Settings) else Settings(settings)
+    return resolve_budget(plan, updates=s.budget_updates, epochs=s.epochs, examples=s.examples)
 
 
-def plan_from(params: Mapping[str, Any]) -> BatchPlan:
-    """The batch plan of a campaign variant (its flat parameters, ``Notebook.params``)."""
+def plan_from(settings: Settings | Params) -> BatchPlan:
+    """The batch plan of a campaign variant (its :class:`Settings`, or its flat parameters, ``Notebook.params``)."""
+    s = settings if isinstance(settings, Settings) else Settings(settings)
     return BatchPlan(
-        microbatch=params["microbatch"],
-        accumulation=params.get("accumulation", 1),
-        data_replicas=params.get("data_replicas", 1),
-        model_parallel=params.get("model_parallel", 1),
-        dataset_size=params.get("dataset_size"),
-        drop_last=params.get("drop_last", True),
+        microbatch=s.microbatch,
+        accumulation=s.accumulation,
+        data_replicas=s.data_replicas,
+        model_parallel=s.model_parallel,
+        dataset_size=s.dataset_size,
+        drop_last=s.drop_last,
     )
 
 

@@ -9,10 +9,12 @@ itself: the sheet recommends a GPU only from measurements.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypeGuard
 
 from . import fsutil
+from .schema import JSONObject
 
 FOLDER = "estimates"
 MIB = 2**20
@@ -22,14 +24,14 @@ def path(campaign_dir: Path, variant: str) -> Path:
     return Path(campaign_dir) / FOLDER / f"{variant}.json"
 
 
-def save(campaign_dir: Path, variant: str, estimate: dict[str, Any], when: str) -> Path:
+def save(campaign_dir: Path, variant: str, estimate: JSONObject, when: str) -> Path:
     target = path(campaign_dir, variant)
     target.parent.mkdir(exist_ok=True)
     fsutil.write_text(target, json.dumps({"written": when, **estimate}, indent=1))
     return target
 
 
-def load(campaign_dir: Path, variant: str) -> dict[str, Any] | None:
+def load(campaign_dir: Path, variant: str) -> JSONObject | None:
     """The saved estimate of a variant, or None (absent, unreadable, or not one Cockpit wrote)."""
     try:
         data = json.loads(fsutil.read_regular(path(campaign_dir, variant), 16 << 20))
@@ -40,20 +42,21 @@ def load(campaign_dir: Path, variant: str) -> dict[str, Any] | None:
     return data
 
 
-def predicted(est: dict[str, Any]) -> tuple[float | None, float | None, str]:
+def predicted(est: JSONObject) -> tuple[float | None, float | None, str]:
     """The estimate's peak allocated and peak reserved (MiB) over its phases, and the phase of the allocated peak."""
-    rows = [r for r in est.get("phases", []) if isinstance(r, dict)]
-    alloc = [(float(r["allocated_mib"]), str(r.get("name", "?"))) for r in rows if _num(r.get("allocated_mib"))]
-    resv = [float(r["reserved_mib"]) for r in rows if _num(r.get("reserved_mib"))]
+    phases = est.get("phases")
+    rows = [r for r in phases if isinstance(r, Mapping)] if isinstance(phases, list) else []
+    alloc = [(float(a), str(r.get("name", "?"))) for r in rows if _num(a := r.get("allocated_mib"))]
+    resv = [float(v) for r in rows if _num(v := r.get("reserved_mib"))]
     top = max(alloc) if alloc else (None, "")
     return top[0], (max(resv) if resv else None), top[1]
 
 
-def _num(x: Any) -> bool:
+def _num(x: object) -> TypeGuard[int | float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def beside(est: dict[str, Any], measured_allocated_mib: float | None, measured_reserved_mib: float | None) -> str:
+def beside(est: JSONObject, measured_allocated_mib: float | None, measured_reserved_mib: float | None) -> str:
     """One line: the estimate, and where a GPU measured the same campaign, the measurement and the ratios."""
     alloc, resv, phase = predicted(est)
     if alloc is None:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeGuard, TypeVar
 
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from .schema import Check
 from .styles import VERDICT_STYLE
 
 
@@ -62,7 +63,12 @@ class GateRow:
     verdict: str
     remedy: str
     message: str
-    checks: list[dict[str, Any]]  # as written by the gate (name, ok, detail, warn, na)
+    checks: list[Check]  # as written by the gate (name, ok, detail, warn, na)
+
+
+def _is_check(value: object) -> TypeGuard[Check]:
+    """A check as a gate writes it (a file Cockpit did not write may hold anything in its list)."""
+    return isinstance(value, dict)
 
 
 def _mapping(value: object) -> Mapping[str, object]:
@@ -93,7 +99,7 @@ def row(gate: Gate) -> GateRow:
         verdict=str(gate.get("verdict", "?")),
         remedy=str(gate.get("remedy") or ""),
         message=str(gate.get("message") or ""),
-        checks=[c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else [],
+        checks=[c for c in checks if _is_check(c)] if isinstance(checks, list) else [],
     )
 
 
@@ -238,7 +244,7 @@ def findings(gates: Sequence[Gate]) -> list[Text]:
             continue
         bad = [c for c in r.checks if not c.get("ok")]
         if not bad:
-            bad = [{"name": "", "detail": r.message or "(no check named)", "warn": verdict == "warn"}]
+            bad = [{"name": "", "ok": False, "detail": r.message or "(no check named)", "warn": verdict == "warn"}]
         for i, c in enumerate(bad):
             said = "warn" if c.get("warn") else "fail"
             text = f"{c.get('name')}: {c.get('detail')}" if c.get("name") else str(c.get("detail"))

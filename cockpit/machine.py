@@ -14,11 +14,12 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .nvml import NVML
+from .schema import CpuLoad, GpuProcess
 
 MIB = 2**20
 
@@ -92,7 +93,7 @@ class CpuWatch:
     def start(cls) -> CpuWatch:
         return cls(time.monotonic(), _busy_cpu_s(), _own_cpu_s())
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> CpuLoad:
         wall = max(time.monotonic() - self.wall0, 1e-6)
         others = max(0.0, (_busy_cpu_s() - self.busy0) - (_own_cpu_s() - self.own0)) / wall
         own = max(0.0, _own_cpu_s() - self.own0) / wall
@@ -113,32 +114,36 @@ class CpuWatch:
         }
 
 
-def busy_words(m: dict[str, Any] | None) -> str:
+def busy_words(m: Mapping[str, object] | None) -> str:
     """ "load 8.7 on 2 CPUs" for a busy phase ("" otherwise): the load average is a count of runnable
     processes, not of CPUs, so it is named as a load; without one, the CPUs other processes used."""
     if not m or not m.get("busy"):
         return ""
     load1 = m.get("load1")
     if isinstance(load1, (int, float)):
-        return f"load {load1:.1f} on {m.get('cpus', 0):g} CPUs"
-    return f"other processes used {m.get('others_cpus', 0):.1f} of {m.get('cpus', 0):g} CPUs"
+        return f"load {load1:.1f} on {_number(m.get('cpus')):g} CPUs"
+    return f"other processes used {_number(m.get('others_cpus')):.1f} of {_number(m.get('cpus')):g} CPUs"
+
+
+def _number(x: object) -> float:
+    """A figure of a load record (written by Cockpit, or by a probe's script: 0 when it is not a number)."""
+    return float(x) if isinstance(x, (int, float)) else 0.0
 
 
 # --------------------------------------------------------------------------- GPU memory of other processes
 
 
-def gpu_others(own_pids: set[int] | None = None) -> list[dict[str, Any]]:
+def gpu_others(own_pids: set[int] | None = None) -> list[GpuProcess]:
     """Processes other than this run holding GPU memory: gpu, pid, name (when visible), used bytes."""
     own = own_pids or {os.getpid()}
     fake = os.environ.get("COCKPIT_FAKE_GPU_PROCESSES")
+    out: list[GpuProcess] = []
     if fake is not None:
-        out = []
         for part in fake.split(","):
             if part.strip():
                 gpu, pid, name, mib = part.split(":")
                 out.append({"gpu": int(gpu), "pid": int(pid), "name": name, "used": int(float(mib) * MIB)})
         return [p for p in out if p["pid"] not in own]
-    out = []
     for i in range(NVML.device_count() or 0):  # no driver, or no permission to list processes: nothing known
         h = NVML.handle(i)
         for p in (NVML.processes(h) if h is not None else None) or []:
@@ -159,10 +164,10 @@ def _name(pid: int) -> str:
         return "(not visible)"
 
 
-def describe_others(others: list[dict[str, Any]]) -> str:
+def describe_others(others: list[GpuProcess]) -> str:
     return "; ".join(
         f"GPU {p['gpu']}: pid {p['pid']} {p['name']} "
-        + (f"{p['used'] / MIB:,.0f} MiB" if p.get("used") is not None else "(memory not reported)")
+        + (f"{used / MIB:,.0f} MiB" if (used := p.get("used")) is not None else "(memory not reported)")
         for p in others
     )
 

@@ -12,7 +12,8 @@ protocol CAMPAIGN --why "..."`` declares the new revision, dated, as a decision.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any
+from collections.abc import Mapping
+from pathlib import Path
 
 from . import notebook as nbm
 from . import runs
@@ -20,17 +21,20 @@ from .notebook.protocol import record as record  # the rules themselves live wit
 from .notebook.protocol import rules as rules
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _flat(d: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    """Nested tables as one level: ``{"stop": {"patience": 3}}`` is ``{"stop.patience": 3}``."""
+    out: dict[str, object] = {}
     for k, v in d.items():
-        if isinstance(v, dict):
+        if isinstance(v, Mapping):
             out.update(_flat(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
     return out
 
 
-def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def differences(old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
+    """``rule old -> new`` for each rule that differs (the revision left out): a run.toml's rules against the
+    notebook's."""
     a, b = (
         _flat({k: v for k, v in old.items() if k != "revision"}),
         _flat({k: v for k, v in new.items() if k != "revision"}),
@@ -46,7 +50,7 @@ def drift(nb: nbm.Notebook, all_runs: list[runs.RunFiles] | None = None) -> tupl
     who: list[str] = []
     for r in runs.training_runs(all_runs):
         used = r.frozen.get("protocol")
-        if not isinstance(used, dict) or int(used.get("revision", 1)) != nb.campaign.protocol_revision:
+        if not isinstance(used, dict) or used.get("revision", 1) != nb.campaign.protocol_revision:
             continue
         diff = differences(used, now)
         if diff:
@@ -66,9 +70,9 @@ def drift_message(nb: nbm.Notebook, changed: list[str], who: list[str]) -> str:
     )
 
 
-def declare(campaign: Any, why: str) -> tuple[int, list[str]]:
+def declare(campaign: Path | str, why: str) -> tuple[int, list[str]]:
     """Raise the protocol revision, with a dated decision saying why and what changed; (new revision, changes)."""
-    box: dict[str, Any] = {}
+    declared: list[tuple[int, list[str]]] = []
 
     def change(nb: nbm.Notebook) -> None:
         changed, _ = drift(nb)
@@ -77,7 +81,7 @@ def declare(campaign: Any, why: str) -> tuple[int, list[str]]:
         if changed:
             text += f" (changed: {'; '.join(changed)})"
         nb.decisions.append(nbm.Decision(date=_dt.date.today().isoformat(), text=text, kind="protocol"))
-        box["rev"], box["changed"] = nb.campaign.protocol_revision, changed
+        declared.append((nb.campaign.protocol_revision, changed))
 
     nbm.mutate(nbm.find(campaign), change)
-    return box["rev"], box["changed"]
+    return declared[-1]

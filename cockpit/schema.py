@@ -216,10 +216,10 @@ class Stack(TypedDict, total=False):
 class GateExtras(TypedDict, total=False):
     """A gate's own figures, beside its checks. Each phase writes the ones it measures."""
 
-    machine: JSONObject  # the CPU load during the phase (cockpit.machine.CpuWatch), gpu_others on a GPU
+    machine: CpuLoad  # the CPU load during the phase (cockpit.machine.CpuWatch), gpu_others on a GPU
     busy: str  # the load in words, when other processes made the machine busy
     stack: Stack  # stack: the software stack found
-    gpu_others: JSON  # stack: other processes' memory on the GPUs
+    gpu_others: list[GpuProcess]  # stack: other processes' memory on the GPUs
     data_revision: JSONObject  # data: the hash over every example
     truncation: Truncation  # data
     inspect: Inspected  # data: the inspect file written
@@ -323,6 +323,28 @@ class InspectDoc(TypedDict):
     label_names: NotRequired[list[str] | None]
 
 
+class CpuLoad(TypedDict):
+    """The machine's load while a phase ran (:meth:`cockpit.machine.CpuWatch.stop`): CPUs other processes kept busy,
+    this process's own, the 1-minute load average (None where the system has none) and whether that made the machine
+    busy; on a GPU the pilot adds what other processes held on each GPU at the phase's end (bytes, by GPU index)."""
+
+    cpus: float
+    others_cpus: float
+    own_cpus: float
+    load1: float | None
+    busy: bool
+    gpu_others: NotRequired[dict[str, int]]
+
+
+class GpuProcess(TypedDict):
+    """A process other than the run's holding GPU memory (:func:`cockpit.machine.gpu_others`)."""
+
+    gpu: int
+    pid: int
+    name: str
+    used: int | None  # bytes; None: the driver did not report it
+
+
 GATE_EXTRAS = frozenset(GateExtras.__annotations__)
 
 
@@ -392,6 +414,7 @@ __all__ = [
     "RunEndFigures",
     "Baseline",
     "Check",
+    "CpuLoad",
     "Decomposition",
     "Determinism",
     "EVENT_FIELDS",
@@ -401,6 +424,7 @@ __all__ = [
     "GateExtras",
     "GateFields",
     "GpuMemory",
+    "GpuProcess",
     "GpuSample",
     "InitialLoss",
     "InspectDoc",

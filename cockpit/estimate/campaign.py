@@ -8,11 +8,17 @@ instead), data too small for one update.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .. import notebook as nbm
+from ..contract import Params
 from ..errors import UsageError
+from ..notebook.settings import Settings
 from . import report
+
+if TYPE_CHECKING:
+    from ..pilot.task import Task
+    from .trace import Trace
 
 
 def second_microbatch(m: int) -> int:
@@ -32,7 +38,7 @@ def estimate(
 
     vid = variant or nb.reference.id
     try:
-        params = nb.params(vid)
+        settings = Settings.of(nb, vid)
     except nbm.NotebookError as exc:
         raise UsageError(str(exc)) from None
     sizes = None
@@ -54,7 +60,8 @@ def estimate(
             "to import; `cockpit check` says the same."
         ) from None
     trainable_only = bool(getattr(nb.checkpoints, "trainable_only", False))
-    main = _trace(nb, vid, task, params, int(params["microbatch"]), trainable_only)
+    params = settings.flat()  # what the task's functions receive
+    main = _trace(nb, vid, task, params, settings.microbatch, trainable_only)
     other = None
     if second:
         m2 = second_microbatch(main.microbatch)
@@ -78,12 +85,12 @@ def estimate(
 def _trace(
     nb: nbm.Notebook,
     vid: str,
-    task: Any,
-    params: dict[str, Any],
+    task: Task,
+    params: Params,
     m: int,
     trainable_only: bool,
     gpu_semantics: bool = True,
-) -> Any:
+) -> Trace:
     from ..pilot.task import DataTooSmall
     from ..pilot.usercode import UserCodeError
     from .counter import Unfakeable

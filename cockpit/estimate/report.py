@@ -5,8 +5,9 @@ largest microbatch that fits each GPU size with the pilot's headroom (the select
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
+from ..contract import Params
 from ..notebook.settings import Settings
 from . import gpu
 from .allocator import segment_size
@@ -43,6 +44,15 @@ class Fit:
     largest_microbatch: int | None  # None: memory does not grow with the microbatch, any fits; 0: not even 1
 
 
+class FallbackRow(TypedDict):
+    """An operation the trace ran on the CPU instead (fake tensors could not run it), as the estimate records it."""
+
+    op: str
+    why: str
+    calls: int
+    output_mib: float
+
+
 @dataclass
 class Estimate:
     campaign: str
@@ -59,7 +69,7 @@ class Estimate:
     headroom: float
     fits: list[Fit]
     modelled: list[str]
-    fallbacks: list[dict[str, Any]] = field(default_factory=list)
+    fallbacks: list[FallbackRow] = field(default_factory=list)
     invented: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     second_microbatch: int = 0
@@ -167,11 +177,12 @@ def build(
     *,
     campaign: str,
     variant: str,
-    params: dict[str, Any],
+    params: Params,
     headroom: float,
     sizes: list[tuple[str, int]] | None = None,
     cpu: Trace | None = None,
 ) -> Estimate:
+    settings = Settings(params)
     rs = rows(main)
     if cpu is not None:
         ws = gpu.CUBLAS_WORKSPACE_MIB  # the same on both sides: the column shows what the semantics changed
@@ -179,7 +190,7 @@ def build(
         for r in rs:
             r.cpu_allocated_mib = on_cpu.get(r.name)
     peak = max(rs, key=lambda r: r.allocated_mib)
-    fbs = [
+    fbs: list[FallbackRow] = [
         {"op": f.op, "why": f.why, "calls": f.calls, "output_mib": f.output_bytes / MIB}
         for t in (main, other)
         if t is not None
@@ -189,8 +200,8 @@ def build(
         campaign=campaign,
         variant=variant,
         microbatch=main.microbatch,
-        accumulation=Settings(params).accumulation,
-        precision=Settings(params).precision,
+        accumulation=settings.accumulation,
+        precision=settings.precision,
         parameters=main.parameters,
         trainable=main.trainable,
         optimizer=main.optimizer,

@@ -27,6 +27,7 @@ from typing import Any, cast
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ..contract import Example, Params
 from ..pilot.phases.worst_case import worst_batch
 from ..pilot.task import Task
 from ..pilot.trainer import Trainer, user
@@ -83,7 +84,7 @@ class _Trainer(Trainer):
         return contextlib.nullcontext()
 
 
-def describe(task: Task, params: dict[str, Any], examples: list[dict[str, Any]]) -> str:
+def describe(task: Task, params: Params, examples: list[Example]) -> str:
     text = f"{len(examples)} examples"
     if task.length is not None and examples:
         longest = max(int(user("length", task.length, e)) for e in examples)
@@ -138,7 +139,7 @@ def _real(fn: Any) -> Any:
 
 def run(
     task: Task,
-    params: dict[str, Any],
+    params: Params,
     *,
     seed: int = 0,
     microbatch: int | None = None,

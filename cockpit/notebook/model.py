@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
+from ..contract import Params
 from ..errors import CockpitError
 
 NOTEBOOK_FILE = "campaign.toml"
@@ -45,7 +46,7 @@ class CampaignInfo:
 @dataclass
 class TaskSpec:
     entry: str  # "package.module:attribute" or "path/to/file.py:attribute"
-    params: dict[str, Any] = field(default_factory=dict)
+    params: Params = field(default_factory=dict)
     extensions: list[str] = field(default_factory=list)  # modules the stack check imports
 
 
@@ -82,7 +83,7 @@ class TrainingSpec:
 class Variant:
     id: str
     reference: bool = False
-    set: dict[str, Any] = field(default_factory=dict)  # overrides of training, batch or task params
+    set: Params = field(default_factory=dict)  # overrides of training, batch or task params
     differs: str = ""  # what differs from the reference, in words
     why: str = ""
     kind: str = "quality"  # quality | memory
@@ -268,10 +269,10 @@ class Notebook:
         quality = [v.id for v in self.variants if v.kind == "quality"]
         return quality or [v.id for v in self.variants]
 
-    def params(self, vid: str | None = None) -> dict[str, Any]:
+    def params(self, vid: str | None = None) -> Params:
         """The effective parameters of a variant: training, batch and task
         parameters, with the variant's overrides applied. Flat keys."""
-        out: dict[str, Any] = {}
+        out: Params = {}
         out.update(dataclasses.asdict(self.training))
         out.update(dataclasses.asdict(self.batch))
         out.update(self.task.params)
@@ -283,7 +284,16 @@ class Notebook:
         return str(self.path) if self.path else NOTEBOOK_FILE
 
 
-def probe_campaign_sections() -> dict[str, Any]:
+class ProbeStandIns(TypedDict):
+    """The sections a probe campaign stands in for, as :class:`Notebook`'s arguments of those names."""
+
+    task: TaskSpec
+    batch: BatchSpec
+    training: TrainingSpec
+    variants: list[Variant]
+
+
+def probe_campaign_sections() -> ProbeStandIns:
     """The sections a probe campaign stands in for (it has none of its own). Never written to its file
     (:func:`~cockpit.notebook.store.to_dict` leaves them out) and never shown as settings: the script has its own."""
     return {
@@ -294,7 +304,7 @@ def probe_campaign_sections() -> dict[str, Any]:
     }
 
 
-SECTIONS: dict[str, Any] = {
+SECTIONS: dict[str, object] = {  # each section's type hint, as parse converts a table to it
     "campaign": CampaignInfo,
     "task": TaskSpec,
     "batch": BatchSpec,

@@ -11,6 +11,7 @@ import hashlib
 import sys
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,7 @@ CACHE_FILE = ".campaign.cache.json"  # written by store.save for large notebooks
 CACHE_MIN_BYTES = 1 << 20
 
 
-def _cached(p: Path, digest: str) -> dict[str, Any] | None:
+def _cached(p: Path, digest: str) -> dict[str, object] | None:
     """The values of the notebook as its last save wrote them, when the file is still exactly that one."""
     import json
 
@@ -155,7 +156,7 @@ def parse(raw: bytes | str, where: Path | str = NOTEBOOK_FILE) -> Notebook:
     return from_data(data, where)
 
 
-def from_data(data: dict[str, Any], where: Path | str = NOTEBOOK_FILE) -> Notebook:
+def from_data(data: Mapping[str, object], where: Path | str = NOTEBOOK_FILE) -> Notebook:
     """The notebook from parsed TOML (or from an edited notebook's ``to_dict``), every problem in one message."""
     problems: list[str] = []
     nb = _build_notebook(data, problems)
@@ -207,7 +208,7 @@ def _syntax_message(where: Path | str, text: str, exc: Exception) -> str:
     )
 
 
-def _build_notebook(data: dict[str, Any], problems: list[str]) -> Notebook | None:
+def _build_notebook(data: Mapping[str, object], problems: list[str]) -> Notebook | None:
     for key in data:
         if key not in SECTIONS:
             problems.append(f"unknown section [{key}]: the sections are {', '.join(SECTIONS)}" + suggest(key, SECTIONS))
@@ -221,7 +222,7 @@ def _build_notebook(data: dict[str, Any], problems: list[str]) -> Notebook | Non
     for key in REQUIRED_SECTIONS:
         if key not in data and not (probe and key in PROBE_OPTIONAL):
             problems.append(f"missing section [{key}]")
-    built: dict[str, Any] = {}
+    built: dict[str, Any] = {}  # the sections converted to their dataclasses, for Notebook(**built)
     for key, typ in SECTIONS.items():
         if key not in data:
             continue
@@ -338,7 +339,7 @@ def _convert(value: Any, typ: Any, path: str, problems: list[str]) -> Any:
 _SHAPES: dict[Any, Any] = {}
 
 
-def _shape(typ: Any) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]], dict[str, type], list[str]]:
+def _shape(typ: Any) -> tuple[dict[str, object], dict[str, dataclasses.Field[Any]], dict[str, type], list[str]]:
     """A section's type hints, fields, the plain type of each scalar field (str, int, float, bool; optional
     or not) and its required fields, computed once: get_type_hints is slow, and a notebook with 200,000
     decisions converts 200,000 tables."""

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
+from ..contract import Params
 from .model import Notebook
+
+SettingValue: TypeAlias = "str | int | float | bool | list[SettingValue] | dict[str, SettingValue] | None"
+"""One setting's value as the notebook (a TOML value) or an override gives it; None: unset."""
 
 
 @dataclass(frozen=True)
@@ -27,7 +31,21 @@ class Settings:
         """The variant's settings (the reference's when ``variant`` is None), made from the notebook."""
         return cls(nb.params(variant))
 
-    def flat(self) -> dict[str, Any]:
+    def with_(self, changes: Mapping[str, SettingValue]) -> Settings:
+        """These settings with ``changes`` on top (a value of None unsets the setting)."""
+        out = dict(self.params)
+        out.update(changes)
+        return Settings(out)
+
+    def given(self) -> Settings:
+        """The same settings with the unset (None) ones left out, as run.toml freezes them."""
+        return Settings({k: v for k, v in self.params.items() if v is not None})
+
+    def values(self, leave_out: frozenset[str] | tuple[str, ...] = ()) -> dict[str, SettingValue]:
+        """The set (not None) settings by name, ``leave_out`` left out: what two variants' settings are compared by."""
+        return {k: v for k, v in self.params.items() if k not in leave_out and v is not None}
+
+    def flat(self) -> Params:
         """A copy of the flat mapping, for the task's functions and for run.toml."""
         return dict(self.params)
 
@@ -66,9 +84,39 @@ class Settings:
         return self.microbatch * self.accumulation * self.data_replicas
 
     @property
+    def dataset_size(self) -> int | None:
+        """The training split's size, when the notebook gives it (None: taken from the task's split)."""
+        n = self.params.get("dataset_size")
+        return int(n) if n is not None else None
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether the incomplete last update of an epoch is dropped (absent: it is)."""
+        return bool(self.params.get("drop_last", True))
+
+    # ---- budget: exactly one of updates, epochs, examples
+
+    @property
     def updates(self) -> int | None:
         u = self.params.get("updates")
         return int(u) if u else None
+
+    @property
+    def budget_updates(self) -> int | None:
+        """The budget's updates as given (0 stays 0; None: the budget is given otherwise)."""
+        u = self.params.get("updates")
+        return int(u) if u is not None else None
+
+    @property
+    def epochs(self) -> float | None:
+        """The budget in epochs, as given (a whole number stays one: the budget's ``amount`` reports it as such)."""
+        e = self.params.get("epochs")
+        return None if e is None else e if isinstance(e, (int, float)) else float(e)
+
+    @property
+    def examples(self) -> int | None:
+        e = self.params.get("examples")
+        return int(e) if e is not None else None
 
     # ---- training
 

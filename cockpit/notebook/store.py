@@ -12,9 +12,9 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tomli_w
 
@@ -36,6 +36,9 @@ from .model import (
 )
 from .parse import CACHE_FILE, CACHE_MIN_BYTES, find, from_data, load, parse, read_bytes
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance  # the type checker's name for "an instance of any dataclass"
+
 
 def validate(nb: Notebook) -> None:
     """Re-check an in-memory notebook (after an edit) before it is saved: the same checks as a load,
@@ -43,8 +46,9 @@ def validate(nb: Notebook) -> None:
     from_data(to_dict(nb), nb.path or NOTEBOOK_FILE)
 
 
-def to_dict(nb: Notebook) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def to_dict(nb: Notebook) -> dict[str, object]:
+    """The notebook as the TOML document it is written as: a table per section, an array of tables per list."""
+    out: dict[str, object] = {}
     for key in SECTIONS:
         value = getattr(nb, key)
         if value is None:  # an optional section not set up (e.g. [probe]): not written
@@ -62,7 +66,7 @@ def to_dict(nb: Notebook) -> dict[str, Any]:
 _NAMES: dict[type, tuple[str, ...]] = {}
 
 
-def _table(obj: Any) -> dict[str, Any]:
+def _table(obj: DataclassInstance) -> dict[str, object]:
     """One section as a dict: its fields, a None left out (TOML has no null: it loads back as None).
 
     Faster than ``dataclasses.asdict`` (which deep-copies through every value), which matters for a
@@ -72,7 +76,7 @@ def _table(obj: Any) -> dict[str, Any]:
     names = _NAMES.get(cls)
     if names is None:
         names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("path", "digest"))
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for name in names:
         v = getattr(obj, name)
         if v is None:
@@ -96,14 +100,14 @@ def dumps(nb: Notebook) -> str:
     return dumps_data(to_dict(nb))
 
 
-def dumps_data(data: dict[str, Any]) -> str:
+def dumps_data(data: Mapping[str, object]) -> str:
     """The notebook's TOML. Long arrays of rows are appended as ``[[name]]`` blocks written here, about ten
     times faster than tomli_w (which writes the rest, and any array holding a value these blocks do not know)."""
     rest = dict(data)
     blocks = []
     for key in ("runs", "decisions"):
-        rows = rest.get(key) or []
-        if len(rows) > FAST_ROWS:
+        rows = rest.get(key)
+        if isinstance(rows, list) and len(rows) > FAST_ROWS:
             written = _rows(key, rows)
             if written is not None:
                 blocks.append(written)
@@ -114,10 +118,12 @@ def dumps_data(data: dict[str, Any]) -> str:
 _BARE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
-def _rows(key: str, rows: list[dict[str, Any]]) -> str | None:
+def _rows(key: str, rows: list[object]) -> str | None:
     """``[[key]]`` blocks for flat rows; None when a row holds anything else (then tomli_w writes them)."""
     out = []
     for row in rows:
+        if not isinstance(row, dict):
+            return None
         out.append(f"\n[[{key}]]\n")
         for k, v in row.items():
             if not k or not set(k) <= _BARE:
@@ -159,7 +165,7 @@ def _scalar(v: Any) -> str | None:
 # a large notebook from it skips the TOML parser (pure Python, about 5 s for 200,000 decisions). Written
 # only by a save (never by a read), only for notebooks past CACHE_MIN_BYTES; a file that differs from the
 # one written (edited by hand) simply does not match and is parsed as TOML.
-def _write_cache(target: Path, text: str, data: dict[str, Any] | None) -> None:
+def _write_cache(target: Path, text: str, data: Mapping[str, object] | None) -> None:
     cache = target.parent / CACHE_FILE
     raw = text.encode("utf-8")
     if data is None or len(raw) < CACHE_MIN_BYTES:
@@ -245,7 +251,7 @@ def save(nb: Notebook, path: Path | str | None = None, *, force_new: bool = Fals
 
 
 def _save_locked(
-    nb: Notebook, target: Path, text: str, force_new: bool = False, data: dict[str, Any] | None = None
+    nb: Notebook, target: Path, text: str, force_new: bool = False, data: Mapping[str, object] | None = None
 ) -> None:
     current = _digest_on_disk(target)
     if force_new:

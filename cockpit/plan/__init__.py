@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from .. import arithmetic
 from .. import notebook as nbm
 from .. import sheet as sh
+from ..notebook.settings import Settings
 from .disk import Disk, disk_for
 from .timing import Timing, measure, seconds_text
 
@@ -140,16 +141,15 @@ def updates_of(
             f"give it with `cockpit plan {nb.directory} --updates N`"
         )
 
-    def plan_of(vid: str) -> arithmetic.BatchPlan:
-        p = nb.params(vid)
-        if p.get("dataset_size") is None and dataset_size:
-            p["dataset_size"] = dataset_size
-        return arithmetic.plan_from(p)
+    def plan_of(s: Settings) -> arithmetic.BatchPlan:
+        if s.dataset_size is None and dataset_size:
+            s = s.with_({"dataset_size": dataset_size})
+        return arithmetic.plan_from(s)
 
     try:
-        ref_params = nb.params(nb.reference.id)
-        ref_budget = arithmetic.budget_from(plan_of(nb.reference.id), ref_params)
-        b = arithmetic.hold(nb.campaign.held_constant, plan_of(variant), ref_budget)
+        ref = Settings.of(nb, nb.reference.id)
+        ref_budget = arithmetic.budget_from(plan_of(ref), ref)
+        b = arithmetic.hold(nb.campaign.held_constant, plan_of(Settings.of(nb, variant)), ref_budget)
     except ValueError as exc:
         return None, f"updates unknown: {exc}"
     return b.updates, ""

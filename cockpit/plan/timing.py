@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from .. import sheet as sh
 
@@ -44,18 +43,19 @@ class Timing:
 
 def _step_duration(run: sh.RunFiles, phase: str) -> float | None:
     for e in run.events:
-        if e.get("kind") == "step" and e.get("phase") == phase and isinstance(e.get("duration_s"), (int, float)):
-            return float(e["duration_s"])
-    g = run.gate(phase)
-    return float(g["duration_s"]) if g and isinstance(g.get("duration_s"), (int, float)) else None
+        d = e.get("duration_s")
+        if e.get("kind") == "step" and e.get("phase") == phase and isinstance(d, (int, float)):
+            return float(d)
+    return _gate_s(run, phase)
 
 
 def _gate_s(run: sh.RunFiles, phase: str) -> float | None:
     g = run.gate(phase)
-    return float(g["duration_s"]) if g and isinstance(g.get("duration_s"), (int, float)) else None
+    d = g.get("duration_s") if g else None
+    return float(d) if isinstance(d, (int, float)) else None
 
 
-def _num(x: Any) -> float | None:
+def _num(x: object) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
 
 

@@ -9,15 +9,18 @@ already ended badly, an unchanged protocol, room on the disk for its checkpoints
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import events as ev
 from .. import notebook as nbm
 from .. import runs
+from ..contract import Params
 from ..errors import UsageError
+from ..notebook.settings import Settings, SettingValue
 from .items import Item, intended_params
 
 if TYPE_CHECKING:
+    from ..gpus import Gpu
     from ..plan import Disk
 
 
@@ -25,12 +28,12 @@ BUDGET_KEYS = ("updates", "epochs", "examples")
 BAD_ENDS = ev.ENDED_BY_ITSELF  # a crashed run (killed from outside) may run again with the same settings
 
 
-def _settings(params: dict[str, Any]) -> dict[str, Any]:
+def _settings(settings: Settings | Params) -> dict[str, SettingValue]:
     """What a pilot must have run with to vouch for a training run: everything but the budget."""
-    return {k: v for k, v in params.items() if k not in BUDGET_KEYS and v is not None}
+    return (settings if isinstance(settings, Settings) else Settings(settings)).values(BUDGET_KEYS)
 
 
-def _diff(a: dict[str, Any], b: dict[str, Any]) -> str:
+def _diff(a: dict[str, SettingValue], b: dict[str, SettingValue]) -> str:
     return ", ".join(
         f"{k} {a.get(k, 'unset')} -> {b.get(k, 'unset')}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
     )
@@ -43,9 +46,9 @@ def _diff(a: dict[str, Any], b: dict[str, Any]) -> str:
 SHARED_SCALARS = frozenset({"lr", "weight_decay", "warmup_updates", "schedule"})
 
 
-def mechanics(params: dict[str, Any]) -> dict[str, Any]:
+def mechanics(settings: Settings | Params) -> dict[str, SettingValue]:
     """The settings that decide memory and mechanics: what a pilot measures, the optimizer scalars left out."""
-    return {k: v for k, v in _settings(params).items() if k not in SHARED_SCALARS}
+    return {k: v for k, v in _settings(settings).items() if k not in SHARED_SCALARS}
 
 
 def pilot_groups(nb: nbm.Notebook) -> list[list[str]]:
@@ -59,7 +62,7 @@ def pilot_groups(nb: nbm.Notebook) -> list[list[str]]:
 
 
 def pilot_for(
-    nb: nbm.Notebook, all_runs: list[runs.RunFiles], variant: str, params: dict[str, Any]
+    nb: nbm.Notebook, all_runs: list[runs.RunFiles], variant: str, settings: Settings
 ) -> tuple[runs.RunFiles | None, str]:
     """The passed pilot that vouches for a training run of these settings and this task code, or why none does.
 
@@ -67,7 +70,7 @@ def pilot_for(
     settings differ from these only in :data:`SHARED_SCALARS` (a learning-rate variant shares the reference's).
     """
     code = runs.task_revision(nb.task.entry, nb.directory).get("task_code")
-    want = _settings(params)
+    want = _settings(settings)
     pilots = [r for r in all_runs if r.kind == "pilot" and r.variant == variant]
     passed = [
         r
@@ -80,7 +83,7 @@ def pilot_for(
         if r.variant == variant and _settings(r.frozen.get("params", {})) == want:
             return r, ""
     for r in reversed(passed):
-        if mechanics(r.frozen.get("params", {})) == mechanics(params):
+        if mechanics(r.frozen.get("params", {})) == mechanics(settings):
             return r, ""
     if not pilots:
         return None, f"no pilot of {variant} yet"
@@ -94,15 +97,14 @@ def pilot_for(
 
 
 def repeated_failure(
-    all_runs: list[runs.RunFiles], variant: str, seed: int, params: dict[str, Any]
+    all_runs: list[runs.RunFiles], variant: str, seed: int, settings: Settings
 ) -> runs.RunFiles | None:
     """The newest training run of this variant and seed that ended badly with exactly these settings."""
+    want = settings.values()
     same = [
         r
         for r in runs.training_runs(all_runs, variant)
-        if r.seed == seed
-        and r.status in BAD_ENDS
-        and {k: v for k, v in r.frozen.get("params", {}).items() if v is not None} == params
+        if r.seed == seed and r.status in BAD_ENDS and Settings(r.frozen.get("params", {})).values() == want
     ]
     return same[-1] if same else None
 
@@ -213,14 +215,14 @@ CONTEXT_MIB = 600  # a CUDA context per process, on top of what torch reserves (
 
 
 def parallel_check(
-    campaign: Path | str, variants: list[str], parallel: int, nproc: int = 1, gpus: list[Any] | None = None
+    campaign: Path | str, variants: list[str], parallel: int, nproc: int = 1, gpus: list[Gpu] | None = None
 ) -> list[str]:
     """Notes on whether ``parallel`` runs fit at once (see :func:`fit_parallel`); raises when they do not."""
     return fit_parallel(campaign, variants, parallel, nproc, gpus)[0]
 
 
 def fit_parallel(
-    campaign: Path | str, variants: list[str], parallel: int, nproc: int = 1, gpus: list[Any] | None = None
+    campaign: Path | str, variants: list[str], parallel: int, nproc: int = 1, gpus: list[Gpu] | None = None
 ) -> tuple[list[str], int]:
     """Whether ``parallel`` runs fit at once, from the latest passed pilots' measured peaks.
 

@@ -7,13 +7,46 @@ always be shown.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from .. import events as ev
 from .. import launch, runs
 from .. import notebook as nbm
 from ..errors import UsageError
+from ..notebook.settings import Settings, SettingValue
+
+
+@dataclass(frozen=True, eq=False)  # eq: a Mapping's, so that it equals the dict of the same changes
+class Overrides(Mapping[str, SettingValue]):
+    """The settings a series changes on top of each variant's: ``--set`` values and a budget override (``--updates``:
+    the other two budgets set to None, unset). Written into each new run's frozen parameters, so a quick look is
+    never mistaken for the campaign's budget. A read-only mapping of setting to value."""
+
+    changes: Mapping[str, SettingValue] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> SettingValue:
+        return self.changes[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.changes)
+
+    def __len__(self) -> int:
+        return len(self.changes)
+
+    @property
+    def updates(self) -> int | None:
+        """The number of updates these overrides set the budget to, if they set it."""
+        u = self.changes.get("updates")
+        return int(u) if isinstance(u, (int, float)) and u else None
+
+    def on(self, settings: Settings) -> Settings:
+        """A variant's settings with these on top, the unset ones left out: what a new run freezes."""
+        return settings.with_(self.changes).given()
+
+    def flat(self) -> dict[str, SettingValue]:
+        """A copy, for :func:`cockpit.launch.new_run`."""
+        return dict(self.changes)
 
 
 @dataclass
@@ -21,7 +54,7 @@ class Item:
     variant: str
     seed: int
     follows: str = ""
-    overrides: dict[str, Any] = field(default_factory=dict)
+    overrides: Overrides = field(default_factory=Overrides)
     resume: str = ""  # an existing run to go on with from its newest checkpoint, instead of a new run
     notes: str = ""  # written into the new run's row (an override, a deliberate repeat)
 
@@ -75,13 +108,13 @@ def parse_seeds(text: str) -> list[int]:
     return out
 
 
-def budget_overrides(updates: int | None) -> dict[str, Any]:
+def budget_overrides(updates: int | None) -> Overrides:
     """Replace the notebook's budget by a number of updates (a quick look); recorded in run.toml."""
     if updates is None:
-        return {}
+        return Overrides()
     if updates < 1:
         raise UsageError(f"--updates {updates}: give a whole number >= 1")
-    return {"updates": int(updates), "epochs": None, "examples": None}
+    return Overrides({"updates": int(updates), "epochs": None, "examples": None})
 
 
 def default_variants(nb: nbm.Notebook) -> list[str]:
@@ -94,10 +127,9 @@ def _latest_train(nb: nbm.Notebook, variant: str, seed: int) -> nbm.RunRow | Non
     return max(rows, key=lambda r: runs.order_key(r.id)) if rows else None
 
 
-def intended_params(nb: nbm.Notebook, variant: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    params = nb.params(variant)
-    params.update(overrides)
-    return {k: v for k, v in params.items() if v is not None}
+def intended_params(nb: nbm.Notebook, variant: str, overrides: Mapping[str, SettingValue]) -> Settings:
+    """The settings a new run of the variant freezes: the variant's with the overrides on top, unset ones left out."""
+    return Overrides(overrides).on(Settings.of(nb, variant))
 
 
 def plan(
@@ -105,7 +137,7 @@ def plan(
     variants: list[str] | None = None,
     seeds: list[int] | None = None,
     *,
-    overrides: dict[str, Any] | None = None,
+    overrides: Mapping[str, SettingValue] | None = None,
     skip_done: bool = False,
     rerun: list[str] | None = None,
 ) -> tuple[list[Item], list[str]]:
@@ -122,17 +154,17 @@ def _items(
     variants: list[str] | None,
     seeds: list[int] | None,
     *,
-    overrides: dict[str, Any] | None,
+    overrides: Mapping[str, SettingValue] | None,
     skip_done: bool,
     rerun: list[str] | None,
 ) -> tuple[list[Item], list[str]]:
-    overrides = dict(overrides or {})
+    changes = Overrides(dict(overrides or {}))
     notes: list[str] = []
     items: list[Item] = []
     if rerun:
         for rid in rerun:
             row = nb.run(rid)
-            items.append(Item(row.variant, row.seed, follows=row.id, overrides=dict(overrides)))
+            items.append(Item(row.variant, row.seed, follows=row.id, overrides=changes))
         if variants is None and seeds is None:
             return items, notes
     chosen = variants or default_variants(nb)
@@ -142,17 +174,17 @@ def _items(
         for seed in seeds if seeds is not None else [0, 1, 2]:
             prev = _latest_train(nb, vid, seed)
             if skip_done and prev is not None and prev.status == ev.Status.COMPLETED.value:
-                same = _same_params(nb, prev.id, intended_params(nb, vid, overrides))
+                same = _same_params(nb, prev.id, changes.on(Settings.of(nb, vid)))
                 if same:
                     notes.append(f"{vid} seed {seed}: skipped, {prev.id} completed with the same settings")
                     continue
-            items.append(Item(vid, seed, follows=prev.id if prev is not None else "", overrides=dict(overrides)))
+            items.append(Item(vid, seed, follows=prev.id if prev is not None else "", overrides=changes))
     return items, notes
 
 
-def _same_params(nb: nbm.Notebook, rid: str, want: dict[str, Any]) -> bool:
+def _same_params(nb: nbm.Notebook, rid: str, want: Settings) -> bool:
     try:
         got = runs.read_run_toml(runs.run_dir(nb.directory, rid)).get("params", {})
     except (FileNotFoundError, OSError):
         return False
-    return got == want
+    return got == want.params

@@ -12,13 +12,17 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from .. import events as ev
 from .. import launch, runs
 from .. import notebook as nbm
 from ..errors import UsageError
+from ..schema import JSON
 from .items import Item
+
+if TYPE_CHECKING:
+    from ..gpus import Placement
 
 
 @dataclass
@@ -43,7 +47,7 @@ class Series:
         env: dict[str, str] | None = None,
         starter: Callable[..., tuple[str, Path]] | None = None,
         resumer: Callable[..., Path] | None = None,
-        placement: Any = None,
+        placement: Placement | None = None,
         nproc: int = 1,
     ):
         """``placement`` (a ``cockpit.gpus.Placement``) lends each run GPUs of its own, ``nproc`` per run."""
@@ -109,7 +113,7 @@ class Series:
                 item.seed,
                 kind="train",
                 follows=item.follows,
-                overrides=item.overrides or None,
+                overrides=item.overrides.flat() or None,
                 env=env or None,
                 **({"notes": item.notes} if item.notes else {}),
             )
@@ -118,9 +122,9 @@ class Series:
             changes.append(("started", s))
         return changes
 
-    def progress(self) -> list[tuple[Started, dict[str, Any]]]:
+    def progress(self) -> list[tuple[Started, ev.Event]]:
         """New eval and run_end events of the runs started so far (for live lines)."""
-        out = []
+        out: list[tuple[Started, ev.Event]] = []
         for s in self.started:
             for e in s.tail.read_new():
                 if e.get("kind") in (ev.EVAL, ev.RUN_END, ev.RUN_START):
@@ -135,7 +139,7 @@ class Series:
     def run(
         self,
         on_change: Callable[[str, Started], None] | None = None,
-        on_progress: Callable[[Started, dict[str, Any]], None] | None = None,
+        on_progress: Callable[[Started, ev.Event], None] | None = None,
         poll_s: float = 0.5,
     ) -> list[Started]:
         while True:
@@ -152,7 +156,25 @@ class Series:
         return self.started
 
 
-def result(s: Started) -> dict[str, Any]:
+class Result(TypedDict):
+    """One line of a series summary (``cockpit series --json``)."""
+
+    run: str
+    variant: str
+    seed: int
+    follows: str
+    status: str
+    stop_reason: str
+    updates: JSON
+    planned_updates: JSON
+    final_val_loss: JSON
+    best_val_loss: JSON
+    step_time_s: JSON
+    duration_s: float | None
+    dir: str
+
+
+def result(s: Started) -> Result:
     """One line of a series summary: the run's state and its metrics.json (if it wrote one)."""
     st = s.state or runs.state(s.dir)
     metrics = runs.read_metrics(s.dir)
