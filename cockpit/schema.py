@@ -213,6 +213,30 @@ class Stack(TypedDict, total=False):
     OMP_NUM_THREADS: str | None
 
 
+# "class" is a keyword: the required keys are declared in the functional form, the optional ones below
+_BaseKeys = TypedDict(
+    "_BaseKeys",
+    {
+        "sha256": str,  # over every frozen tensor: name (as the base names it), dtype, shape, bytes
+        "tensors": int,
+        "values": int,
+        "bytes": int,
+        "class": str,  # the base model's class
+    },
+)
+
+
+class BaseIdentity(_BaseKeys, total=False):
+    """The frozen base's identity, as an adapter's export manifest and export gate record it
+    (``cockpit.pilot.adapter.base_identity``)."""
+
+    config_sha256: str  # its configuration, without the fields that name where it came from
+    name_or_path: str
+    model_type: str | None
+    revision: str  # the hub commit it came from
+    peft: dict[str, dict[str, JSON]]  # each PEFT adapter's config: type, rank, targets...
+
+
 class GateExtras(TypedDict, total=False):
     """A gate's own figures, beside its checks. Each phase writes the ones it measures."""
 
@@ -240,7 +264,7 @@ class GateExtras(TypedDict, total=False):
     val_loss: float | None  # validation
     determinism: Determinism  # validation
     bytes: int  # save, export
-    base: JSONObject  # export: an adapter's base, recorded by identity
+    base: BaseIdentity  # export: an adapter's base, recorded by identity
     child_peak: int | None  # resume: the new process's peak
     files: list[str]  # a probe's save: the files written
     loss: float | None  # a probe's training
@@ -412,6 +436,7 @@ EVENT_FIELDS = frozenset(Event.__annotations__)  # every field any kind of event
 
 __all__ = [
     "RunEndFigures",
+    "BaseIdentity",
     "Baseline",
     "Check",
     "CpuLoad",

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -14,7 +15,6 @@ from .. import events as ev
 from .. import launch, runs, styles
 from ..errors import UsageError
 from ..runs import TomlValue
-from ..schema import JSONObject
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -114,7 +114,7 @@ class PilotSummary(TypedDict):
     peak_counter: str
     duration_s: float | None
     exit_code: int
-    gates: list[JSONObject]  # gatetable.GateRow's fields, with the gate's inputs and machine load in full
+    gates: list[Mapping[str, object]]  # gatetable.GateRow's fields, with the gate's inputs and machine load in full
     findings: list[str]
     absent: str
     busy: str

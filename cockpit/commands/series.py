@@ -23,6 +23,7 @@ from .. import launch, runs
 from .. import notebook as nbm
 from .. import series as sr
 from ..errors import UsageError
+from ..notebook.settings import SettingValue
 from .pilot import parse_overrides
 
 
@@ -120,8 +121,7 @@ def run(args: argparse.Namespace) -> int:
     path = nbm.find(args.campaign)
     nb = runs.settle(path)
     nb.needs_task("a series")
-    overrides = parse_overrides(args.set)
-    overrides.update(sr.budget_overrides(args.updates))
+    overrides: dict[str, SettingValue] = {**parse_overrides(args.set), **sr.budget_overrides(args.updates)}
     seeds = sr.parse_seeds(args.seeds) if args.seeds is not None else None
     if args.resume is not None:
         items = sr.resumable(nb, args.resume or None)

@@ -9,14 +9,16 @@ The mapping itself is still there, unchanged, as :attr:`Settings.params`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from ..contract import Params
 from .model import Notebook
 
-SettingValue: TypeAlias = "str | int | float | bool | list[SettingValue] | dict[str, SettingValue] | None"
+# A TOML value as tomllib returns it (dates aside: Cockpit writes none); read-only, so a table of strings is one.
+TomlValue: TypeAlias = "str | int | float | bool | Sequence[TomlValue] | Mapping[str, TomlValue]"
+SettingValue: TypeAlias = "TomlValue | None"  # a setting's value, None where it is not set
 """One setting's value as the notebook (a TOML value) or an override gives it; None: unset."""
 
 

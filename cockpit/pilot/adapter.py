@@ -25,11 +25,11 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NotRequired, TypedDict
+from typing import Any
 
 import torch
 
-from ..schema import JSON
+from ..schema import JSON, BaseIdentity
 
 SMALL = 0.9  # a frozen base holding at least this share of the values makes the trainable rest "an adapter"
 
@@ -99,24 +99,6 @@ def base_key(model: Any, key: str) -> str:
     if is_peft(model) and key.startswith("base_model.model."):
         key = key[len("base_model.model.") :]
     return key.replace(".base_layer.", ".").replace(".original_module.", ".")
-
-
-BaseIdentity = TypedDict(
-    "BaseIdentity",
-    {
-        "sha256": str,  # over every frozen tensor: name (as the base names it), dtype, shape, bytes
-        "tensors": int,
-        "values": int,
-        "bytes": int,
-        "class": str,  # the base model's class
-        "config_sha256": NotRequired[str],  # its configuration, without the fields that name where it came from
-        "name_or_path": NotRequired[str],
-        "model_type": NotRequired[str | None],
-        "revision": NotRequired[str],  # the hub commit it came from
-        "peft": NotRequired[dict[str, dict[str, JSON]]],  # each PEFT adapter's config: type, rank, targets...
-    },
-)
-"""The frozen base's identity, as an adapter's export manifest records it (``manifest["base"]``)."""
 
 
 def _jsonable(v: object) -> JSON:

@@ -53,6 +53,8 @@ def safe_load(path: Path | str | IO[bytes], map_location: str | torch.device = "
 if TYPE_CHECKING:  # typing.NotRequired is Python 3.11; annotations here are never evaluated
     from typing import NotRequired
 
+    from ..schema import BaseIdentity
+
 
 class Recorded(ControlOutputs):
     """``control.pt``: the control outputs an export must reproduce, the control inputs' ids, and the inputs
@@ -94,7 +96,7 @@ class Manifest(ExportMeta, total=False):
     files: dict[str, FileEntry]
     weights: str  # "whole model" or "adapter"
     adapter: AdapterRecord
-    base: dict[str, JSON]  # an adapter's base, by identity (cockpit.pilot.adapter.base_identity)
+    base: BaseIdentity  # an adapter's base, by identity (cockpit.pilot.adapter.base_identity)
     load: str  # the code that loads it
     controls: list[Example]
     controls_in: str  # the file holding the control inputs when they are not JSON
@@ -189,7 +191,7 @@ def load_exported(tr: Any, state: dict[str, torch.Tensor], manifest: Manifest) -
         tr.model.load_state_dict(state)
         return True, "whole model loaded"
     frozen = tr.frozen_keys()
-    recorded = manifest.get("base") or {}
+    recorded: Mapping[str, object] = manifest.get("base") or {}
     same, said = adapter_.same_base(recorded, adapter_.base_identity(tr.model, frozen))
     if not same:
         return False, said

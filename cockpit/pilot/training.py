@@ -399,7 +399,13 @@ class TrainingRun(CheckpointedRun):
             "detail": (data or {}).get("detail") or said,
         }
         if manifest.get("base"):
-            result["base"] = {k: manifest["base"].get(k) for k in ("sha256", "name_or_path", "revision", "values")}
+            b = manifest["base"]
+            result["base"] = {
+                "sha256": b.get("sha256"),
+                "name_or_path": b.get("name_or_path"),
+                "revision": b.get("revision"),
+                "values": b.get("values"),
+            }
         if data and data.get("generated") is not None:
             result["generated"] = data["generated"]
         self.log(

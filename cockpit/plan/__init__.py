@@ -291,11 +291,7 @@ def _estimates_beside_pilots(nb: nbm.Notebook, all_runs: list[sh.RunFiles]) -> l
         pilot = sh.latest_measured(all_runs, v.id)
         alloc = resv = None
         if pilot is not None and str(pilot.stack.get("device", "")).startswith("cuda"):
-            rows = sh.phase_rows(pilot)
-            a = [r["peak_allocated"] for r in rows if r.get("peak_allocated") is not None]
-            r_ = [r["peak_reserved"] for r in rows if r.get("peak_reserved") is not None]
-            alloc = max(a) / 2**20 if a else None
-            resv = max(r_) / 2**20 if r_ else None
+            alloc, resv = sh.peaks_mib(sh.phase_rows(pilot))
         line = estimates.beside(saved, alloc, resv)
         if line:
             out.append(f"{v.id}: {line}")

@@ -65,8 +65,8 @@ def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
     pilot = sh.latest_measured(all_runs, variant)
     series = [r for r in sh.series_runs(all_runs, variant) if _num((r.metrics or {}).get("step_time_s"))]
     if series:
-        slow = max(series, key=lambda r: float((r.metrics or {})["step_time_s"]))
-        t.step_s = float((slow.metrics or {})["step_time_s"])
+        slow = max(series, key=lambda r: _num((r.metrics or {}).get("step_time_s")) or 0.0)
+        t.step_s = _num((slow.metrics or {}).get("step_time_s"))
         steps = [int((r.metrics or {}).get("updates") or 0) for r in series]
         t.step_source = (
             f"series: slowest of {len(series)} run{'s' if len(series) != 1 else ''} "

@@ -86,7 +86,7 @@ class Open:
     cpu: CpuWatch
     t0: float
     hwm: bool  # the kernel's peak-RSS counter was reset at the start: VmHWM is this phase's peak
-    load: dict[str, Any] | None = None  # the machine's load over the phase, read at its end when recorded later
+    load: ev.CpuLoad | None = None  # the machine's load over the phase, read at its end when recorded later
 
 
 @dataclass

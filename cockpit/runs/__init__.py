@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from ..gitinfo import run_revision as git_revision
+from ..notebook.settings import TomlValue
 from .brief import SUMMARY_FILE, Summary, summary
 from .files import (
     ARTIFACT_DIR,
@@ -36,7 +37,6 @@ from .files import (
     RunTable,
     RunToml,
     TaskTable,
-    TomlValue,
     check_id,
     fmt_time,
     now,

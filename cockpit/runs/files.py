@@ -13,13 +13,14 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TypeAlias, TypedDict, cast
+from typing import TypedDict, cast
 
 from .. import events as ev
 from .. import fsutil
 from ..contract import Params
+from ..notebook.settings import TomlValue
 
 RUNS_DIR = "runs"
 RUN_FILE = "run.toml"  # frozen at creation: task, variant, parameters, seed, stack, command
@@ -139,10 +140,6 @@ class RunToml(TypedDict, total=False):
     revisions: Revisions
     protocol: Mapping[str, TomlValue]
     extra: Mapping[str, TomlValue]
-
-
-# A TOML value as tomllib returns it (dates aside: Cockpit writes none); read-only, so a table of strings is one.
-TomlValue: TypeAlias = "str | int | float | bool | Sequence[TomlValue] | Mapping[str, TomlValue]"
 
 
 def read_run_toml(rdir: Path | str) -> RunToml:

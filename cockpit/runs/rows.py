@@ -32,8 +32,9 @@ from .. import events as ev
 from .. import fsutil
 from .. import notebook as nbm
 from ..gitinfo import run_revision as git_revision
+from ..notebook.settings import TomlValue
 from . import brief
-from .files import ARTIFACT_DIR, RUN_FILE, RunToml, TomlValue, check_id, fmt_time, now, order_key, run_dir, runs_dir
+from .files import ARTIFACT_DIR, RUN_FILE, RunToml, check_id, fmt_time, now, order_key, run_dir, runs_dir
 from .state import RunState, state
 
 

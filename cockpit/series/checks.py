@@ -254,7 +254,7 @@ def fit_parallel(
             continue
         stack = pilot.stack
         if counter == runs.GPU_PEAK:
-            totals = [g.get("total") for g in stack.get("gpus") or [] if g.get("total")]
+            totals = [t for g in stack.get("gpus") or [] if (t := g.get("total"))]
             peaks.append((peak * 2**20, f"{counter} per GPU", float(min(totals)) if totals else None, "GPU memory"))
         else:
             total = float(stack["memory_total"]) if stack.get("memory_total") else None

@@ -89,7 +89,7 @@ def series_eta(series: Series, feeds: Feeds) -> str:
         times = per_variant.get(item.variant)
         step_s = sum(times) / len(times) if times else overall
         feed = planned_of.get(item.variant)
-        planned = item.overrides.get("updates") or (feed.planned_updates if feed is not None else None)
+        planned = item.overrides.updates or (feed.planned_updates if feed is not None else None)
         if step_s is None or not planned:
             unknown += 1
             continue
