@@ -187,8 +187,8 @@ class TaskConfig(TypedDict):
 
 
 class VariantConfig(TypedDict, total=False):
-    """The archive's ``config/variant.toml``: the variant as the notebook states it at archiving (``note`` alone
-    when the notebook was not found)."""
+    """An archive's variant file (``variant.toml`` in its ``config`` folder): the variant as the notebook states it
+    at archiving (``note`` alone when the notebook was not found)."""
 
     note: str
     campaign: CampaignConfig
