@@ -7,7 +7,7 @@ outcome is the clean one:
               the unrelated process survives, the run never shows running
 2. links      links planted in a run folder (8 ways) and in an archive (7 ways): never followed
 3. fifo       a FIFO in place of 6 run files under runs, compare, report, inspect: no command blocks
-4. notebook   every bad notebook of tests/test_hostile_notebook.py under `cockpit check`, and every
+4. notebook   every bad notebook of tests/unit/test_hostile_notebook.py under `cockpit check`, and every
               unreadable one under 12 commands: exit 2, one paragraph, no traceback
 5. signals    SIGTERM at a random moment inside torch.save (checkpoint and export writes): exit 7, no
               temporary left; SIGTERM right after a run process starts: stopped; SIGTERM during a real
@@ -86,7 +86,7 @@ BIG = {"d_model": 512, "n_layers": 4, "n_heads": 8}
 def identity(root: Path, rounds: int) -> None:
     import psutil
 
-    from tests.test_hostile_identity import _variants
+    from tests.integration.test_hostile_identity import _variants
 
     camp = campaign(root / "identity")
     rid, rdir = runs.create_run(camp)
@@ -118,7 +118,7 @@ def identity(root: Path, rounds: int) -> None:
 
 def links(root: Path) -> None:
     from cockpit import archive as ar
-    from tests.test_hostile_links import CASES, _no_secret_in, exported_run
+    from tests.unit.test_hostile_links import CASES, _no_secret_in, exported_run
 
     for i, (what, plant, expect) in enumerate(CASES):
         camp, rdir, outside = exported_run(root / f"links{i}")
@@ -182,7 +182,7 @@ def fifos(root: Path) -> None:
 
 
 def notebooks(root: Path) -> None:
-    from tests.test_hostile_notebook import BAD, COMMANDS, UNREADABLE
+    from tests.unit.test_hostile_notebook import BAD, COMMANDS, UNREADABLE
 
     for i, (name, text, path) in enumerate(BAD):
         folder = root / f"nb{i}"
@@ -208,7 +208,7 @@ def notebooks(root: Path) -> None:
 
 
 def term_in_save(root: Path, n: int) -> None:
-    from tests.test_hostile_faults import TERM_IN_SAVE
+    from tests.unit.test_hostile_faults import TERM_IN_SAVE
 
     rnd = random.Random(1414)
     for i in range(n):

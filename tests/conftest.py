@@ -110,3 +110,24 @@ def campaign(tmp_path: Path) -> Path:
     folder.mkdir(parents=True)
     (folder / "campaign.toml").write_text(CAMPAIGN_TEXT, "utf-8")
     return folder
+
+
+# --------------------------------------------------------------------------- the tiers are folders
+
+TIERS = Path(__file__).resolve().parent
+QUICK = ("unit", "gates")  # never a slow test here: `pytest tests/unit` is the fast loop
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test in the wrong tier stops the run before it starts: every test of tests/integration is marked slow (so
+    ``-m "not slow"`` keeps meaning the quick tiers), and none of tests/unit or tests/gates is."""
+    wrong = []
+    for item in items:
+        parts = item.path.resolve().relative_to(TIERS).parts if item.path.resolve().is_relative_to(TIERS) else ()
+        slow = item.get_closest_marker("slow") is not None
+        if parts[:1] == ("integration",) and not slow:
+            wrong.append(f"{item.nodeid}: not marked slow, in tests/integration (mark it, or move it to a quick tier)")
+        elif parts[:1] and parts[0] in QUICK and slow:
+            wrong.append(f"{item.nodeid}: marked slow, in tests/{parts[0]} (move it to tests/integration)")
+    if wrong:
+        raise pytest.UsageError("tests in the wrong tier:\n" + "\n".join(wrong))

@@ -5,7 +5,7 @@
 Everything is made here, nothing is downloaded: word-level tokenizers built with the ``tokenizers``
 library, JSON-lines data generated from fixed word lists, and for the LoRA example a tiny
 Llama-style base model (random init, seed 0, about 90,000 parameters) saved with ``save_pretrained``,
-standing in for the pretrained checkpoint a user fine-tunes. ``tests/test_bring.py`` checks that the
+standing in for the pretrained checkpoint a user fine-tunes. ``tests/gates/test_bring.py`` checks that the
 data and tokenizer files are what this script writes.
 """
 

@@ -1,0 +1,243 @@
+"""``cockpit estimate``: the pilot's phases traced on fake tensors, checked on the CPU with tiny models.
+
+The trace on fake tensors must agree with the same training run on real CPU tensors under the same (CPU)
+semantics, measured by the same dispatch counter; the GPU model (autocast's CUDA policy, the attention kernel,
+the allocator's rounding) is checked piece by piece; the table, the refusals and the CPU fallback for an operation
+fake tensors cannot run are checked end to end.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from cockpit import cli
+from cockpit import notebook as nbm
+from cockpit.errors import UsageError
+from cockpit.estimate import campaign, gpu, report, trace
+from cockpit.estimate.allocator import MIB, CachingAllocator
+from cockpit.estimate.counter import Counter
+from cockpit.pilot.task import Task
+
+HERE = Path(__file__).parents[1] / "estimate"
+sys.path.insert(0, str(HERE))
+
+TINY = dict(vocab=256, block=64, min_length=16, layers=2, heads=2, d=32, lr=1e-3, n_train=16)
+
+
+# --------------------------------------------------------------------------- the trace against a real run
+
+
+# --------------------------------------------------------------------------- the GPU model
+
+
+def test_cuda_autocast_policy_and_cast_cache() -> None:
+    sem = gpu.CudaSemantics()
+    with FakeTensorMode(), sem:
+        x = torch.randn(4, 8)
+        w = nn.Parameter(torch.randn(8, 8))
+        with sem.autocast(torch.bfloat16):
+            assert F.linear(x, w).dtype == torch.bfloat16
+            assert (x @ w).dtype == torch.bfloat16
+            assert F.layer_norm(x.bfloat16(), (8,)).dtype == torch.float32
+            assert F.softmax(x.bfloat16(), -1).dtype == torch.float32
+            assert F.cross_entropy(x.bfloat16(), torch.zeros(4, dtype=torch.long)).dtype == torch.float32
+            assert F.gelu(x.bfloat16()).dtype == torch.bfloat16  # in no list: runs in its input's type
+            assert len(sem.cache) == 1  # the weight was cast once for both matmuls
+        assert not sem.cache  # leaving autocast frees the cached copies
+        assert F.linear(x, w).dtype == torch.float32  # outside autocast nothing is cast
+
+
+def test_cross_entropy_decomposes_as_on_cuda() -> None:
+    """CUDA autocast lists no cross_entropy (CPU's float32 list does): log_softmax stays bfloat16 and nll_loss
+    keeps a float32 copy, 6 bytes per logit held for backward, not the 4 of a float32 log_softmax."""
+    sem = gpu.CudaSemantics()
+    n, v = 64, 1000
+    with FakeTensorMode() as fm:
+        logits = torch.randn(n, v, dtype=torch.bfloat16, requires_grad=True)
+        target = torch.zeros(n, dtype=torch.long)
+        c = Counter(fake_mode=fm)
+        with c, sem, sem.autocast(torch.bfloat16):
+            before = c.live
+            loss = F.cross_entropy(logits, target)
+            held = c.live - before
+    assert loss.dtype == torch.float32
+    copy = loss.grad_fn.next_functions[0][0]
+    assert type(copy).__name__ == "ToCopyBackward0"
+    assert type(copy.next_functions[0][0]).__name__ == "LogSoftmaxBackward0"
+    assert 6 * n * v <= held <= 6 * n * v + 8 * 1024, held
+
+
+def test_attention_kernel_choice_and_its_memory() -> None:
+    def peak(dtype: torch.dtype, mask: bool) -> tuple[str, int]:
+        sem = gpu.CudaSemantics()
+        with FakeTensorMode() as fm:
+            q = torch.randn(2, 4, 256, 32, dtype=dtype, requires_grad=True)
+            m = torch.ones(256, 256, dtype=torch.bool) if mask else None
+            c = Counter(fake_mode=fm)
+            with c, sem:
+                c.begin("attention")
+                out = F.scaled_dot_product_attention(q, q, q, attn_mask=m)
+                out.sum().backward()
+                c.end()
+        return next(iter(sem.kernels)), c.segments[0].peak_allocated
+
+    flash, flash_peak = peak(torch.bfloat16, False)
+    eff, eff_peak = peak(torch.float32, False)
+    assert (flash, eff) == ("flash", "efficient")
+    scores = 2 * 4 * 256 * 256  # the T x T scores a math kernel keeps
+    assert flash_peak < scores * 2  # O(T): far below one bf16 copy of the scores
+    with sdpa_kernel([SDPBackend.MATH]):
+        math_kind, math_peak = peak(torch.bfloat16, False)
+    assert math_kind == "math"
+    assert math_peak >= scores * 2 + flash_peak  # the scores (bf16) are held for backward
+
+
+def test_allocator_rounding_segments_and_reuse() -> None:
+    a = CachingAllocator()
+    assert a.malloc(1, 1) == 512 and a.reserved == 2 * MIB  # small pool: a 2 MiB segment
+    a.malloc(2, 5 * MIB)
+    assert a.reserved == 22 * MIB  # a large request under 10 MiB gets a 20 MiB segment
+    a.malloc(3, 11 * MIB)
+    assert a.reserved == 22 * MIB  # the segment's free 15 MiB holds it
+    a.malloc(4, 11 * MIB + 1)
+    assert a.reserved == 34 * MIB  # no room left: a segment of the request rounded up to 2 MiB
+    a.free(4)
+    a.malloc(5, 12 * MIB)  # the cached 12 MiB block is reused
+    assert a.reserved == 34 * MIB
+    assert a.allocated == 512 + 5 * MIB + 11 * MIB + 12 * MIB
+    a.free(2)
+    a.free(3)
+    a.malloc(6, 19 * MIB)  # the freed neighbours merged back into one 20 MiB block
+    assert a.reserved == 34 * MIB and a.segments == 3
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def _trace(m: int, reserved_mib: float) -> trace.Trace:
+    ph = trace.PhaseMemory("update_second", "", int(reserved_mib * MIB), int(reserved_mib * MIB), 0)
+    return trace.Trace(m, True, True, [ph], 1, 1, 0.0)
+
+
+def test_table_largest_microbatch_with_headroom() -> None:
+    # 1,000 MiB per example above 2,000 MiB; context and libraries added; 10 % headroom
+    main, other = _trace(8, 10_000 - 32), _trace(4, 6_000 - 32)  # + the cuBLAS workspace
+    fits = report.fits(main, other, 0.1)
+    assert [f.size_gb for f in fits] == [16, 24, 40, 48, 80, 94, 141]
+    extra = gpu.CONTEXT_MIB + gpu.LIBRARIES_MIB
+    for f in fits:
+        cap = f.size_gb * 1e9 / MIB
+        best = f.largest_microbatch
+        assert best is not None
+        assert (2_000 + 1_000 * best + extra) * 1.1 <= cap < (2_000 + 1_000 * (best + 1) + extra) * 1.1
+        assert f.fits == ((10_000 + extra) * 1.1 <= cap)
+    assert fits[0].fits and fits[0].largest_microbatch == 10  # (2,000 + 1,000 m + 1,382) x 1.1 <= 15,259 MiB
+    assert report.fits(_trace(8, 400_000), _trace(4, 300_000), 0.1)[-1].largest_microbatch == 0  # not even 1
+
+
+def test_gpu_names() -> None:
+    assert report.gpu_size("h100") == ("H100", 80)
+    assert report.gpu_size("24GB") == ("24 GB", 24)
+    with pytest.raises(ValueError, match="unknown GPU 'Z9'.*H200"):
+        report.gpu_size("Z9")
+
+
+# --------------------------------------------------------------------------- refusals and fallbacks
+
+
+def _campaign(tmp_path: Path, task_text: str) -> nbm.Notebook:
+    folder = tmp_path / "c"
+    folder.mkdir()
+    shutil.copy(HERE / "campaign.toml", folder / "campaign.toml")
+    shutil.copy(HERE / "gpt_task.py", folder / "gpt_task.py")
+    (folder / "gpt_task.py").write_text((folder / "gpt_task.py").read_text() + task_text)
+    return nbm.load(folder)
+
+
+def test_refuses_a_task_that_does_not_import(tmp_path: Path) -> None:
+    nb = _campaign(tmp_path, "\nimport no_such_module_here\n")
+    with pytest.raises(UsageError, match=r"gpt_task.py:\d+: importing the task raised ModuleNotFoundError"):
+        campaign.estimate(nb, second=False)
+
+
+def test_cli_refusal_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nb = _campaign(tmp_path, "\nraise RuntimeError('broken on purpose')\n")
+    assert cli.main(["estimate", str(nb.directory)]) == 2
+    assert "broken on purpose" in capsys.readouterr().err
+
+
+@torch.library.custom_op("cockpit_estimate_test::scale", mutates_args=())
+def scale(x: torch.Tensor) -> torch.Tensor:
+    """A custom op with no fake kernel: fake tensors cannot run it."""
+    return x * 2
+
+
+scale.register_autograd(lambda ctx, grad: grad * 2)
+
+
+class Scaled(nn.Module):
+    def __init__(self, op: object):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+        self.op = op
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(self.op(self.lin(x)), y)  # type: ignore[operator]
+
+
+def _op_task(op: object) -> Task:
+    data = [{"id": i, "x": torch.randn(16), "y": torch.randn(16)} for i in range(16)]
+    return Task(
+        build_model=lambda p: Scaled(op),
+        datasets=lambda p: {"train": data, "val": data[:4]},
+        collate=lambda ex, p: {"x": torch.stack([e["x"] for e in ex]), "y": torch.stack([e["y"] for e in ex])},
+        loss=lambda m, b: m(b["x"], b["y"]),
+    )
+
+
+def test_custom_op_is_measured_on_the_cpu_and_said() -> None:
+    params = {"microbatch": 4, "lr": 1e-3, "precision": "fp32"}
+    t = trace.run(_op_task(scale), params)
+    ops = {f.op: f for f in t.fallbacks}
+    assert "cockpit_estimate_test.scale.default" in ops, t.fallbacks
+    fb = ops["cockpit_estimate_test.scale.default"]
+    assert fb.calls >= 3 and fb.output_bytes >= fb.calls * 4 * 16 * 4  # its (4, 16) float outputs, measured
+    assert "fake" in fb.why.lower()
+    rendered = "\n".join(report.render(report.build(t, None, campaign="c", variant="v", params=params, headroom=0.1)))
+    assert "Measured on the CPU instead" in rendered and "cockpit_estimate_test.scale" in rendered
+
+
+def test_data_dependent_shape_is_measured_on_the_cpu() -> None:
+    class Masked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(16, 16)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            h = self.lin(x)
+            return F.mse_loss(h[y > 0], y[y > 0])  # boolean indexing: the output's size depends on the data
+
+    task = _op_task(scale)
+    task.build_model = lambda p: Masked()
+    t = trace.run(task, {"microbatch": 4, "lr": 1e-3, "precision": "fp32"})
+    assert any("nonzero" in f.why for f in t.fallbacks), t.fallbacks
+
+
+def test_a_shape_error_is_the_tasks_not_a_fallback() -> None:
+    from cockpit.pilot.usercode import UserCodeError
+
+    task = _op_task(scale)
+    task.build_model = lambda p: nn.Linear(15, 16)  # the batch has 16 features: a bug in the task
+    task.loss = lambda m, b: F.mse_loss(m(b["x"]), b["y"])
+    with pytest.raises(UserCodeError, match="loss raised RuntimeError") as got:
+        trace.run(task, {"microbatch": 4, "lr": 1e-3, "precision": "fp32"})
+    assert "cannot run on fake tensors" not in str(got.value)
