@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict, overload
 
 from ..contract import Batch, Example, Params
+from ..notebook.settings import Settings
 from ..pilot.task import Task
 
 
@@ -291,9 +292,7 @@ def lightning_task(
             return none
         if interval == "step":
             return _Every(sched, freq, f"stepped every {freq} update(s)") if freq > 1 else sched
-        per_update = (
-            int(params["microbatch"]) * int(params.get("accumulation") or 1) * int(params.get("data_replicas") or 1)
-        )
+        per_update = Settings(params).per_update
         n = max(1, (per_update if state.n_train is None else state.n_train) // per_update)
         return _Every(sched, n * freq, f"stepped every {n * freq} updates (each {freq} epoch(s) of {n} updates)")
 

@@ -22,14 +22,12 @@ back raw lines, so the decision to decode comes before the cost of decoding.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
 from .. import events as ev
 from .. import runs
@@ -202,17 +200,10 @@ class RunFeed:
                 return dirty
 
     def _decode(self, raw: bytes) -> Event | None:
-        if not raw.strip():
-            return None
-        try:
-            event = json.loads(raw)
-        except ValueError:
+        event = ev.decode(raw)  # the one reader of a line: blank, not JSON or not an event is None
+        if event is None and raw.strip():
             self._bad += 1
-            return None
-        if isinstance(event, dict) and "kind" in event:
-            return cast(Event, event)  # where a line of events.jsonl enters the TUI
-        self._bad += 1
-        return None
+        return event
 
     def catch_up(self, seconds: float) -> set[str]:
         """One longer poll (on attaching): a finished run's file is usually read whole."""

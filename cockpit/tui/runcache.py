@@ -19,12 +19,11 @@ one cache.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from .. import events as ev
 from .. import runs
@@ -75,30 +74,22 @@ def slim_events(path: Path, steps: bool = False) -> tuple[list[Event], int]:
             if kind in _LAST_KEPT:
                 last[kind] = (i, raw)
             continue
-        event = _decode(raw)
+        event = ev.decode(raw)
         if event is None:
             bad += 1
             continue
         kept.append((i, event))
     for i, raw in last.values():
-        event = _decode(raw)
+        event = ev.decode(raw)
         if event is not None:
             kept.append((i, event))
     kept.sort(key=lambda pair: pair[0])  # file order: the rules read events in the order they were written
     out = [e for _, e in kept]
     if final >= 0 and (not kept or kept[-1][0] != final):
-        event = _decode(lines[final])
+        event = ev.decode(lines[final])
         if event is not None and isinstance(event.get("t"), (int, float)):
             out.append({"kind": "tail", "t": event["t"]})  # a sample or a log: only its time counts
     return out, bad
-
-
-def _decode(raw: bytes) -> Event | None:
-    try:
-        event = json.loads(raw)
-    except ValueError:
-        return None
-    return cast(Event, event) if isinstance(event, dict) and "kind" in event else None  # a line enters here
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
