@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,6 +99,16 @@ def make_app(recorded: Path, launcher: SleepLauncher) -> Callable[..., CockpitAp
             )
         )
         timing = kw.pop("timing", Intervals(events_s=0.05, runs_s=0.5, notebook_s=0.2, device_s=0.5))
-        return CockpitApp(kw.pop("campaign", recorded), device_source=source, launcher=launcher, timing=timing, **kw)
+        app = CockpitApp(kw.pop("campaign", recorded), device_source=source, launcher=launcher, timing=timing, **kw)
+        asked: list[str] = []
+        notify = app.notify
+
+        def recorded_notify(message: str, *, title: str = "", **kw: Any) -> None:
+            asked.append(f"{title} {message}")
+            notify(message, title=title, **kw)
+
+        app.notify = recorded_notify  # every notification asked for, kept after its toast expires (said())
+        app.asked = asked
+        return app
 
     return make

@@ -81,7 +81,7 @@ async def test_an_unreadable_notebook_never_takes_the_app_down(make_app, recorde
             path.unlink()
             path.mkdir()
             expected = "is a folder"
-        await until(pilot, shows(app, expected), what=f"the message for a {bad} notebook", timeout=10)
+        await until(pilot, shows(app, expected), what=f"the message for a {bad} notebook")
         assert app.is_running and isinstance(app.screen, CampaignScreen)
         await pilot.press("down", "up")
     # and opening Cockpit on such a notebook: the app starts, says why, and shows the runs it can read

@@ -46,6 +46,12 @@ def notes(app) -> str:
     return "\n".join(f"{n.title} {n.message}" for n in app._notifications)
 
 
+def said(app) -> str:
+    """Every notification the app asked for since it started, its toast shown, held or expired: what a test waits for
+    when the toast may come and go while a loaded box stalls the test for longer than a toast lives."""
+    return "\n".join([*getattr(app, "asked", []), notes(app)])
+
+
 def shows(app, text: str):
     """The text is on the screen or in a notification."""
     return lambda: text in screen_text(app) or text in notes(app)

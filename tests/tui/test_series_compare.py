@@ -24,7 +24,7 @@ from cockpit.tui.screens.seriesdialog import StartSeriesScreen
 from cockpit.tui.screens.train import TrainRunScreen
 from cockpit.tui.widgets.plot import BraillePlot
 from tests.tui.support import screen_text
-from tests.tui.test_screens import NEW, notes, shows, until
+from tests.tui.test_screens import NEW, notes, said, shows, until
 
 pytestmark = pytest.mark.slow  # starts real processes or renders whole apps: not in the fast loop
 
@@ -266,7 +266,7 @@ async def test_start_a_series_and_watch_its_runs_live(make_app, recorded: Path, 
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        await until(pilot, lambda: "series finished" in notes(app), what="the series' end", timeout=10)
+        await until(pilot, lambda: "series finished" in said(app), what="the series' end")
         await until(pilot, shows(app, "crashed"))
         await pilot.press("escape")
         nb = nbm.load(recorded)
@@ -296,9 +296,9 @@ async def test_series_dialog_refuses_bad_seeds_and_stops_a_series(make_app, laun
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         assert "1 runs not started are dropped" in screen_text(app)
         await pilot.press("y")
-        await until(pilot, lambda: "series stopped" in notes(app), what="stopped", timeout=10)
+        await until(pilot, lambda: "series stopped" in said(app), what="stopped")
         await until(pilot, lambda: all(p.poll() is not None for p in launcher.procs), what="SIGTERM reached them")
-        await until(pilot, lambda: "series finished" in notes(app), what="the series' end", timeout=10)
+        await until(pilot, lambda: "series finished" in said(app), what="the series' end")
         assert len(launcher.started) == 2
 
 
