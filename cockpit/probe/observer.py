@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from ..pilot.tensorscan import fingerprint
 from . import phases as ph
 from .bounds import Config, Evaluation, Open, ProbeStop, Step
 from .evaluation import Evaluating
@@ -47,7 +48,6 @@ from .reading import (
     batch_dim,
     describe_inputs,
     file_position,
-    fingerprint,
     first_tensor,
     input_shapes,
     is_oom,

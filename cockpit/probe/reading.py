@@ -11,13 +11,12 @@ from __future__ import annotations
 import os
 import re
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 HWM = re.compile(rb"VmHWM:\s+(\d+)\s+kB")
-CHUNK = 1 << 22  # elements summed at once when fingerprinting a parameter (bounds the float64 copies)
 
 
 def optimizer_step_count(opt: torch.optim.Optimizer) -> float | None:
@@ -102,26 +101,6 @@ def loss_of(output: Any) -> torch.Tensor | None:
     if loss is None and isinstance(output, dict):
         loss = output.get("loss")
     return loss if isinstance(loss, torch.Tensor) and loss.numel() == 1 else None
-
-
-def fingerprint(params: Sequence[tuple[str, torch.Tensor]]) -> dict[str, tuple[float, float, float]]:
-    """Three float64 sums of each parameter: plain, absolute, and weighted by position (weights in [0.5, 1.5)
-    that differ for every index). Any one element that moves moves the weighted sum (a change below about
-    1e-16 of the tensor's total is below float64's resolution); the plain sum alone missed elements that moved
-    in opposite directions (a LayerNorm weight whose 64 elements all moved and still summed to 64.0)."""
-    out = {}
-    with torch.no_grad():
-        for name, p in params:
-            flat = p.detach().reshape(-1)
-            sums = torch.zeros(3, dtype=torch.float64, device=flat.device)
-            for i in range(0, flat.numel(), CHUNK):
-                part = flat[i : i + CHUNK].double()
-                weight = torch.arange(i, i + part.numel(), device=part.device, dtype=torch.float64)
-                weight.mul_(0.6180339887498949).frac_().add_(0.5)
-                sums += torch.stack([part.sum(), part.abs().sum(), weight.mul_(part).sum()])
-            s, a, w = sums.tolist()  # one synchronize per parameter
-            out[name] = (s, a, w)
-    return out
 
 
 def short_list(names: list[str], k: int = 4) -> str:

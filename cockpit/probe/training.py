@@ -21,12 +21,14 @@ import torch
 
 from .. import events as ev
 from ..machine import CpuWatch, gpu_others
+from ..pilot import tensorscan
 from ..pilot.gate import Gate
 from ..pilot.meter import PhaseMeasure, stack_info
 from ..pilot.stillness import classify
+from ..pilot.tensorscan import fingerprint
 from . import phases as ph
 from .bounds import Bounds, Open, Step
-from .reading import fingerprint, first_tensor, read_peak_rss, short_list
+from .reading import first_tensor, read_peak_rss, short_list
 
 
 class Training(Bounds):
@@ -107,8 +109,7 @@ class Training(Bounds):
         with_grad = [(n, p) for n, p in trainable if p.grad is not None]
         bad: list[str] = []
         if with_grad:
-            ok = torch.stack([torch.isfinite(p.grad).all() for _, p in with_grad]).cpu()  # type: ignore[arg-type]
-            bad = [n for (n, _), fine in zip(with_grad, ok.tolist(), strict=True) if not fine]
+            bad = [n for n, p in with_grad if not tensorscan.all_finite(p.grad)]  # type: ignore[arg-type]
         g.check(
             "every trainable parameter has a gradient",
             not missing,

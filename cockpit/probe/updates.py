@@ -20,9 +20,10 @@ import time
 import torch
 
 from .. import events as ev
+from ..pilot.tensorscan import fingerprint
 from . import phases as ph
 from .bounds import Step
-from .reading import fingerprint, optimizer_step_count, short_list
+from .reading import optimizer_step_count, short_list
 from .training import Training
 
 

@@ -1,5 +1,5 @@
-"""A nanoGPT-shaped causal language model as a Cockpit task (sizes from [task.params]), for the estimate's tests
-and its benchmark: GPT-2 124M is n_layer 12, n_head 12, n_embd 768, block 1024, vocab 50304.
+"""A nanoGPT-shaped causal language model as a Cockpit task (sizes from [task.params]), for the estimate's tests,
+its benchmark and bench/gpu_check.py: GPT-2 124M is n_layer 12, n_head 12, n_embd 768, block 1024, vocab 50304.
 
 Random tokens of random lengths; the model follows nanoGPT's model.py (pre-LayerNorm blocks, causal
 scaled_dot_product_attention, GELU MLP, tied embedding and head) and its optimizer (AdamW, decay on matrices
@@ -13,6 +13,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 from cockpit.pilot.task import Task
 
@@ -47,6 +48,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(d)
         self.lm_head = nn.Linear(d, vocab, bias=False)
         self.wte.weight = self.lm_head.weight  # tied, as GPT-2
+        self.checkpointing = False  # activation checkpointing per block (Task.checkpointing turns it on)
         for name, p in self.named_parameters():
             if name.endswith("proj.weight"):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * layers))
@@ -55,7 +57,10 @@ class GPT(nn.Module):
         pos = torch.arange(idx.shape[1], device=idx.device)
         x = self.wte(idx) + self.wpe(pos)
         for block in self.h:
-            x = block(x)
+            if self.checkpointing and self.training:
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         logits = self.lm_head(self.ln_f(x))
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
         return logits, loss
@@ -76,7 +81,7 @@ def datasets(p: dict) -> dict:
             for i, n_ in enumerate(lengths)
         ]
 
-    return {"train": split(int(p.get("n_train") or 32), "t"), "val": split(8, "v")}
+    return {"train": split(int(p.get("n_train") or 32), "t"), "val": split(int(p.get("n_val") or 8), "v")}
 
 
 def collate(examples: list[dict], p: dict) -> dict:
@@ -113,4 +118,5 @@ task = Task(
     length=lambda e: len(e["tokens"]) - 1,
     vocab_size=lambda p: p["vocab"],
     optimizer=optimizer,
+    checkpointing=lambda model, on: setattr(model, "checkpointing", on),
 )

@@ -16,39 +16,19 @@ import math
 import torch
 
 from ... import events as ev
-from .. import outputs
+from .. import outputs, tensorscan
 from ..context import Context
 from ..gate import Gate, Phase
 from ..microsteps import Accumulation, FirstUpdate
 from ..trainer import NonFinite, user
 from . import semantics
 
-FINGERPRINT_CHUNK = 1 << 22  # elements: the fingerprint's float64 working copy is at most 64 MiB, whatever the model
 
-
-def param_fingerprint(model: torch.nn.Module, chunk: int = FINGERPRINT_CHUNK) -> dict[str, tuple[float, ...]]:
-    """Per parameter: its sum, absolute sum and a position-weighted sum. The weighted sum is what sees Adam's
-    first step, which moves every element by exactly +-lr: with as many up as down (a weight-norm's 8 gains in
-    wav2vec2) the sum and absolute sum stay bit-identical although every element moved.
-
-    Read in chunks of ``chunk`` elements: a whole-tensor float64 copy and ramp cost 16 bytes per element at once,
-    so a 50k x 768 embedding added 0.6 GB to the phase's measured peak (taken after the optimizer step, on top of
-    its state), and a 10-billion-element tensor would run out of memory in Cockpit's check, not the user's step."""
-    out: dict[str, tuple[float, ...]] = {}
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            flat = p.detach().reshape(-1)
-            numel = flat.numel()
-            step = 1.0 / (numel - 1) if numel > 1 else 0.0
-            total = absolute = weighted = 0.0
-            for start in range(0, numel, chunk):
-                d = flat[start : start + chunk].double()
-                ramp = torch.arange(start, start + d.numel(), dtype=torch.float64, device=d.device).mul_(step).add_(1.0)
-                total += float(d.sum())
-                absolute += float(d.abs().sum())
-                weighted += float((d * ramp).sum())
-            out[n] = (total, absolute, weighted)
-    return out
+def param_fingerprint(model: torch.nn.Module, chunk: int = tensorscan.CHUNK) -> dict[str, tuple[float, ...]]:
+    """Per parameter: :func:`cockpit.pilot.tensorscan.fingerprint`, read in chunks: a whole-tensor float64 copy
+    cost 16 bytes per element at once, after the optimizer step, so a GPT-2 embedding added 0.6 GB to
+    update_first's measured peak, and a 10-billion-element tensor ran out of memory in the check."""
+    return dict(tensorscan.fingerprint(model.named_parameters(), chunk))
 
 
 def base_inputs(ctx: Context) -> dict[str, ev.JSON]:
@@ -155,7 +135,7 @@ def backward(ctx: Context, g: Gate) -> None:
         if name in tr.trainable_names:
             if p.grad is None:
                 missing.append(name)
-            elif not bool(torch.isfinite(p.grad).all()):
+            elif not tensorscan.all_finite(p.grad):
                 nonfinite.append(name)
         elif p.grad is not None:
             frozen_grad.append(name)
