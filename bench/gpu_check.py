@@ -228,6 +228,17 @@ def gate_rows(run_dir: Path) -> list[dict[str, Any]]:
                 "rss_peak_mib": mib(mem.get("rss_peak")),
                 "inputs": g.get("inputs"),
                 "message": (g.get("message") or "")[:400],
+                # every check with its figure: what a GPU run measured that the CPU never did
+                "checks": [
+                    {
+                        "name": ch["name"],
+                        "ok": bool(ch.get("ok")),
+                        "warn": bool(ch.get("warn")),
+                        "na": bool(ch.get("na")),
+                        "detail": ch["detail"][:300],
+                    }
+                    for ch in g.get("checks") or []
+                ],
                 "remedy": (g.get("remedy") or "")[:400],
             }
         )

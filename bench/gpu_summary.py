@@ -15,6 +15,20 @@ def n(v: Any, unit: str = "") -> str:
     return f"{v}{unit}"
 
 
+def findings(section: str, gates: list[dict[str, Any]]) -> list[str]:
+    """The checks of a section's gates that did not hold (failures, then warnings; not-applicable ones are in the
+    JSON): what a GPU shows that the CPU rehearsal never did."""
+    out = []
+    for warn in (False, True):
+        for g in gates:
+            for ch in g.get("checks") or []:
+                if not ch.get("ok") and bool(ch.get("warn")) == warn and not ch.get("na"):
+                    out.append(
+                        f"  {section} {'warn' if warn else 'FAIL'} {g['phase']}: {ch['name']}: {ch['detail'][:160]}"
+                    )
+    return out
+
+
 def summarise(res: dict[str, Any]) -> list[str]:
     """The short summary printed at the end (every figure is in the JSON)."""
     s = res["sections"]
@@ -52,6 +66,8 @@ def summarise(res: dict[str, Any]) -> list[str]:
             ]
             row = "".join(f"{'-' if v is None else f'{v:,.0f}':>9}" for v in cells)
             lines.append(f"  {x['phase']:<14}{x['verdict']:<8}{row}{x['duration_s']:>7.1f}")
+    for name in ("gpt2_pilot", "demo_pilot", "probe", "series"):
+        lines += findings(name, (s.get(name) or {}).get("gates") or [])
     se = s.get("series") or {}
     if se.get("vs_pilot"):
         v = se["vs_pilot"]

@@ -22,6 +22,10 @@ def _gate(phase: str, alloc: float) -> dict[str, object]:
         "peak_reserved_mib": alloc * 1.6,
         "nvml_used_mib": [alloc * 1.7],
         "nvml_beyond_reserved_mib": 512.0,
+        "checks": [
+            {"name": "step restored", "ok": True, "detail": "step 9"},
+            {"name": "next losses equal the uninterrupted run", "ok": phase != "worst_case", "detail": "differ: 1/2"},
+        ],
     }
 
 
@@ -92,3 +96,4 @@ def test_a_gpu_shaped_result_is_summarised_with_its_ratios() -> None:
     assert "oom first_step  ok: oom in update_first" in text and "[injected]" not in text
     assert "0.976x bf16's" in text and "metered / bare 1.004" in text
     assert "tui         skipped: out of time" in text
+    assert "gpt2_pilot FAIL worst_case: next losses equal the uninterrupted run: differ: 1/2" in text
