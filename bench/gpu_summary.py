@@ -12,6 +12,8 @@ def n(v: Any, unit: str = "") -> str:
         return "-"
     if isinstance(v, float) and abs(v) >= 100:
         return f"{v:,.0f}{unit}"
+    if isinstance(v, float):
+        return f"{round(v, 3)}{unit}"
     return f"{v}{unit}"
 
 
