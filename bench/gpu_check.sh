@@ -4,13 +4,8 @@
 # bench/results/ afterwards.
 #
 # The machine's python3 has torch, psutil, nvidia-ml-py and rich; Cockpit also needs tomli-w, and the TUI textual
-# with its pure-Python dependencies. Fetch them once here, into .whl/ (ignored by git, carried by the device tool):
-#   echo /.whl/ >> .git/info/exclude
-#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#     --platform manylinux_2_28_x86_64 -d .whl textual==8.2.8 tomli-w==1.2.0 mdit-py-plugins==0.7.0 \
-#     linkify-it-py==2.2.0 uc-micro-py==2.0.0 platformdirs==4.14.9
-# then, from the repository root on the device machine (carry: [".whl"], timeout_s 560):
-#   bash bench/gpu_check.sh
+# with its pure-Python dependencies: `bash bench/gpu_wheels.sh` fetches them here into .whl/ (ignored by git). Then,
+# through the device tool, from the repository root: command `bash bench/gpu_check.sh`, carry [".whl"], timeout_s 560.
 # Here, without a GPU, `python bench/gpu_check.py --rehearse` runs the same sections at toy sizes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
