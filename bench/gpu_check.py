@@ -335,6 +335,10 @@ def s_machine(c: Check) -> dict[str, Any]:
         r["nvidia_smi"] = q.stdout.strip() or q.stderr.strip()
     else:
         r["nvidia_smi"] = "absent"
+    du = shutil.disk_usage(c.work)
+    r["work_dir"] = str(c.work)
+    r["work_free_gib"] = round(du.free / 2**30, 1)  # eight GPT-2 pilots write about 2 GB of checkpoint each
+    r["cpus"] = os.cpu_count()
     r.update(inner("machine"))
     return r
 
