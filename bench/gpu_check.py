@@ -50,6 +50,8 @@ sys.path.insert(0, str(ROOT))  # Cockpit from this working tree, not an installe
 sys.path.insert(0, str(ROOT / "bench"))
 from gpu_summary import summarise  # noqa: E402
 
+from cockpit.runs import CHECK_PHASES  # noqa: E402  (the phases Cockpit itself keeps out of a run's peak)
+
 MIB = 2**20
 H200_HAND = {"allocated_mib": 8300, "reserved_mib": 9242, "nvml_mib": 10672}  # issue 29: 200 updates, by hand
 
@@ -101,7 +103,11 @@ def table(name: str, values: dict[str, Any]) -> str:
 
 
 def write_gpt2(
-    folder: Path, rehearse: bool, params: dict[str, Any] | None = None, batch: dict[str, Any] | None = None
+    folder: Path,
+    rehearse: bool,
+    params: dict[str, Any] | None = None,
+    batch: dict[str, Any] | None = None,
+    overfit_steps: int = 100,
 ) -> Path:
     """The GPT-2-small campaign: tests/estimate/gpt_task.py at 124M, bf16, microbatch 8, 200 updates."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -123,7 +129,7 @@ def write_gpt2(
         + table("batch", b)
         + table("training", {"lr": 6e-4, "precision": "bf16", "grad_clip": 1.0})
         + table("validation", {"every_updates": 50})
-        + table("pilot", {"overfit_examples": 8, "overfit_steps": 100})
+        + table("pilot", {"overfit_examples": 8, "overfit_steps": overfit_steps})
         + '[[variants]]\nid = "bf16"\nreference = true\n\n'
         + '[[variants]]\nid = "fp16"\nkind = "memory"\nset = { precision = "fp16" }\n\n'
         + '[[variants]]\nid = "ckpt"\nkind = "memory"\nset = { activation_checkpointing = true }\n\n'
@@ -184,6 +190,7 @@ def cockpit(
             env=full,
         )
     except subprocess.TimeoutExpired as e:
+        stop_runs()
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         return subprocess.CompletedProcess(e.cmd, 124, out, f"timed out after {timeout:.0f} s")
 
@@ -270,13 +277,19 @@ def pilot(folder: Path, *extra: str, env: dict[str, str] | None = None, timeout:
     return out
 
 
+def sizing(phase: str, phases: tuple[str, ...] | None) -> bool:
+    """A phase whose memory sizes the long run: the named ones, or every phase but Cockpit's own checks."""
+    return phase in phases if phases is not None else phase not in CHECK_PHASES
+
+
 def peak_of(rows: list[dict[str, Any]], key: str, phases: tuple[str, ...] | None = None) -> float | None:
-    vals = [r[key] for r in rows if r.get(key) is not None and (phases is None or r["phase"] in phases)]
+    vals = [r[key] for r in rows if r.get(key) is not None and sizing(r["phase"], phases)]
     return max(vals) if vals else None
 
 
 def nvml_peak(rows: list[dict[str, Any]], phases: tuple[str, ...] | None = None) -> float | None:
-    vals = [r["nvml_used_mib"][0] for r in rows if r.get("nvml_used_mib") and (phases is None or r["phase"] in phases)]
+    """The largest of the phase-end NVML readings (a series' NVML peak is its largest 20 Hz sample instead)."""
+    vals = [r["nvml_used_mib"][0] for r in rows if r.get("nvml_used_mib") and sizing(r["phase"], phases)]
     return max(vals) if vals else None
 
 
@@ -285,6 +298,27 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 
 # --------------------------------------------------------------------------- sections
+
+
+class OutOfTime(Exception):
+    """Too little of the time budget is left to start another subprocess."""
+
+
+WORK: list[Path] = []  # the check's work folder, for stop_runs after a timeout
+
+
+def stop_runs() -> None:
+    """Stop every run the check started that still runs: Cockpit detaches its runs (own session), so a timed-out
+    command leaves its run going, holding GPU memory that later sections would measure."""
+    for folder in WORK:
+        for pj in folder.rglob("runs/r*/process.json"):
+            rd = pj.parent
+            subprocess.run(
+                [sys.executable, "-m", "cockpit", "stop", str(rd.parent.parent), rd.name, "--grace", "2"],
+                capture_output=True,
+                timeout=30,
+                env=child_env(),
+            )
 
 
 class Check:
@@ -299,8 +333,11 @@ class Check:
         return self.deadline - time.monotonic()
 
     def budget(self, want: float) -> float:
-        """A subprocess timeout: what it wants, never past the deadline (and at least 20 s)."""
-        return max(20.0, min(want, self.left()))
+        """A subprocess timeout: what it wants, never past the deadline; under 30 s left, nothing more starts."""
+        left = self.left()
+        if left < 30:
+            raise OutOfTime(f"out of time ({left:.0f} s of the budget left)")
+        return min(want, left)
 
     def gpt2_dir(self) -> Path:
         if self.gpt2 is None:
@@ -308,15 +345,18 @@ class Check:
         return self.gpt2
 
 
-def inner(name: str) -> dict[str, Any]:
+def inner(name: str, timeout: float = 120) -> dict[str, Any]:
     """One of bench/gpu_inner.py's measurements, in a child interpreter; its JSON."""
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "gpu_inner.py"), name],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=child_env(),
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "gpu_inner.py"), name],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=child_env(),
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
     got = as_json(proc)
     if got is None:
         return {"error": f"exit {proc.returncode}: {proc.stderr[-1500:]}"}
@@ -331,6 +371,7 @@ def s_machine(c: Check) -> dict[str, Any]:
             [smi, "--query-gpu=name,memory.total,memory.used,driver_version", "--format=csv,noheader"],
             capture_output=True,
             text=True,
+            timeout=30,
         )
         r["nvidia_smi"] = q.stdout.strip() or q.stderr.strip()
     else:
@@ -339,7 +380,7 @@ def s_machine(c: Check) -> dict[str, Any]:
     r["work_dir"] = str(c.work)
     r["work_free_gib"] = round(du.free / 2**30, 1)  # eight GPT-2 pilots write about 2 GB of checkpoint each
     r["cpus"] = os.cpu_count()
-    r.update(inner("machine"))
+    r.update(inner("machine", c.budget(120)))
     return r
 
 
@@ -351,7 +392,10 @@ def s_gpt2_pilot(c: Check) -> dict[str, Any]:
     r["peak_reserved_mib"] = peak_of(rows, "peak_reserved_mib")
     r["nvml_peak_mib"] = nvml_peak(rows)
     r["worst_case_peak_allocated_mib"] = peak_of(rows, "peak_allocated_mib", ("worst_case",))
-    r["forward_peak_allocated_mib"] = peak_of(rows, "peak_allocated_mib", ("forward",))
+    # the forward gate's peak: one microbatch's forward with the gate's own checks (a causal-mask check runs two more
+    # forward passes), what sizing from a forward pass alone would see
+    r["forward_gate_peak_allocated_mib"] = peak_of(rows, "peak_allocated_mib", ("forward",))
+    r["checks_peak_allocated_mib"] = peak_of(rows, "peak_allocated_mib", tuple(CHECK_PHASES))
     return r
 
 
@@ -415,7 +459,9 @@ def s_series(c: Check) -> dict[str, Any]:
         "pilot_peak_allocated": ratio(p.get("peak_allocated_mib"), r["peak_allocated_mib"]),
         "pilot_peak_reserved": ratio(p.get("peak_reserved_mib"), r["peak_reserved_mib"]),
         "pilot_nvml_peak": ratio(p.get("nvml_peak_mib"), r["nvml_peak_mib"]),
-        "forward_only_allocated": ratio(p.get("forward_peak_allocated_mib"), r["peak_allocated_mib"]),
+        "forward_gate_allocated": ratio(p.get("forward_gate_peak_allocated_mib"), r["peak_allocated_mib"]),
+        "cockpit_checks_allocated": ratio(p.get("checks_peak_allocated_mib"), r["peak_allocated_mib"]),
+        "nvml_note": "pilot: the largest phase-end reading; series: the largest 20 Hz sample",
         "target": "pilot / series within 0.98..1.02",
     }
     r["hand_measured_h200"] = H200_HAND
@@ -426,13 +472,13 @@ def s_oom(c: Check) -> dict[str, Any]:
     total = (c.results.get("machine") or {}).get("total_bytes") or (None if c.rehearse else gpu_total_bytes())
     cases: dict[str, tuple[Path, list[str], str]] = {
         "forward": (
-            write_gpt2(c.work / "oom-forward", c.rehearse, {"n_train": 1024}),
+            write_gpt2(c.work / "oom-forward", c.rehearse, {"n_train": 1024}, overfit_steps=20),
             ["--set", "microbatch=512"],
             "forward",
         ),
         "first_step": (write_wide(c.work / "oom-step", c.rehearse, total), [], "update_first"),
         "validation": (
-            write_gpt2(c.work / "oom-validation", c.rehearse, {"n_val": 1024}, {"eval_microbatch": 1024}),
+            write_gpt2(c.work / "oom-validation", c.rehearse, {"n_val": 1024}, {"eval_microbatch": 1024}, 20),
             [],
             "validation",
         ),
@@ -440,7 +486,11 @@ def s_oom(c: Check) -> dict[str, Any]:
     r: dict[str, Any] = {}
     for name, (folder, extra, expected) in cases.items():
         env = {"COCKPIT_INJECT": f"oom:{expected}"} if c.rehearse else None
-        got = pilot(folder, *extra, env=env, timeout=c.budget(180))
+        try:
+            got = pilot(folder, *extra, env=env, timeout=c.budget(180))
+        except OutOfTime as e:
+            r[name] = {"skipped": str(e), "expected_phase": expected}
+            continue
         rows = got.pop("gates", [])
         last = rows[-1] if rows else {}
         r[name] = {
@@ -478,8 +528,9 @@ def s_variants(c: Check) -> dict[str, Any]:
     for v, p in procs.items():
         try:
             out, err = p.communicate(timeout=c.budget(240))
-        except subprocess.TimeoutExpired:
+        except (subprocess.TimeoutExpired, OutOfTime):
             p.kill()
+            stop_runs()
             out, err = p.communicate()
         summary = as_json(subprocess.CompletedProcess(p.args, p.returncode, out, err)) or {}
         rows = gate_rows(Path(summary["dir"])) if summary.get("dir") else []
@@ -504,14 +555,10 @@ def s_variants(c: Check) -> dict[str, Any]:
     side: dict[str, Any] = {}
     for v, m in (got.get("memory") or {}).items():
         phases = (m or {}).get("phases") or {}
-        peaks = [x.get("peak") for x in phases.values() if x.get("peak") is not None]
-        res = [x.get("peak_reserved") for x in phases.values() if x.get("peak_reserved") is not None]
-        counters = sorted({str(x.get("counter")) for x in phases.values()})
         side[v] = {
             "run": m.get("run"),
-            "peak_mib": mib(max(peaks)) if peaks else None,
-            "peak_reserved_mib": mib(max(res)) if res else None,
-            "counter": counters,
+            "peak_mib": mib(m.get("peak")),  # compare's own peak: its counter below, Cockpit's check phases left out
+            "counter": m.get("counter") or sorted({str(x.get("counter")) for x in phases.values()}),
         }
     r["compare"] = {
         "memory": side,
@@ -521,7 +568,7 @@ def s_variants(c: Check) -> dict[str, Any]:
 
 
 def s_overhead(c: Check) -> dict[str, Any]:
-    r: dict[str, Any] = {"sampler": inner("sampler")}
+    r: dict[str, Any] = {"sampler": inner("sampler", c.budget(60))}
     dev = "cpu" if c.rehearse else "cuda"
     for name, extra in {"demo_width": [], "gpt2_width": ["--d-model", "768", "--microbatch", "8"]}.items():
         rounds, updates = ("3", "5") if c.rehearse else ("5", "30")
@@ -541,6 +588,9 @@ def s_overhead(c: Check) -> dict[str, Any]:
             text = proc.stdout
         except subprocess.TimeoutExpired:
             text = "timed out"
+        except OutOfTime as e:
+            r[name] = {"skipped": str(e)}
+            continue
         line = next((x for x in text.splitlines() if x.startswith("overhead ratio")), "")
         r[name] = {
             "output": text[-1200:],
@@ -647,15 +697,25 @@ SECTIONS: dict[str, Callable[[Check], dict[str, Any]]] = {
     "series": s_series,
     "oom": s_oom,
     "variants": s_variants,
+    "tui": s_tui,
     "overhead": s_overhead,
     "demo_pilot": s_demo_pilot,
     "probe": s_probe,
-    "estimate": s_estimate,
-    "tui": s_tui,
+    "estimate": s_estimate,  # last: it traces on the CPU, so it can also be compared with the JSON afterwards
 }
 
 
 # --------------------------------------------------------------------------- the summary
+
+
+def save(out: Path, res: dict[str, Any]) -> list[str]:
+    (out / "gpu_check.json").write_text(json.dumps(res, indent=1, default=str))
+    try:
+        lines = summarise(res)
+    except Exception:  # noqa: BLE001 - the JSON is written; a summary bug must not lose the run
+        lines = ["summary failed:", traceback.format_exc()[-1500:]]
+    (out / "summary.txt").write_text("\n".join(lines) + "\n")
+    return lines
 
 
 def main() -> int:
@@ -664,16 +724,21 @@ def main() -> int:
     ap.add_argument("--rehearse", action="store_true", help="toy sizes and injected OOMs (the default without CUDA)")
     ap.add_argument("--budget-s", type=float, default=420.0, help="sections that would start after this are skipped")
     ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of: {', '.join(SECTIONS)}")
+    ap.add_argument("--require-cuda", action="store_true", help="exit at once where CUDA is missing (on the GPU box)")
     args = ap.parse_args()
     wanted = [x.strip() for x in args.sections.split(",") if x.strip()]
     unknown = [x for x in wanted if x not in SECTIONS]
     if unknown:
         ap.error(f"unknown section(s) {', '.join(unknown)}; use {', '.join(SECTIONS)}")
     cuda = has_cuda()
+    if args.require_cuda and not cuda:
+        print("gpu check: CUDA is not available to this python3 (torch.cuda.is_available() is False); nothing ran")
+        return 1
     rehearse = args.rehearse or not cuda
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    WORK.append(work)
     start = time.monotonic()
     c = Check(out, work, rehearse, start + args.budget_s)
     res: dict[str, Any] = {
@@ -691,15 +756,15 @@ def main() -> int:
         print(f"== {name} ({c.left():.0f} s left)", flush=True)
         try:
             c.results[name] = SECTIONS[name](c)
+        except OutOfTime as e:
+            c.results[name] = {"skipped": str(e)}
         except Exception:  # noqa: BLE001 - one section's failure is recorded; the others still run
             c.results[name] = {"error": traceback.format_exc()[-2500:]}
         c.results[name]["seconds"] = round(time.perf_counter() - t0, 1)
         res["seconds"] = round(time.monotonic() - start, 1)
-        (out / "gpu_check.json").write_text(json.dumps(res, indent=1, default=str))
+        save(out, res)  # after every section: a run cut short still leaves its figures and summary
     res["seconds"] = round(time.monotonic() - start, 1)
-    (out / "gpu_check.json").write_text(json.dumps(res, indent=1, default=str))
-    lines = summarise(res)
-    (out / "summary.txt").write_text("\n".join(lines) + "\n")
+    lines = save(out, res)
     print("\n".join(lines))
     shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 29's GPU checks, in one go on a lent GPU machine (about 7 minutes; bench/gpu_check.py says what each
+# Issue 29's GPU checks, in one go on a lent GPU machine (at most 7 minutes: BUDGET_S; bench/gpu_check.py says what each
 # section measures). Writes gpu_check.json, summary.txt, tui.txt and log.txt to $OUT; copy gpu_check.json to
 # bench/results/ afterwards.
 #
@@ -16,5 +16,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     || { echo "installing the carried wheels failed" >&2; exit 1; }
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
+python3 -c "import tomli_w, textual, psutil, pynvml, rich, torch" \
+  || { echo "a package Cockpit needs is missing: run bench/gpu_wheels.sh here and carry .whl" >&2; exit 1; }
 export PYTHONUNBUFFERED=1
-python3 bench/gpu_check.py --out "$OUT" --budget-s "${BUDGET_S:-480}" "$@" 2>&1 | tee "$OUT/log.txt"
+case " $* " in *" --rehearse "*) need=() ;; *) need=(--require-cuda) ;; esac  # a GPU box without CUDA stops at once
+python3 bench/gpu_check.py --out "$OUT" --budget-s "${BUDGET_S:-420}" ${need[@]+"${need[@]}"} "$@" 2>&1 | tee "$OUT/log.txt"

@@ -55,6 +55,21 @@ def inner_machine() -> dict[str, Any]:
     if before is not None and after is not None:
         r["nvml_before_init_mib"], r["nvml_after_init_mib"] = mib(before), mib(after)
         r["cuda_context_mib"] = mib(after - before - torch.cuda.memory_reserved())
+        # what a training step loads beyond a bare context (cuBLAS and cuBLASLt handles and workspaces, the attention
+        # and loss kernels' modules): NVML beyond torch's reserved after a bf16 matmul, attention and a backward
+        x = torch.randn(8, 128, 768, device="cuda", requires_grad=True)
+        w = torch.randn(768, 768, device="cuda", requires_grad=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            h = (x @ w).view(8, 128, 12, 64).transpose(1, 2)
+            y = torch.nn.functional.scaled_dot_product_attention(h, h, h, is_causal=True)
+            loss = torch.nn.functional.cross_entropy(
+                y.reshape(-1, 64).float(), torch.zeros(8 * 12 * 128, dtype=torch.long, device="cuda")
+            )
+        loss.backward()
+        torch.cuda.synchronize()
+        later = used()
+        if later is not None:
+            r["beyond_torch_after_a_step_mib"] = mib(later - before - torch.cuda.memory_reserved())
     procs = lib.processes(handle) if handle is not None else None
     r["nvml_processes"] = None if procs is None else [{"pid": p.pid, "used_mib": mib(p.used)} for p in procs]
     r["own_pid"] = os.getpid()

@@ -49,7 +49,8 @@ def summarise(res: dict[str, Any]) -> list[str]:
     if m.get("torch"):
         lines.append(
             f"machine     torch {m.get('torch')} CUDA {m.get('cuda')}; CUDA context {n(m.get('cuda_context_mib'), ' MiB')} "
-            f"beyond torch; init {n(m.get('cuda_init_s'), ' s')}; us per call {m.get('us_per_call')}"
+            f"beyond torch, {n(m.get('beyond_torch_after_a_step_mib'), ' MiB')} after a bf16 step's kernels; "
+            f"init {n(m.get('cuda_init_s'), ' s')}; us per call {m.get('us_per_call')}"
         )
     p = s.get("gpt2_pilot") or {}
     if p.get("gates"):
@@ -81,10 +82,13 @@ def summarise(res: dict[str, Any]) -> list[str]:
         lines.append(
             f"  pilot / series (target 0.98..1.02): worst_case {n(v['worst_case_allocated'])}, pilot peak allocated "
             f"{n(v['pilot_peak_allocated'])}, reserved {n(v['pilot_peak_reserved'])}, NVML {n(v['pilot_nvml_peak'])}; "
-            f"forward-only sizing {n(v['forward_only_allocated'])}"
+            f"forward gate (with its checks) {n(v['forward_gate_allocated'])}; Cockpit's check phases "
+            f"{n(v['cockpit_checks_allocated'])}"
         )
     for name, o in (s.get("oom") or {}).items():
-        if isinstance(o, dict) and "expected_phase" in o:
+        if isinstance(o, dict) and o.get("skipped"):
+            lines.append(f"oom {name:<11} skipped: {o['skipped']}")
+        elif isinstance(o, dict) and "expected_phase" in o:
             ok = "ok" if o.get("recorded_phase") == o["expected_phase"] and o.get("status") == "oom" else "MISMATCH"
             lines.append(
                 f"oom {name:<11} {ok}: {o.get('status')} in {o.get('recorded_phase')} (expected {o['expected_phase']})"

@@ -158,7 +158,8 @@ def pilot_memory(nb: nbm.Notebook, vid: str, all_runs: list[runs.RunFiles] | Non
             truncation = _object(g.get("truncation"))
     timing = mapping(pilot.step_time())
     step_time = number(timing.get("median"))
-    peaks = [p.peak for p in phases.values() if p.peak is not None]
+    sizing = [p for p in phases.values() if p.phase not in runs.CHECK_PHASES] or list(phases.values())
+    peaks = [p.peak for p in sizing if p.peak is not None]  # Cockpit's own checks never size a variant
     counter = next((p.counter for p in phases.values()), "")
     if max_length is None and isinstance(params.get("max_length"), int):
         max_length = int(params["max_length"])

@@ -66,6 +66,7 @@ from .rows import (
     view,
 )
 from .state import (
+    CHECK_PHASES,
     GPU_PEAK,
     HOST_PEAK,
     MEASURED_KINDS,
@@ -83,6 +84,7 @@ from .state import (
 )
 
 __all__ = [
+    "CHECK_PHASES",
     "ARTIFACT_DIR",
     "CHECKPOINTS_DIR",
     "CHECKPOINT",

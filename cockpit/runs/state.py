@@ -28,6 +28,10 @@ from .brief import summary as run_summary
 from .files import RUN_FILE, RunToml, read_metrics, read_run_toml, run_dirs
 from .process import is_alive, process_info
 
+# The pilot's phases that run only Cockpit's own checks: the data gate builds a second model to measure which output
+# each target is scored against, and the overfit gate trains a fresh model beside the piloted one. The long run does
+# neither, so their memory is shown per phase and never sizes it (a run's peak, the sheet, compare).
+CHECK_PHASES = frozenset({"data", "leakage", "overfit"})
 GPU_PEAK = "torch peak reserved"
 HOST_PEAK = "process peak RSS"
 MIB = 2**20
@@ -157,7 +161,8 @@ def state(rdir: Path | str, evs: list[ev.Event] | None = None) -> RunState:
         last_t = _time(evs[-1]) if evs else None
     first = next(ev.iter_kind(evs, ev.RUN_START), None)
     gates = ev.gates(evs)
-    peak, counter = peak_of([g.get("mem") for g in gates] + [e.get("mem") for e in ev.iter_kind(evs, ev.RUN_END)])
+    sizing = [g for g in gates if g.get("phase") not in CHECK_PHASES] or gates
+    peak, counter = peak_of([g.get("mem") for g in sizing] + [e.get("mem") for e in ev.iter_kind(evs, ev.RUN_END)])
     evs = evs[last_generation(evs) :]  # how the run stands is its latest process's word
     start = next(ev.iter_kind(evs, ev.RUN_START), None)
     end = next(ev.iter_kind(evs, ev.RUN_END), None)

@@ -121,6 +121,26 @@ def test_overfit_runs_at_the_users_rate_and_a_notebook_rate_wins() -> None:
     assert g.inputs["lr"] == 5e-3 and g.inputs["lr_source"] == "[pilot] overfit_lr", g.inputs
 
 
+def test_a_fresh_model_that_does_not_fit_beside_the_piloted_one_is_not_applicable_not_an_oom(monkeypatch) -> None:
+    """The overfit check trains a second model beside the piloted one: on a GPU that holds the campaign's one model,
+    that second copy can run out of memory. That measures the check, not the long run: n/a with why, and the pilot
+    goes on to validation (it used to end the pilot with status oom)."""
+    import torch
+
+    from cockpit.pilot.phases import overfit
+    from tests.verdict_tasks.smoothed import task
+
+    def no_room(*args: object) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(overfit, "_attempt", no_room)
+    gates = phases(task, "validation", {"accumulation": 1, "lr": 1e-3})
+    g = gates["overfit"]
+    assert g.verdict == ev.Verdict.NA, g.checks
+    assert all(c.get("na") for c in g.checks) and "did not fit beside the piloted one" in g.checks[0]["detail"]
+    assert "validation" in gates and gates["validation"].verdict != ev.Verdict.FAIL
+
+
 def test_a_label_smoothed_loss_with_a_floor_is_not_read_as_cannot_fit() -> None:
     from tests.verdict_tasks.smoothed import task
 

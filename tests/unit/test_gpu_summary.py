@@ -50,7 +50,8 @@ def test_a_gpu_shaped_result_is_summarised_with_its_ratios() -> None:
                     "pilot_peak_allocated": 1.0,
                     "pilot_peak_reserved": 0.99,
                     "pilot_nvml_peak": 1.01,
-                    "forward_only_allocated": 0.44,
+                    "forward_gate_allocated": 0.44,
+                    "cockpit_checks_allocated": 1.3,
                 },
             },
             "oom": {
@@ -92,7 +93,7 @@ def test_a_gpu_shaped_result_is_summarised_with_its_ratios() -> None:
     text = "\n".join(summarise(res))
     assert text.startswith("gpu check on NVIDIA H200")
     assert "8,300" in text and "4,500" in text  # thousands separated (forward: peak allocated 1.5 x 3,000)
-    assert "worst_case 1.0," in text and "forward-only sizing 0.44" in text
+    assert "worst_case 1.0," in text and "forward gate (with its checks) 0.44" in text
     assert "oom first_step  ok: oom in update_first" in text and "[injected]" not in text
     assert "0.976x bf16's" in text and "metered / bare 1.004" in text
     assert "tui         skipped: out of time" in text

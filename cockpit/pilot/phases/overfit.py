@@ -36,6 +36,7 @@ defect. The verdict is measured, not one ratio for every loss:
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -48,6 +49,7 @@ from ..datascan import ids_text
 from ..gate import Gate, Phase
 from ..rng import rng_state, set_rng_state
 from ..trainer import Trainer
+from ..usercode import is_oom
 from .overfitjudge import (
     Blind,
     Fit,
@@ -119,9 +121,33 @@ def run(ctx: Context, g: Gate) -> None:
             lr = lr / 10
             g.inputs["lr"] = lr
             attempt = _attempt(ctx, examples, mbs, lr, steps, need)
+    except Exception as exc:
+        if not is_oom(exc):
+            raise
+        # The fresh model, its gradients and its optimizer state sit beside the piloted run's own: a second model
+        # the long run never holds. Running out of memory here measures this check, not the campaign.
+        free_fresh()
+        first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        for name in PHASE.checks:
+            g.not_applicable(
+                name,
+                f"a fresh copy of the model with its own optimizer did not fit beside the piloted one on this GPU "
+                f"({type(exc).__name__}: {first}); the long run holds one model, so this says nothing about it. "
+                "Run the pilot on a larger GPU, or lower [pilot] overfit_examples, to measure it",
+            )
+        return
     finally:
         set_rng_state(saved_rng)  # the piloted run's random stream is left as it was
+    free_fresh()
     _verdict(g, attempt, n, lr, need)
+
+
+def free_fresh() -> None:
+    """Give back what the fresh model cached on the GPU, so the next phase's reserved memory starts from the piloted
+    run's own and no phase after this one is measured with a model the long run never holds."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _verdict(g: Gate, attempt: Attempt, n: int, lr: float, need: float) -> None:
