@@ -268,3 +268,17 @@ def test_a_step_time_within_the_spread_is_no_difference() -> None:
     assert _step_cell(mem, "noisy", "ref").endswith("(within spread)")
     assert _step_cell(mem, "slow", "ref").endswith("(4.00x)")
     assert _step_cell(mem, "ref", "ref") == "0.05 [0.045-0.09]"
+
+
+def test_cockpit_s_own_check_phases_never_set_a_pilot_s_peak(campaign: Path) -> None:
+    """The data and overfit gates each hold a second model (the alignment probe, the fresh model that overfits)
+    that the long run never does: a pilot's peak, compare's and the sheet's come from the other phases."""
+    rid = _pilot(campaign, "lr1e-4", 300, 0.08, 48, None)
+    d = campaign / "runs" / rid
+    w = ev.EventWriter(d / ev.EVENTS_FILE)  # appended after run_end, as extra gates of the same pilot
+    w.emit(ev.GATE, **_gate("overfit", int(6000 * MiB), 2.0))
+    w.emit(ev.GATE, **_gate("data", int(5000 * MiB), 0.2))
+    w.close()
+    assert runs.state(d).peak_mib == 300
+    assert cmp.collect(campaign)["memory"]["lr1e-4"]["peak"] == 300 * MiB
+    assert cmp.collect(campaign)["memory"]["lr1e-4"]["phases"]["overfit"]["peak"] == 6000 * MiB  # still shown
