@@ -65,7 +65,7 @@ def test_setup_and_the_readme_say_how_to_put_cockpit_on_the_path() -> None:
     script = (ROOT / "setup.sh").read_text()
     define = next(ln for ln in script.splitlines() if ln.startswith("say_path()"))
     said = subprocess.run(
-        ["bash", "-c", f'VENV=.venv\n{define}\nsay_path'], capture_output=True, text=True, check=True
+        ["bash", "-c", f"VENV=.venv\n{define}\nsay_path"], capture_output=True, text=True, check=True
     ).stdout
     assert "source .venv/bin/activate" in said and ".venv/bin/cockpit" in said
     assert script.count("say_path\n") >= 2  # after "is up to date" and after "ready"
