@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
+from .. import notebook as nbm
 from .. import runs
-from .memory import PilotMemRow
+from .memory import PilotMemRow, unmeasured_lines
 
 if TYPE_CHECKING:
     from .comparison import Comparison
@@ -60,7 +61,9 @@ def render(data: Comparison, console: Any) -> None:
     metric = data["metric"]
     way = "higher is better" if data["higher_is_better"] else "lower is better"
     console.print(Text.assemble((str(data["campaign"]), "bold"), ": ", str(data["question"])), highlight=False)
-    q = Table(title=_t(f"{metric} across seeds ({way}; reference {data['reference']})"), title_justify="left")
+    q = Table(
+        title=_t(f"{metric} across seeds ({way}; {nbm.reference_words(data['reference'])})"), title_justify="left"
+    )
     for col, just in (
         ("variant", "left"),
         ("n", "right"),
@@ -162,7 +165,6 @@ def _render_memory(data: Comparison, console: Any) -> None:
     ref = data["reference"]
     # the reference, every memory variant, and any other variant with a passed pilot
     vids = [ref] + [v for v in mem if v != ref and (mem[v]["run"] or data["kinds"].get(v) == "memory")]
-    unmeasured = [v for v in mem if v not in vids]
     measured = [v for v in vids if mem[v]["run"]]
     counters = {mem[v]["counter"] for v in measured}
     counter = " / ".join(sorted(counters)) or "no measurement"
@@ -215,8 +217,8 @@ def _render_memory(data: Comparison, console: Any) -> None:
             "no passed pilot yet: run `cockpit pilot CAMPAIGN --variant ID` for memory and time per phase",
             style="yellow",
         )
-    if unmeasured:
-        console.print(_t(f"no passed pilot (not in the table): {', '.join(unmeasured)}", "dim"), highlight=False)
+    for line in unmeasured_lines(mem, vids):
+        console.print(_t(line, "dim"), highlight=False)
     for v in mem:
         fl = [f for f in data["flags"].get(v) or [] if f["flag"] != "quality target not reached"]  # shown above
         note = mem[v].get("params_note")

@@ -41,7 +41,8 @@ class Fit:
     capacity_mib: float
     need_mib: float  # at the campaign's microbatch, headroom included
     fits: bool
-    largest_microbatch: int | None  # None: memory does not grow with the microbatch, any fits; 0: not even 1
+    largest_microbatch: int  # 0: not even 1
+    at_least: bool = False  # memory did not grow measurably between the traces: the largest traced, a lower bound
 
 
 class FallbackRow(TypedDict):
@@ -104,37 +105,43 @@ def rows(t: Trace) -> list[PhaseRow]:
 
 def fits(main: Trace, other: Trace | None, headroom: float, sizes: list[tuple[str, int]] | None = None) -> list[Fit]:
     """Each size: does the campaign's microbatch fit, and the largest that does, linear in the microbatch
-    between the two traces (per phase, on reserved)."""
+    between the two traces (per phase, on reserved; on allocated where reserved did not move, as a small model's
+    reserved stays inside one 2 MiB segment while its activations still grow).
+
+    Where no phase grew measurably between the two traces, the bound is the largest microbatch traced
+    (``at_least``): memory that did not grow from 1 to 2 examples is no evidence that any microbatch fits."""
     a, b = rows(main), rows(other) if other is not None else None
     lines: list[tuple[float, float]] = []  # (reserved at microbatch 0, per example)
     for i, r in enumerate(a):
         if b is None or other is None or other.microbatch == main.microbatch:
             lines.append((r.reserved_mib, 0.0))
             continue
-        slope = max(0.0, (r.reserved_mib - b[i].reserved_mib) / (main.microbatch - other.microbatch))
+        dm = main.microbatch - other.microbatch
+        slope = max(0.0, (r.reserved_mib - b[i].reserved_mib) / dm)
+        if slope == 0.0:
+            slope = max(0.0, (r.allocated_mib - b[i].allocated_mib) / dm)
         lines.append((r.reserved_mib - slope * main.microbatch, slope))
 
     def need(m: int) -> float:
         return (max(c + s * m for c, s in lines) + _extra_mib()) * (1.0 + headroom)
 
     grows = any(s > 0 for _, s in lines) and b is not None
+    traced = max(main.microbatch, other.microbatch if other is not None else 0)
     out = []
     for label, gb in sizes or [(f"{g} GB", g) for g in GPU_SIZES_GB]:
         cap = gb * 1e9 / MIB
         here = (max(r.reserved_mib for r in a) + _extra_mib()) * (1.0 + headroom)
-        largest: int | None
         if not grows:
-            largest = None if here <= cap else 0
-        else:
-            lo, hi = 0, LIMIT
-            while lo < hi:  # the largest m with need(m) <= cap
-                mid = (lo + hi + 1) // 2
-                if need(mid) <= cap:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            largest = lo
-        out.append(Fit(label, gb, cap, here, here <= cap, largest))
+            out.append(Fit(label, gb, cap, here, here <= cap, traced if here <= cap else 0, at_least=here <= cap))
+            continue
+        lo, hi = 0, LIMIT
+        while lo < hi:  # the largest m with need(m) <= cap
+            mid = (lo + hi + 1) // 2
+            if need(mid) <= cap:
+                lo = mid
+            else:
+                hi = mid - 1
+        out.append(Fit(label, gb, cap, here, here <= cap, lo))
     return out
 
 
@@ -282,8 +289,8 @@ def render(e: Estimate) -> list[str]:
     ]
     for f in e.fits:
         largest = (
-            "any (memory does not grow with it)"
-            if f.largest_microbatch is None
+            f"at least {f.largest_microbatch:,}, the largest traced"
+            if f.at_least
             else "none: not even 1"
             if f.largest_microbatch == 0
             else f"{f.largest_microbatch:,}"

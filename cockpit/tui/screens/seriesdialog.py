@@ -42,6 +42,11 @@ def refusal(exc: Exception) -> str:
     )
 
 
+def _role(v: nbm.Variant) -> str:
+    role = nbm.role_words(v)
+    return f": {role}" if role else ""
+
+
 class StartSeriesScreen(Dialog["SeriesChoice"]):
     """Choose variants (space) and seeds; Enter starts one train run per variant x seed.
 
@@ -65,7 +70,7 @@ class StartSeriesScreen(Dialog["SeriesChoice"]):
             yield Label("variants (space chooses, arrows move)")
             yield CheckList[str](
                 *[
-                    Selection(one_line(f"{v.id}  {v.kind}: {v.differs}", limit=56), v.id, v.id in self.chosen)
+                    Selection(one_line(f"{v.id}  {v.kind}" + _role(v), limit=56), v.id, v.id in self.chosen)
                     for v in nb.variants
                 ],
                 id="series-variants",
