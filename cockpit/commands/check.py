@@ -42,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
         raise notebook.NotebookError(f"{nb.path}: task.entry: {missing}")
     if not getattr(args, "no_task", False):
         refuse_what_the_task_shows(nb, None, {})
-    print("\n".join(summary(nb)))
+    from ..termout import console, print_lines
+
+    print_lines(console(), summary(nb))  # wrapped at the terminal's width
     changed, who = protocol.drift(nb)
     if changed:
         print(f"\ncockpit check: {protocol.drift_message(nb, changed, who)}", file=sys.stderr)

@@ -9,6 +9,7 @@ from typing import TypedDict
 
 from ..contract import Params
 from ..notebook.settings import Settings
+from ..termout import Block
 from . import gpu
 from .allocator import segment_size
 from .trace import Trace
@@ -230,16 +231,52 @@ def _count(n: int) -> str:
 
 
 def render(e: Estimate) -> list[str]:
-    out = [
+    """The estimate as text lines, its tables in fixed columns (a file, a log)."""
+    return [x for x in blocks(e, tables=False) if isinstance(x, str)]
+
+
+def blocks(e: Estimate, tables: bool = True) -> list[str | Block]:
+    """The estimate as prose lines and, with ``tables``, its two tables as :class:`~cockpit.termout.Block`s,
+    which a terminal fits to its width (the fixed columns ran to 160 characters)."""
+    cpu_col = any(r.cpu_allocated_mib is not None for r in e.phases)
+    phase_block = Block(
+        [
+            "phase",
+            "input",
+            "allocated MiB",
+            "reserved MiB",
+            "NVML-visible MiB",
+            *(["CPU semantics MiB"] if cpu_col else []),
+        ],
+        [
+            [
+                r.name,
+                r.inputs,
+                f"{r.allocated_mib:,.0f}",
+                f"{r.reserved_mib:,.0f}",
+                f"{r.nvml_mib:,.0f}",
+                *([] if not cpu_col else ["" if r.cpu_allocated_mib is None else f"{r.cpu_allocated_mib:,.0f}"]),
+            ]
+            for r in e.phases
+        ],
+        right={"allocated MiB", "reserved MiB", "NVML-visible MiB", "CPU semantics MiB"},
+        drop=["CPU semantics MiB", "input", "NVML-visible MiB"],
+    )
+    out: list[str | Block] = [
         f"Estimate for {e.campaign}, variant {e.variant}: {_count(e.parameters)} parameters "
         f"({_count(e.trainable)} trainable), {e.precision}, microbatch {e.microbatch} x accumulation "
         f"{e.accumulation}; {e.optimizer}.",
         f"Traced on fake tensors in {e.seconds:.1f} s (no GPU memory was used; no GPU was needed).",
         "",
-        f"  {'phase':<14} {'input':<30} {'allocated':>11} {'reserved':>11} {'NVML-visible':>13}"
-        + (f" {'CPU semantics':>14}" if any(r.cpu_allocated_mib is not None for r in e.phases) else ""),
     ]
-    for r in e.phases:
+    if tables:
+        out.append(phase_block)
+    else:
+        out.append(
+            f"  {'phase':<14} {'input':<30} {'allocated':>11} {'reserved':>11} {'NVML-visible':>13}"
+            + (f" {'CPU semantics':>14}" if cpu_col else "")
+        )
+    for r in e.phases if not tables else []:
         cpu = "" if r.cpu_allocated_mib is None else f"{r.cpu_allocated_mib:>10,.0f} MiB"
         out.append(
             f"  {r.name:<14} {r.inputs[:30]:<30} {r.allocated_mib:>7,.0f} MiB {r.reserved_mib:>7,.0f} MiB "
@@ -285,8 +322,10 @@ def render(e: Estimate) -> list[str]:
         "",
         f"Fits (need = (reserved + context) x {1 + e.headroom:.2f}, [pilot] headroom {e.headroom:.0%}; "
         f"largest microbatch {how}):",
-        f"  {'GPU':<10} {'capacity':>12} {'need now':>12}  {'fits':<5} largest microbatch",
     ]
+    fit_rows: list[list[str]] = []
+    if not tables:
+        out.append(f"  {'GPU':<10} {'capacity':>12} {'need now':>12}  {'fits':<5} largest microbatch")
     for f in e.fits:
         largest = (
             f"at least {f.largest_microbatch:,}, the largest traced"
@@ -296,9 +335,15 @@ def render(e: Estimate) -> list[str]:
             else f"{f.largest_microbatch:,}"
             + (f"+ (searched up to {LIMIT:,})" if f.largest_microbatch >= LIMIT else "")
         )
-        out.append(
-            f"  {f.gpu:<10} {f.capacity_mib:>8,.0f} MiB {f.need_mib:>8,.0f} MiB  {'yes' if f.fits else 'no':<5} {largest}"
-        )
+        fit_rows.append([f.gpu, f"{f.capacity_mib:,.0f}", f"{f.need_mib:,.0f}", "yes" if f.fits else "no", largest])
+        if not tables:
+            out.append(
+                f"  {f.gpu:<10} {f.capacity_mib:>8,.0f} MiB {f.need_mib:>8,.0f} MiB  {'yes' if f.fits else 'no':<5} "
+                f"{largest}"
+            )
+    if tables:
+        heads = ["GPU", "capacity MiB", "need now MiB", "fits", "largest microbatch"]
+        out.append(Block(heads, fit_rows, right={"capacity MiB", "need now MiB"}, drop=["capacity MiB"]))
     out += [
         "",
         "An estimate, not a measurement: `cockpit pilot` on the GPU measures every phase, and `cockpit sheet` sizes "
