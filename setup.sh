@@ -55,6 +55,9 @@ pip() { "$VENV/bin/python" -m pip "$@" >>"$LOG" 2>&1; }
 # Cockpit's own modules compiled to bytecode now: Python writes none where PYTHONDONTWRITEBYTECODE is set (many
 # container images set it), and compiling them again at every start costs the TUI and each CLI call about 0.13 s.
 # Python still checks each file's time stamp, so an edited module is compiled afresh and never run stale.
+# `cockpit` lives in $VENV/bin, which is not on PATH until the environment is activated: say so on every exit,
+# since the walk-through's commands are typed as plain `cockpit`.
+say_path() { echo "setup.sh: to type \`cockpit\` as the docs do, run: source $VENV/bin/activate   (or write $VENV/bin/cockpit)"; }
 compile_bytecode() { "$VENV/bin/python" -m compileall -q cockpit >>"$LOG" 2>&1 || echo "setup.sh: could not compile cockpit's bytecode (see $LOG); it starts a little slower."; }
 
 # Packages whose compiled parts must match torch's: imported one by one in a fresh interpreter.
@@ -103,6 +106,7 @@ if [[ -f "$stamp" ]] && "$VENV/bin/python" -c 'import cockpit, torch' >/dev/null
   compile_bytecode
   make_demo
   echo "setup.sh: $VENV is up to date."
+  say_path
   exit 0
 fi
 
@@ -134,3 +138,4 @@ make_demo
 compile_bytecode
 echo "$want" >>"$stamp"
 echo "setup.sh: ready. $("$VENV/bin/cockpit" --version), torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
+say_path

@@ -9,6 +9,7 @@ nor textual (a test checks ``sys.modules``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -120,10 +121,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         args.script = tail
     try:
-        return int(_module(args.command).run(args) or 0)
+        code = int(_module(args.command).run(args) or 0)
+        sys.stdout.flush()  # a reader that went away (`cockpit runs | head`) shows here, not at the exit
+        return code
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - last line of defence: one paragraph, not a traceback
+        if isinstance(exc, BrokenPipeError):
+            return reader_gone()
         if isinstance(exc, CockpitError):
             print(f"cockpit {args.command}: {exc}", file=sys.stderr)
             return exc.exit_code
@@ -131,6 +136,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cockpit {args.command}: {os_error(exc)}", file=sys.stderr)
             return 1
         raise
+
+
+SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader closed the pipe
+
+
+def reader_gone() -> int:
+    """Standard output's reader closed it (``cockpit runs | head``): not a disk error, nothing to say. Exit quietly
+    as Unix tools do on SIGPIPE; standard output goes to /dev/null so the interpreter's own flush at the exit
+    cannot complain about the closed pipe either."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return SIGPIPE_EXIT
 
 
 def os_error(exc: OSError) -> str:

@@ -169,8 +169,10 @@ def write_run(
     curve: list[tuple[int, float]] | None = None,
     follows: str = "",
     overrides: dict[str, Any] | None = None,
+    evals: list[tuple[int, float]] | None = None,
 ) -> tuple[str, Path]:
-    """A finished (or, with status None, crashed) run with the given events and files."""
+    """A finished (or, with status None, crashed) run with the given events and files; ``evals``: (step, loss) of
+    the evaluations it saw, after its gates."""
     rid, rdir = runs.create_run(campaign, variant, seed, kind=kind, follows=follows, overrides=overrides)
     nb = nbm.load(campaign)
     vid = variant or nb.reference.id
@@ -202,6 +204,8 @@ def write_run(
                 duration_s=steps[g["phase"]],
             )
         w.emit(ev.GATE, **g)
+    for step, loss in evals or []:
+        w.emit(ev.EVAL, step=step, loss=loss, metrics={}, duration_s=0.5, examples=32)
     if curve:
         with open(rdir / "curve.csv", "w", encoding="utf-8") as fh:
             fh.write("step,loss,lr,grad_norm,examples_seen,elapsed_s\n")

@@ -85,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print("\n".join(_text(result)))
+        from ..termout import console, print_lines
+
+        print_lines(console(), _text(result))
     return 0
 
 

@@ -42,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
         raise notebook.NotebookError(f"{nb.path}: task.entry: {missing}")
     if not getattr(args, "no_task", False):
         refuse_what_the_task_shows(nb, None, {})
-    print("\n".join(summary(nb)))
+    from ..termout import console, print_lines
+
+    print_lines(console(), summary(nb))  # wrapped at the terminal's width
     changed, who = protocol.drift(nb)
     if changed:
         print(f"\ncockpit check: {protocol.drift_message(nb, changed, who)}", file=sys.stderr)
@@ -160,7 +162,7 @@ def summary(nb: notebook.Notebook) -> list[str]:
     ref_params = nb.params(ref.id)
     ref_plan = arithmetic.plan_from(ref_params)
     ref_budget, why_not = _budget(ref_plan, ref_params)
-    out += ["", f"Batch arithmetic (reference {ref.id}):"]
+    out += ["", f"Batch arithmetic ({notebook.reference_words(ref.id)}):"]
     rows = arithmetic.describe(ref_plan, ref_budget)
     if ref_budget is None:
         rows.append(("budget", why_not))
@@ -179,7 +181,7 @@ def summary(nb: notebook.Notebook) -> list[str]:
     out += ["", f"Variants ({len(nb.variants)}):"]
     width = max(len(v.id) for v in nb.variants)
     for v in nb.variants:
-        what = "reference" if v is ref else _overrides(v)
+        what = (notebook.role_words(v) or "the settings the variants change") if v is ref else _overrides(v)
         out.append(f"  {v.id:<{width}}  {what}" + (f" [{v.kind}]" if v.kind != "quality" else ""))
         if v.differs and v.differs != "reference":
             out.append(f"  {'':<{width}}    differs: {v.differs}")

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2, default=str))
         return 0
-    from rich.console import Console
+    from ..termout import console
 
-    compare.render(data, Console())
+    compare.render(data, console())
     return 0

@@ -46,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
     else:
-        print("\n".join(report.render(e)))
+        from ..termout import console, print_lines
+
+        print_lines(console(), report.blocks(e))
         if saved is not None:
             print(f"Saved to {saved}: `cockpit sheet` shows it beside what a pilot on a GPU measures.")
     return 0

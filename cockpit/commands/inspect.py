@@ -116,12 +116,14 @@ def _object(x: JSON) -> JSONObject:
 
 
 def render(doc: JSONObject, rdir: Path, gate: ev.Event | None, split: str | None, only: str | None) -> None:
-    from rich.console import Console, Group
+    from rich.console import Group
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
 
-    console = Console()
+    from ..termout import console as termout_console
+
+    console = termout_console()
     listed = doc.get("examples")
     examples = [
         e

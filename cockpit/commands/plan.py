@@ -71,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
     p = pl.build(
         nb, days=args.days, seeds=args.seeds, reserve_hours=args.reserve_hours, gpus=args.gpus, updates=args.updates
     )
-    print("\n".join(pl.render(p)))
+    from ..termout import console, print_lines
+
+    print_lines(console(), pl.render(p))
     if args.write:
         pkg = pl.choose(p, args.choose)
         if pkg is None:

@@ -19,6 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     target = rp.write(args.campaign, days=args.days, seeds=args.seeds)
     if args.print:
-        print(target.read_text("utf-8"))
+        from ..termout import console, print_lines
+
+        # prose wrapped, tables fitted to the terminal; report.md itself keeps every column
+        print_lines(console(), target.read_text("utf-8").splitlines(), drop_note=f"read {target}")
     print(f"report written to {target}")
     return 0

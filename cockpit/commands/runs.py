@@ -23,14 +23,16 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return 0
     from rich import box
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
     # Ids, variants and stop reasons come from the notebook and from the task's exceptions: every one is
     # escaped (or Text), so it is shown as written and never read as Rich markup.
-    console = Console()
+    from ..termout import console as make_console
+    from ..termout import print_table
+
+    console = make_console()
     wide = console.width >= 130
     tab = Table(
         title=Text(f"{nb.campaign.name}: {len(rows)} run{'s' if len(rows) != 1 else ''}"),
@@ -38,21 +40,8 @@ def run(args: argparse.Namespace) -> int:
         box=box.SIMPLE_HEAD,
     )
 
-    def width(values: list[str], header: str) -> int:
-        return max([len(header), *(len(v) for v in values)])
-
-    for col, kw in (
-        ("run", {"min_width": width([r.id for r in rows], "run")}),
-        ("variant", {"min_width": width([r.variant for r in rows], "variant")}),
-        ("seed", {"justify": "right"}),
-        ("kind", {}),
-        ("status", {"min_width": width([r.status for r in rows], "status")}),
-        ("phase", {}),
-        ("peak MiB", {"justify": "right"}),
-        ("time s", {"justify": "right"}),
-        ("follows", {}),
-    ):
-        tab.add_column(col, no_wrap=True, **kw)
+    for col in ("run", "variant", "seed", "kind", "status", "phase", "peak MiB", "time s", "follows"):
+        tab.add_column(col, justify="right" if col in ("seed", "peak MiB", "time s") else "left")
     if wide:
         tab.add_column("stop reason", overflow="fold")
     for r in rows:
@@ -69,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
             escape(r.follows),
         ]
         tab.add_row(*cells, *([escape(r.stop_reason)] if wide else []))
-    console.print(tab)
+    # ids, variants, statuses and numbers stay whole; at 80 columns these go first, the least needed first
+    print_table(console, tab, drop=["follows", "kind", "time s", "phase", "seed"])
     if not wide:
         for r in rows:
             if r.stop_reason:

@@ -230,17 +230,16 @@ def _go(
     if args.json:
         print(json.dumps({"runs": results, "wall_s": wall}, indent=2, default=str))
     else:
-        _print(results, wall, path)
+        print_results(results, wall, path)
     bad = [r for r in results if r["status"] != "completed"]
     if not bad:
         return 0
     return int(runs.state(Path(bad[0]["dir"])).exit_code)
 
 
-def _print(results: Sequence[Mapping[str, object]], wall: float, path: Path) -> None:
+def print_results(results: Sequence[Mapping[str, object]], wall: float, path: Path) -> None:
     """The series' table: one row per run, as :func:`cockpit.series.result` made it."""
     from rich import box
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
@@ -259,9 +258,7 @@ def _print(results: Sequence[Mapping[str, object]], wall: float, path: Path) -> 
         "time",
     ]
     for col in cols:
-        t.add_column(
-            col, no_wrap=True, justify="right" if col in ("seed", "updates", "val_loss", "s/upd", "time") else "left"
-        )
+        t.add_column(col, justify="right" if col in ("seed", "updates", "val_loss", "s/upd", "time") else "left")
     for r in results:
         style = "green" if r["status"] == "completed" else "red"
         upd = f"{r['updates']}/{r['planned_updates']}" if r["updates"] is not None else ""
@@ -277,8 +274,11 @@ def _print(results: Sequence[Mapping[str, object]], wall: float, path: Path) -> 
             "" if r["duration_s"] is None else f"{r['duration_s']:.0f}s",
         ]
         t.add_row(*cells)
-    c = Console()
-    c.print(t)
+    from ..termout import console, print_table
+
+    c = console()
+    # ids, variants and numbers stay whole (at 80 columns Rich cut every run id to "r00…"): columns go instead
+    print_table(c, t, drop=["follows", "time", "s/upd", "updates", "seed"])
     for r in results:
         c.print(
             Text(f"{r['run']} {r['status']}: {r['stop_reason']}", style="" if r["status"] == "completed" else "red"),

@@ -23,7 +23,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(dataclasses.asdict(s), indent=2, default=str))
     else:
-        print("\n".join(sh.render(s)))
+        from ..termout import console, print_lines
+
+        print_lines(console(), sh.render(s))
     if args.write:
         selection = sh.selection_of(s)
 

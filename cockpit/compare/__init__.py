@@ -26,7 +26,17 @@ from .. import events as ev
 from .. import notebook as nbm
 from .. import runs
 from .comparison import Comparison
-from .memory import Flag, PhaseMem, PhaseMemRow, PilotMem, PilotMemRow, flags, pilot_mem_row, pilot_memory
+from .memory import (
+    Flag,
+    PhaseMem,
+    PhaseMemRow,
+    PilotMem,
+    PilotMemRow,
+    flags,
+    pilot_mem_row,
+    pilot_memory,
+    unmeasured_lines,
+)
 from .quality import (
     MEMORY_KNOBS,
     STEP_PHASE,
@@ -68,6 +78,7 @@ __all__ = [
     "flags",
     "group_runs",
     "pilot_memory",
+    "unmeasured_lines",
     "quality_of",
     "render",
     "stats",

@@ -39,6 +39,10 @@ class PilotMem:
     step_n: int = 0
     busy: str = ""  # the updates were timed while other processes kept the CPUs busy
     kind: str = "pilot"  # "probe": measured on the user's own script, with its own settings
+    # No passed pilot of its own, but another variant's vouches for it (runs.pilot_for: they differ only in
+    # runs.SHARED_SCALARS): that pilot's id and variant. Its figures are that variant's column.
+    shared_run: str | None = None
+    shared_variant: str = ""
 
 
 class PhaseMemRow(TypedDict):
@@ -69,6 +73,8 @@ class PilotMemRow(TypedDict):
     step_n: int
     busy: str
     kind: str
+    shared_run: str | None
+    shared_variant: str
 
 
 class Flag(TypedDict):
@@ -103,7 +109,28 @@ def pilot_mem_row(m: PilotMem) -> PilotMemRow:
         "step_n": m.step_n,
         "busy": m.busy,
         "kind": m.kind,
+        "shared_run": m.shared_run,
+        "shared_variant": m.shared_variant,
     }
+
+
+def unmeasured_lines(mem: Mapping[str, PilotMemRow], shown: list[str]) -> list[str]:
+    """What compare says of the variants left out of its memory table: which share another variant's passed
+    pilot (by runs.pilot_for, the rule ``cockpit pilot --all`` and the series guard use), and which have none."""
+    left = [v for v in mem if v not in shown]
+    shared: dict[tuple[str, str], list[str]] = {}
+    for v in left:
+        if (run := mem[v].get("shared_run")) is not None:
+            shared.setdefault((str(mem[v].get("shared_variant") or "?"), run), []).append(v)
+    out = [
+        f"{', '.join(vs)}: {'share' if len(vs) > 1 else 'shares'} {owner}'s passed pilot {run} (differing only in "
+        f"{', '.join(sorted(runs.SHARED_SCALARS))}, which a pilot does not measure apart)"
+        for (owner, run), vs in shared.items()
+    ]
+    none = [v for v in left if mem[v].get("shared_run") is None]
+    if none:
+        out.append(f"no passed pilot (not in the table): {', '.join(none)}")
+    return out
 
 
 def _object(x: object) -> JSONObject | None:
@@ -129,6 +156,7 @@ def pilot_memory(nb: nbm.Notebook, vid: str, all_runs: list[runs.RunFiles] | Non
     params = {k: v for k, v in nb.params(vid).items() if v is not None}
     data = _data_gate(all_runs, vid)
     if pilot is None:
+        shared, _ = runs.pilot_for(nb, all_runs, vid)  # the one rule `pilot --all` and the series guard ask
         ml = params.get("max_length")
         trunc = data[1].get("truncation") if data else None
         ml = (data[1].get("inputs") or {}).get("max_length", ml) if data else ml
@@ -141,6 +169,8 @@ def pilot_memory(nb: nbm.Notebook, vid: str, all_runs: list[runs.RunFiles] | Non
             None,
             int(ml) if isinstance(ml, int) else None,
             _object(trunc),
+            shared_run=shared.id if shared is not None else None,
+            shared_variant=shared.variant if shared is not None else "",
         )
     evs = pilot.events
     phases: dict[str, PhaseMem] = {}

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
+from .. import notebook as nbm
 from .. import runs
-from .memory import PilotMemRow
+from ..termout import print_table
+from .memory import PilotMemRow, unmeasured_lines
 
 if TYPE_CHECKING:
     from .comparison import Comparison
@@ -60,7 +62,9 @@ def render(data: Comparison, console: Any) -> None:
     metric = data["metric"]
     way = "higher is better" if data["higher_is_better"] else "lower is better"
     console.print(Text.assemble((str(data["campaign"]), "bold"), ": ", str(data["question"])), highlight=False)
-    q = Table(title=_t(f"{metric} across seeds ({way}; reference {data['reference']})"), title_justify="left")
+    q = Table(
+        title=_t(f"{metric} across seeds ({way}; {nbm.reference_words(data['reference'])})"), title_justify="left"
+    )
     for col, just in (
         ("variant", "left"),
         ("n", "right"),
@@ -71,12 +75,7 @@ def render(data: Comparison, console: Any) -> None:
         ("each seed", "left"),
         ("vs reference", "left"),
     ):
-        q.add_column(
-            col,
-            justify="right" if just == "right" else "left",
-            overflow="fold",
-            no_wrap=col in ("n", "mean", "std", "min", "max"),
-        )
+        q.add_column(col, justify="right" if just == "right" else "left")
     other = {vid: [f["flag"] for f in fl if f["flag"] in DIFFERENT] for vid, fl in data["flags"].items()}
     for g in data["quality"]:
         s = g["stats"]
@@ -110,7 +109,8 @@ def render(data: Comparison, console: Any) -> None:
     elif not data["quality"]:
         console.print("no train runs yet: run `cockpit series CAMPAIGN` first", style="yellow")
     else:
-        console.print(q)
+        # numbers and variant ids stay whole (Rich alone broke 0.008669 across two lines): columns go instead
+        print_table(console, q, drop=["min", "max", "n", "each seed"])  # each seed shows min and max
         for g in data["quality"]:
             if g["target"]:
                 console.print(
@@ -124,7 +124,7 @@ def render(data: Comparison, console: Any) -> None:
     if data["not_completed"]:
         t = Table(title="runs that did not complete (kept, not averaged in)", title_justify="left")
         for col in ("run", "variant", "seed", "status", "updates", "follows", "stop reason"):
-            t.add_column(col, overflow="fold", no_wrap=col != "stop reason")
+            t.add_column(col)
         for r in data["not_completed"]:
             upd = (
                 ""
@@ -140,7 +140,7 @@ def render(data: Comparison, console: Any) -> None:
                 _t(r["follows"]),
                 _t(r["stop_reason"]),
             )
-        console.print(t)
+        print_table(console, t, drop=["follows", "updates", "seed"])
     for r in data["superseded"]:
         console.print(
             _t(
@@ -162,12 +162,12 @@ def _render_memory(data: Comparison, console: Any) -> None:
     ref = data["reference"]
     # the reference, every memory variant, and any other variant with a passed pilot
     vids = [ref] + [v for v in mem if v != ref and (mem[v]["run"] or data["kinds"].get(v) == "memory")]
-    unmeasured = [v for v in mem if v not in vids]
     measured = [v for v in vids if mem[v]["run"]]
     counters = {mem[v]["counter"] for v in measured}
     counter = " / ".join(sorted(counters)) or "no measurement"
     t = Table()
-    t.add_column("phase", no_wrap=True)
+    t.add_column("phase")
+    heads: list[str] = []
     for v in vids:
         head = (
             v
@@ -175,7 +175,8 @@ def _render_memory(data: Comparison, console: Any) -> None:
             + (f"\n{data['kinds'].get(v, '')}" if data["kinds"].get(v) == "memory" else "")
         )
         head += f"\n{mem[v]['run'] or 'no passed pilot'}" + (" probe" if mem[v].get("kind") == "probe" else "")
-        t.add_column(_t(head), justify="right", overflow="fold")
+        heads.append(head.replace("\n", " "))
+        t.add_column(_t(head), justify="right")
     phases = [p for p in ev.PHASES if any(p in mem[v]["phases"] for v in vids)]
     for p in phases:
         cells = []
@@ -201,7 +202,8 @@ def _render_memory(data: Comparison, console: Any) -> None:
             + " of each variant[/]",
             highlight=False,
         )
-        console.print(t)
+        # the variants after the reference go first, the last first: each column is one variant whole
+        print_table(console, t, drop=list(reversed(heads[1:])))
         if runs.HOST_PEAK in counters:
             console.print(
                 f"on a CPU the peak is the {'measured' if probed else 'pilot'} process's RSS, which includes the "
@@ -215,8 +217,8 @@ def _render_memory(data: Comparison, console: Any) -> None:
             "no passed pilot yet: run `cockpit pilot CAMPAIGN --variant ID` for memory and time per phase",
             style="yellow",
         )
-    if unmeasured:
-        console.print(_t(f"no passed pilot (not in the table): {', '.join(unmeasured)}", "dim"), highlight=False)
+    for line in unmeasured_lines(mem, vids):
+        console.print(_t(line, "dim"), highlight=False)
     for v in mem:
         fl = [f for f in data["flags"].get(v) or [] if f["flag"] != "quality target not reached"]  # shown above
         note = mem[v].get("params_note")

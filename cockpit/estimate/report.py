@@ -9,6 +9,7 @@ from typing import TypedDict
 
 from ..contract import Params
 from ..notebook.settings import Settings
+from ..termout import Block
 from . import gpu
 from .allocator import segment_size
 from .trace import Trace
@@ -41,7 +42,8 @@ class Fit:
     capacity_mib: float
     need_mib: float  # at the campaign's microbatch, headroom included
     fits: bool
-    largest_microbatch: int | None  # None: memory does not grow with the microbatch, any fits; 0: not even 1
+    largest_microbatch: int  # 0: not even 1
+    at_least: bool = False  # memory did not grow measurably between the traces: the largest traced, a lower bound
 
 
 class FallbackRow(TypedDict):
@@ -104,37 +106,43 @@ def rows(t: Trace) -> list[PhaseRow]:
 
 def fits(main: Trace, other: Trace | None, headroom: float, sizes: list[tuple[str, int]] | None = None) -> list[Fit]:
     """Each size: does the campaign's microbatch fit, and the largest that does, linear in the microbatch
-    between the two traces (per phase, on reserved)."""
+    between the two traces (per phase, on reserved; on allocated where reserved did not move, as a small model's
+    reserved stays inside one 2 MiB segment while its activations still grow).
+
+    Where no phase grew measurably between the two traces, the bound is the largest microbatch traced
+    (``at_least``): memory that did not grow from 1 to 2 examples is no evidence that any microbatch fits."""
     a, b = rows(main), rows(other) if other is not None else None
     lines: list[tuple[float, float]] = []  # (reserved at microbatch 0, per example)
     for i, r in enumerate(a):
         if b is None or other is None or other.microbatch == main.microbatch:
             lines.append((r.reserved_mib, 0.0))
             continue
-        slope = max(0.0, (r.reserved_mib - b[i].reserved_mib) / (main.microbatch - other.microbatch))
+        dm = main.microbatch - other.microbatch
+        slope = max(0.0, (r.reserved_mib - b[i].reserved_mib) / dm)
+        if slope == 0.0:
+            slope = max(0.0, (r.allocated_mib - b[i].allocated_mib) / dm)
         lines.append((r.reserved_mib - slope * main.microbatch, slope))
 
     def need(m: int) -> float:
         return (max(c + s * m for c, s in lines) + _extra_mib()) * (1.0 + headroom)
 
     grows = any(s > 0 for _, s in lines) and b is not None
+    traced = max(main.microbatch, other.microbatch if other is not None else 0)
     out = []
     for label, gb in sizes or [(f"{g} GB", g) for g in GPU_SIZES_GB]:
         cap = gb * 1e9 / MIB
         here = (max(r.reserved_mib for r in a) + _extra_mib()) * (1.0 + headroom)
-        largest: int | None
         if not grows:
-            largest = None if here <= cap else 0
-        else:
-            lo, hi = 0, LIMIT
-            while lo < hi:  # the largest m with need(m) <= cap
-                mid = (lo + hi + 1) // 2
-                if need(mid) <= cap:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            largest = lo
-        out.append(Fit(label, gb, cap, here, here <= cap, largest))
+            out.append(Fit(label, gb, cap, here, here <= cap, traced if here <= cap else 0, at_least=here <= cap))
+            continue
+        lo, hi = 0, LIMIT
+        while lo < hi:  # the largest m with need(m) <= cap
+            mid = (lo + hi + 1) // 2
+            if need(mid) <= cap:
+                lo = mid
+            else:
+                hi = mid - 1
+        out.append(Fit(label, gb, cap, here, here <= cap, lo))
     return out
 
 
@@ -223,16 +231,52 @@ def _count(n: int) -> str:
 
 
 def render(e: Estimate) -> list[str]:
-    out = [
+    """The estimate as text lines, its tables in fixed columns (a file, a log)."""
+    return [x for x in blocks(e, tables=False) if isinstance(x, str)]
+
+
+def blocks(e: Estimate, tables: bool = True) -> list[str | Block]:
+    """The estimate as prose lines and, with ``tables``, its two tables as :class:`~cockpit.termout.Block`s,
+    which a terminal fits to its width (the fixed columns ran to 160 characters)."""
+    cpu_col = any(r.cpu_allocated_mib is not None for r in e.phases)
+    phase_block = Block(
+        [
+            "phase",
+            "input",
+            "allocated MiB",
+            "reserved MiB",
+            "NVML-visible MiB",
+            *(["CPU semantics MiB"] if cpu_col else []),
+        ],
+        [
+            [
+                r.name,
+                r.inputs,
+                f"{r.allocated_mib:,.0f}",
+                f"{r.reserved_mib:,.0f}",
+                f"{r.nvml_mib:,.0f}",
+                *([] if not cpu_col else ["" if r.cpu_allocated_mib is None else f"{r.cpu_allocated_mib:,.0f}"]),
+            ]
+            for r in e.phases
+        ],
+        right={"allocated MiB", "reserved MiB", "NVML-visible MiB", "CPU semantics MiB"},
+        drop=["CPU semantics MiB", "input", "NVML-visible MiB"],
+    )
+    out: list[str | Block] = [
         f"Estimate for {e.campaign}, variant {e.variant}: {_count(e.parameters)} parameters "
         f"({_count(e.trainable)} trainable), {e.precision}, microbatch {e.microbatch} x accumulation "
         f"{e.accumulation}; {e.optimizer}.",
         f"Traced on fake tensors in {e.seconds:.1f} s (no GPU memory was used; no GPU was needed).",
         "",
-        f"  {'phase':<14} {'input':<30} {'allocated':>11} {'reserved':>11} {'NVML-visible':>13}"
-        + (f" {'CPU semantics':>14}" if any(r.cpu_allocated_mib is not None for r in e.phases) else ""),
     ]
-    for r in e.phases:
+    if tables:
+        out.append(phase_block)
+    else:
+        out.append(
+            f"  {'phase':<14} {'input':<30} {'allocated':>11} {'reserved':>11} {'NVML-visible':>13}"
+            + (f" {'CPU semantics':>14}" if cpu_col else "")
+        )
+    for r in e.phases if not tables else []:
         cpu = "" if r.cpu_allocated_mib is None else f"{r.cpu_allocated_mib:>10,.0f} MiB"
         out.append(
             f"  {r.name:<14} {r.inputs[:30]:<30} {r.allocated_mib:>7,.0f} MiB {r.reserved_mib:>7,.0f} MiB "
@@ -278,20 +322,28 @@ def render(e: Estimate) -> list[str]:
         "",
         f"Fits (need = (reserved + context) x {1 + e.headroom:.2f}, [pilot] headroom {e.headroom:.0%}; "
         f"largest microbatch {how}):",
-        f"  {'GPU':<10} {'capacity':>12} {'need now':>12}  {'fits':<5} largest microbatch",
     ]
+    fit_rows: list[list[str]] = []
+    if not tables:
+        out.append(f"  {'GPU':<10} {'capacity':>12} {'need now':>12}  {'fits':<5} largest microbatch")
     for f in e.fits:
         largest = (
-            "any (memory does not grow with it)"
-            if f.largest_microbatch is None
+            f"at least {f.largest_microbatch:,}, the largest traced"
+            if f.at_least
             else "none: not even 1"
             if f.largest_microbatch == 0
             else f"{f.largest_microbatch:,}"
             + (f"+ (searched up to {LIMIT:,})" if f.largest_microbatch >= LIMIT else "")
         )
-        out.append(
-            f"  {f.gpu:<10} {f.capacity_mib:>8,.0f} MiB {f.need_mib:>8,.0f} MiB  {'yes' if f.fits else 'no':<5} {largest}"
-        )
+        fit_rows.append([f.gpu, f"{f.capacity_mib:,.0f}", f"{f.need_mib:,.0f}", "yes" if f.fits else "no", largest])
+        if not tables:
+            out.append(
+                f"  {f.gpu:<10} {f.capacity_mib:>8,.0f} MiB {f.need_mib:>8,.0f} MiB  {'yes' if f.fits else 'no':<5} "
+                f"{largest}"
+            )
+    if tables:
+        heads = ["GPU", "capacity MiB", "need now MiB", "fits", "largest microbatch"]
+        out.append(Block(heads, fit_rows, right={"capacity MiB", "need now MiB"}, drop=["capacity MiB"]))
     out += [
         "",
         "An estimate, not a measurement: `cockpit pilot` on the GPU measures every phase, and `cockpit sheet` sizes "

@@ -40,14 +40,20 @@ from .model import (
     TrainingSpec,
     ValidationSpec,
     Variant,
+    names_reference,
     probe_campaign_sections,
+    reference_words,
+    role_words,
 )
 from .parse import find, load, parse
 from .settings import Settings
 from .store import create, dumps, locked, mutate, save, task_template, template, to_dict, validate
 
 __all__ = [
+    "names_reference",
     "probe_campaign_sections",
+    "reference_words",
+    "role_words",
     "CAMPAIGN_KINDS",
     "Settings",
     "DECISION_KINDS",

@@ -89,6 +89,30 @@ class Variant:
     kind: str = "quality"  # quality | memory
 
 
+REFERENCE_NAMES = frozenset({"reference", "the reference", "ref", "the ref"})
+
+
+def names_reference(text: str) -> bool:
+    """Whether a variant's id or its ``differs`` is only the word "reference" (``cockpit new`` names it so)."""
+    return text.strip().lower() in REFERENCE_NAMES
+
+
+def reference_words(variant_id: str) -> str:
+    """The reference variant in prose: "reference lr1e-4", or "reference" alone where its id is that word already.
+
+    The one formatter every command, the report and the TUI use, so none prints "reference reference"."""
+    return "reference" if names_reference(variant_id) else f"reference {variant_id}"
+
+
+def role_words(v: Variant) -> str:
+    """What a variant's line says after its id: "reference" for the reference (unless its id says it), then what
+    differs (unless that only says "reference" again); "" when nothing is left to say."""
+    parts = ["reference"] if v.reference and not names_reference(v.id) else []
+    if v.differs and not (v.reference and names_reference(v.differs)):
+        parts.append(v.differs)
+    return ": ".join(parts)
+
+
 @dataclass
 class StopRules:
     nonfinite: bool = True

@@ -156,7 +156,8 @@ def updates_of(
 
 
 def cost(nb: nbm.Notebook, variant: str, timing: Timing, updates: int | None, why: str = "") -> RunCost:
-    every = max(1, int(nb.validation.every_updates))
+    # a probed script validates when it does, which the probe watched; [validation] is Cockpit's own loop's
+    every = timing.eval_every or max(1, int(nb.validation.every_updates))
     if updates is None:
         return RunCost(variant, None, 0, 0, None, timing, why)
     n_val = math.ceil(updates / every)  # every `every` updates, and once at the end
@@ -345,6 +346,8 @@ def render(p: Plan) -> list[str]:
             f"  - validation: {t.eval_source or 'not measured (counted as 0)'}; save: "
             f"{t.save_source or 'not measured (counted as 0)'}"
         )
+        if t.eval_every_source:
+            out.append(f"  - validations counted: {c.validations} in {c.updates} steps: {t.eval_every_source}")
         if t.export_s is not None:
             out.append(f"  - export, kept in the reserve: {seconds_text(t.export_s)} ({t.export_source})")
     if devices:

@@ -33,6 +33,10 @@ class Timing:
     checkpoint_bytes: int | None = None  # the pilot's save phase: one checkpoint as the series writes it
     export_bytes: int | None = None  # the pilot's export phase: the artifact a completed run leaves
     bytes_source: str = ""
+    # A probed script validates on its own schedule, not at [validation] every_updates: the steps apart its
+    # evaluations came in the probe (None: not a probe, or it watched fewer than needed to tell)
+    eval_every: int | None = None
+    eval_every_source: str = ""
     borrowed_from: str = ""
     why_not: str = ""
 
@@ -116,6 +120,8 @@ def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
                     else f"pilot {pilot.id}: validation phase (whole split, plus 2 repeat batches)"
                 ),
             )
+        if pilot.probed:
+            t.eval_every, t.eval_every_source = script_eval_every(pilot)
         if t.save_s is None and (v := _gate_s(pilot, "save")) is not None:
             t.save_s, t.save_source = (
                 v,
@@ -139,6 +145,21 @@ def measure(all_runs: list[sh.RunFiles], variant: str) -> Timing:
     if t.step_s is None:
         t.why_not = f"no time per update measured for {variant}: no finished series run and no passed pilot or probe"
     return t
+
+
+def script_eval_every(probe: sh.RunFiles) -> tuple[int | None, str]:
+    """How many optimizer steps apart a probed script evaluates, from the evaluations the probe watched: the gap
+    between two (the smallest, should they vary), else the step of the only one. None where it watched none."""
+    steps = sorted(
+        {int(s) for e in probe.events if e.get("kind") == "eval" and isinstance(s := e.get("step"), int) and s > 0}
+    )
+    gaps = [b - a for a, b in zip(steps, steps[1:], strict=False) if b > a]
+    at = ", ".join(str(s) for s in steps[:6]) + (", ..." if len(steps) > 6 else "")
+    if gaps:
+        return min(gaps), f"probe {probe.id}: the script evaluated every {min(gaps)} steps (at steps {at})"
+    if steps:
+        return steps[0], f"probe {probe.id}: the script's first evaluation came at step {steps[0]}, taken as its period"
+    return None, ""
 
 
 def seconds_text(x: float | None) -> str:

@@ -56,7 +56,7 @@ def held_section(nb: nbm.Notebook) -> list[str]:
         bplan = arithmetic.plan_from(params)
         budget = arithmetic.budget_from(bplan, params)
         out.append(
-            f"- reference {ref.id}: {bplan.examples_per_update} examples per update (microbatch "
+            f"- {nbm.reference_words(ref.id)}: {bplan.examples_per_update} examples per update (microbatch "
             f"{bplan.microbatch} x accumulation {bplan.accumulation} x {bplan.data_replicas} replica"
             f"{'s' if bplan.data_replicas != 1 else ''}), {budget.updates} updates, "
             f"{budget.examples_seen:,} examples seen"
@@ -312,18 +312,18 @@ def generated_conclusion(
         pilot = sh.latest_passed_pilot(all_runs, ref)
         parts.append(
             f"No series run at the notebook's settings has finished with a final {metric}, so no variant "
-            f"can be preferred on measured quality; the reference {ref} stays the working choice by "
+            f"can be preferred on measured quality; the {nbm.reference_words(ref)} stays the working choice by "
             "default, not by evidence."
         )
         parts.append(
             f"The reference's pilot {pilot.id} passed every gate."
             if pilot
-            else f"No pilot of the reference {ref} has passed every gate yet."
+            else f"No pilot of the {nbm.reference_words(ref)} has passed every gate yet."
         )
     elif ref_res is None:
         best = min(measured, key=lambda r: sign * _mean(r))
         parts.append(
-            f"The reference {ref} has no completed series run, so no variant can be compared with it; "
+            f"The {nbm.reference_words(ref)} has no completed series run, so no variant can be compared with it; "
             f"the best mean {metric} among measured variants is {best.variant} ({_mean(best):.4f}, "
             f"{_n(best)} seed{'s' if _n(best) != 1 else ''})."
         )
@@ -332,13 +332,13 @@ def generated_conclusion(
         if winners:
             w = min(winners, key=lambda r: sign * _mean(r))
             parts.append(
-                f"{w.variant} reached a better mean final {metric} than the reference {ref}: "
+                f"{w.variant} reached a better mean final {metric} than the {nbm.reference_words(ref)}: "
                 f"{_mean(w):.4f} vs {_mean(ref_res):.4f} over {_n(w)} and "
                 f"{_n(ref_res)} seeds ({w.sentence})."
             )
         else:
             parts.append(
-                f"The reference {ref} stays the best choice: no variant reached a better mean final {metric} "
+                f"The {nbm.reference_words(ref)} stays the best choice: no variant reached a better mean final {metric} "
                 f"by more than the spread between seeds (reference mean {_mean(ref_res):.4f} over "
                 f"{_n(ref_res)} seed{'s' if _n(ref_res) != 1 else ''})."
             )

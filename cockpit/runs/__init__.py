@@ -82,6 +82,7 @@ from .state import (
     state,
     training_runs,
 )
+from .vouch import SHARED_SCALARS, mechanics, pilot_for, pilot_groups
 
 __all__ = [
     "CHECK_PHASES",
@@ -95,6 +96,10 @@ __all__ = [
     "GPU_PEAK",
     "HOST_PEAK",
     "MEASURED_KINDS",
+    "SHARED_SCALARS",
+    "mechanics",
+    "pilot_for",
+    "pilot_groups",
     "INSPECT_FILE",
     "LOG_FILE",
     "MAX_SMALL_FILE",

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 from .. import events as ev
 from .. import notebook as nbm
 from .. import runs
-from ..contract import Params
 from ..errors import UsageError
-from ..notebook.settings import Settings, SettingValue
+from ..notebook.settings import Settings
+from ..runs import vouch
 from .items import Item, intended_params
 
 if TYPE_CHECKING:
@@ -24,76 +24,13 @@ if TYPE_CHECKING:
     from ..plan import Disk
 
 
-BUDGET_KEYS = ("updates", "epochs", "examples")
+# The one rule for which passed pilot vouches for a variant lives with the run folders; the guard asks it.
+BUDGET_KEYS = vouch.BUDGET_KEYS
+SHARED_SCALARS = vouch.SHARED_SCALARS
+mechanics = vouch.mechanics
+pilot_for = vouch.pilot_for
+pilot_groups = vouch.pilot_groups
 BAD_ENDS = ev.ENDED_BY_ITSELF  # a crashed run (killed from outside) may run again with the same settings
-
-
-def _settings(settings: Settings | Params) -> dict[str, SettingValue]:
-    """What a pilot must have run with to vouch for a training run: everything but the budget."""
-    return (settings if isinstance(settings, Settings) else Settings(settings)).values(BUDGET_KEYS)
-
-
-def _diff(a: dict[str, SettingValue], b: dict[str, SettingValue]) -> str:
-    return ", ".join(
-        f"{k} {a.get(k, 'unset')} -> {b.get(k, 'unset')}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
-    )
-
-
-# Settings a pilot of one variant vouches for in another: optimizer scalars that change neither what is allocated nor
-# which code runs (no optimizer state, no shapes, no precision), only the size of the first updates' steps. A variant
-# that differs from a piloted one in these alone shares its pilot: the series measures what they change. Momentum is
-# not among them (SGD allocates a buffer for it), nor grad_clip (clipping adds its own temporaries).
-SHARED_SCALARS = frozenset({"lr", "weight_decay", "warmup_updates", "schedule"})
-
-
-def mechanics(settings: Settings | Params) -> dict[str, SettingValue]:
-    """The settings that decide memory and mechanics: what a pilot measures, the optimizer scalars left out."""
-    return {k: v for k, v in _settings(settings).items() if k not in SHARED_SCALARS}
-
-
-def pilot_groups(nb: nbm.Notebook) -> list[list[str]]:
-    """The variants in groups that one pilot vouches for, the reference's group first, each in notebook order."""
-    groups: dict[str, list[str]] = {}
-    order = [nb.reference.id] + [v.id for v in nb.variants if v.id != nb.reference.id]
-    for vid in order:
-        key = repr(sorted(mechanics(intended_params(nb, vid, {})).items()))
-        groups.setdefault(key, []).append(vid)
-    return list(groups.values())
-
-
-def pilot_for(
-    nb: nbm.Notebook, all_runs: list[runs.RunFiles], variant: str, settings: Settings
-) -> tuple[runs.RunFiles | None, str]:
-    """The passed pilot that vouches for a training run of these settings and this task code, or why none does.
-
-    The variant's own passed pilot of the same settings first; else the newest passed pilot of any variant whose
-    settings differ from these only in :data:`SHARED_SCALARS` (a learning-rate variant shares the reference's).
-    """
-    code = runs.task_revision(nb.task.entry, nb.directory).get("task_code")
-    want = _settings(settings)
-    pilots = [r for r in all_runs if r.kind == "pilot" and r.variant == variant]
-    passed = [
-        r
-        for r in all_runs
-        if r.kind == "pilot"
-        and r.status == ev.Status.PASSED.value
-        and (r.frozen.get("revisions") or {}).get("task_code") == code
-    ]
-    for r in reversed(passed):
-        if r.variant == variant and _settings(r.frozen.get("params", {})) == want:
-            return r, ""
-    for r in reversed(passed):
-        if mechanics(r.frozen.get("params", {})) == mechanics(settings):
-            return r, ""
-    if not pilots:
-        return None, f"no pilot of {variant} yet"
-    last = pilots[-1]
-    if last.status != ev.Status.PASSED.value:
-        return None, f"its latest pilot {last.id} ended {last.status} ({last.stop_reason})"
-    diff = _diff(_settings(last.frozen.get("params", {})), want)
-    if diff:
-        return None, f"its latest passed pilot {last.id} ran with other settings ({diff})"
-    return None, f"the task code changed since its latest passed pilot {last.id}"
 
 
 def repeated_failure(

@@ -17,7 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import events as ev
+from .. import notebook as nbm
 from .. import runs
+from ..compare.memory import unmeasured_lines
 from ..compare.quality import GroupRow, TrainRunRow
 from . import style as sty
 from .comparedata import Comparison
@@ -88,7 +90,7 @@ def tables(data: Comparison, width: int = 80) -> list[RenderableType]:
 
 def quality_table(data: Comparison, metric: str, way: str, wide: bool) -> Table:
     q = Table(
-        title=f"{metric} across seeds ({way}; reference {clean_line(data['reference'], 40)})",
+        title=f"{metric} across seeds ({way}; {nbm.reference_words(clean_line(data['reference'], 40))})",
         title_justify="left",
         expand=False,
     )
@@ -189,7 +191,6 @@ def memory_parts(data: Comparison) -> list[RenderableType]:
     mem = data["memory"]
     ref = data["reference"]
     vids = [ref] + [v for v in mem if v != ref and (mem[v]["run"] or data["kinds"].get(v) == "memory")]
-    unmeasured = [v for v in mem if v not in vids]
     measured = [v for v in vids if v in mem and mem[v]["run"]]
     counters = {mem[v]["counter"] for v in measured}
     counter = " / ".join(sorted(counters)) or "no measurement"
@@ -249,8 +250,7 @@ def memory_parts(data: Comparison) -> list[RenderableType]:
                 style="yellow",
             )
         )
-    if unmeasured:
-        out.append(_t(f"no passed pilot (not in the table): {', '.join(unmeasured)}", "dim", 600))
+    out += [_t(line, "dim", 600) for line in unmeasured_lines(mem, vids)]
     for v in mem:
         fl = [f for f in data["flags"].get(v) or [] if f["flag"] != "quality target not reached"]  # shown above
         note = mem[v].get("params_note")

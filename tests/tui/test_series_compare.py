@@ -328,3 +328,31 @@ async def test_resume_a_stopped_run_from_the_palette(make_app, recorded: Path, l
         await until(pilot, shows(app, "Resume stopped runs"))
         await pilot.press("enter")
         await until(pilot, lambda: "a series is running" in notes(app), what="one at a time")
+
+
+async def test_the_series_refusal_names_the_pilot_key_that_works_and_boxes_say_chosen(make_app, recorded: Path):
+    """Issue 36: the refusal said "P starts a pilot" while the key is p, and a chosen box differed from an unchosen
+    one only in the colour of its X. The key is read from the campaign screen's binding; boxes say [x] or [ ]."""
+    from cockpit.tui.screens.dialogs import StartPilotScreen
+    from cockpit.tui.screens.seriesdialog import pilot_key
+
+    key = next(b.key for b in CampaignScreen.BINDINGS if b.id == "pilot")
+    assert pilot_key() == key == "p"
+    app = make_app(timing=FAST)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("S")
+        await until(pilot, shows(app, "9 runs (3 variants x 3 seeds)"))
+        assert screen_text(app).count("[x] ") == 3 and "[ ] " in screen_text(app)  # len24 is not chosen
+        await pilot.press("space", "down", "down", "space")  # lr1e-4 and lr2e-4 off: lr5e-5 only
+        await until(pilot, shows(app, "3 runs (1 variants x 3 seeds)"))
+        lines = screen_text(app).splitlines()
+        assert any("[ ] lr1e-4" in ln for ln in lines) and any("[x] lr5e-5" in ln for ln in lines)
+        assert any("[ ] lr2e-4" in ln for ln in lines)
+        await pilot.press("tab", "enter")  # from the seeds field (Enter in the list would choose lr2e-4 again)
+        await until(pilot, shows(app, "refused: lr5e-5 has no passed pilot"), what="the guard's refusal")
+        assert f"then {key} on the campaign screen" in " ".join(screen_text(app).split())
+        assert " P " not in screen_text(app)
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, CampaignScreen))
+        await pilot.press(key)  # the key the words name does what they say
+        await until(pilot, lambda: isinstance(app.screen, StartPilotScreen), what="the pilot dialog")

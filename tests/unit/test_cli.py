@@ -256,3 +256,28 @@ def test_batch_refuses_two_budgets(capsys: pytest.CaptureFixture[str]) -> None:
         main(["batch", "--micro", "2", "--updates", "5", "--epochs", "1"])
     assert info.value.code == 2
     assert "not allowed with" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["sheet"], ["runs", "--json"], ["runs"], ["compare"]])
+def test_a_closed_reader_is_not_a_disk_error(argv: list[str], tmp_path: Path) -> None:
+    """Issue 36: `cockpit runs | head` ended "Broken pipe. Check the file and the disk". The reader is closed before
+    the command writes a byte, so its first write meets the closed pipe: it exits quietly, as Unix tools do."""
+    import shutil
+
+    from tests.tui.support import FIXTURE
+
+    campaign = tmp_path / "demo"
+    shutil.copytree(FIXTURE, campaign)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cockpit", argv[0], str(campaign), *argv[1:]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    code = proc.wait(timeout=60)
+    assert err == "", err
+    assert code == 141  # 128 + SIGPIPE, as a shell reports a Unix tool's (Rich's consoles hand the pipe to the CLI)

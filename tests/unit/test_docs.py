@@ -55,3 +55,22 @@ def test_the_walkthrough_is_commands_of_cockpit() -> None:
     lines = walkthrough()
     assert len(lines) >= 8 and all(argv[0] == "cockpit" for argv in lines)
     assert [argv[1] for argv in lines[:2]] == ["new", "pilot"]
+
+
+def test_setup_and_the_readme_say_how_to_put_cockpit_on_the_path() -> None:
+    """The walk-through types plain `cockpit`, which `./setup.sh` leaves in .venv/bin, off the PATH: set-up prints
+    how to activate on both of its ways out (installed, up to date), and the README says it before the walk-through."""
+    import subprocess
+
+    script = (ROOT / "setup.sh").read_text()
+    define = next(ln for ln in script.splitlines() if ln.startswith("say_path()"))
+    said = subprocess.run(
+        ["bash", "-c", f"VENV=.venv\n{define}\nsay_path"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "source .venv/bin/activate" in said and ".venv/bin/cockpit" in said
+    assert script.count("say_path\n") >= 2  # after "is up to date" and after "ready"
+    assert script.rstrip().endswith("say_path")
+    text = README.read_text()
+    guide = text.split("## Five minutes with your own model", 1)[1].split("<!-- walkthrough:start -->", 1)[0]
+    assert "source .venv/bin/activate" in guide and ".venv/bin/cockpit" in guide
+    assert "source .venv/bin/activate" in (ROOT / "docs" / "index.md").read_text()

@@ -241,3 +241,31 @@ def test_a_shape_error_is_the_tasks_not_a_fallback() -> None:
     with pytest.raises(UserCodeError, match="loss raised RuntimeError") as got:
         trace.run(task, {"microbatch": 4, "lr": 1e-3, "precision": "fp32"})
     assert "cannot run on fake tensors" not in str(got.value)
+
+
+def _trace_of(m: int, allocated_mib: float, reserved_mib: float) -> trace.Trace:
+    ph = trace.PhaseMemory("update_second", "", int(allocated_mib * MIB), int(reserved_mib * MIB), 0)
+    return trace.Trace(m, True, True, [ph], 1, 1, 0.0)
+
+
+def test_a_small_model_gets_a_bound_never_any() -> None:
+    """Issue 36: a small model's reserved memory stayed in one 2 MiB segment from microbatch 1 to 2, and every GPU
+    said "largest microbatch: any". Allocated still grows: the bound follows it; where nothing grew, the bound is
+    the largest microbatch traced, said as a lower bound."""
+    grows = report.fits(_trace_of(2, 3.0, 4.0), _trace_of(1, 2.5, 4.0), 0.1)
+    assert all(f.largest_microbatch > 2 and not f.at_least for f in grows)
+    cap = grows[0].capacity_mib
+    extra = gpu.CONTEXT_MIB + gpu.LIBRARIES_MIB
+    best = grows[0].largest_microbatch
+    reserved = report.rows(_trace_of(2, 3.0, 4.0))[0].reserved_mib  # the cuBLAS workspace included
+
+    def need(m: int) -> float:
+        return (reserved + 0.5 * (m - 2) + extra) * 1.1  # 0.5 MiB per example, as allocated grew
+
+    assert need(best) <= cap < need(best + 1)
+    flat = report.fits(_trace_of(2, 3.0, 4.0), _trace_of(1, 3.0, 4.0), 0.1)
+    assert all(f.at_least and f.largest_microbatch == 2 for f in flat)
+    e = report.Estimate("c", "v", 2, 8, "fp32", 1, 1, "adamw", [], "update_second", 3.0, 0.1, flat, [])
+    table = "\n".join(report.render(e))
+    assert "any" not in table.split("Fits (", 1)[1]
+    assert "at least 2, the largest traced" in table

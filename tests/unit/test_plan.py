@@ -128,3 +128,33 @@ def test_one_quality_check_run_is_budgeted_per_memory_variant(tmp_path: Path) ->
     assert [s for v, s in p.order if v == "half"] == [0]  # one run, not one per seed
     text = "\n".join(pl.render(p))
     assert "one quality-check run: a memory variant whose quality was never measured" in text
+
+
+def test_a_probed_script_s_validations_are_counted_as_the_script_runs_them(tmp_path: Path) -> None:
+    """Issue 36: the plan of a probed script counted 6 validations (300 steps at [validation] every_updates 50, a
+    setting of Cockpit's own loop) where the script evaluates every 100 steps, 3 times. The probe watched when."""
+    import sys
+
+    from cockpit.commands.probe import campaign_for
+    from tests.fake_runs import cpu_stack, standard_gates, write_run
+
+    path = campaign_for([sys.executable, "train.py"], tmp_path / "campaigns")
+    camp = path.parent
+    watched = ("stack", "forward", "update_second", "validation", "save")
+    gates = [g for g in standard_gates(None, None) if g["phase"] in watched]
+    rid, _ = write_run(
+        camp,
+        kind="probe",
+        stack=cpu_stack(),
+        gates=gates,
+        steps={"update_second": 0.1},
+        evals=[(100, 2.5), (200, 2.1)],
+    )
+    nb = nbm.load(camp)
+    assert nb.validation.every_updates == 50  # the stand-in the script never reads
+    p = pl.build(nb, updates=300)
+    c = p.costs[nbm.SCRIPT_VARIANT]
+    assert c.validations == 3
+    text = "\n".join(pl.render(p))
+    assert "+ 3 validations x" in text
+    assert f"validations counted: 3 in 300 steps: probe {rid}: the script evaluated every 100 steps" in text

@@ -72,7 +72,9 @@ def test_a_passed_pilot_of_the_same_settings_and_code_lets_it_start(
     with pytest.raises(UsageError, match=f"pilot {pid} ran with other settings \\(precision fp32 -> bf16\\)"):
         vet(nbm.load(camp), ["lr1e-4"], [0])
     nbm.mutate(camp, lambda nb: setattr(nb.training, "precision", "fp32"))
-    monkeypatch.setattr(runs, "task_revision", lambda entry, d: {"task_code": "edited since"})
+    from cockpit.runs import vouch  # the one rule for which pilot vouches for a variant reads the task's revision
+
+    monkeypatch.setattr(vouch, "task_revision", lambda entry, d: {"task_code": "edited since"})
     with pytest.raises(UsageError, match=f"task code changed since its latest passed pilot {pid}"):
         vet(nbm.load(camp), ["lr1e-4"], [0])
 
@@ -154,3 +156,32 @@ def test_the_plan_counts_gpus(tmp_path: Path) -> None:
     four = pl.build(nbm.load(camp), days=(3,), seeds=3, gpus=4)
     assert len(one.packages[0].fits) == 2 and len(four.packages[0].fits) == 8
     assert "4 runs side by side on 4 GPUs" in "\n".join(pl.render(four))
+
+
+def test_compare_says_what_pilot_all_and_the_guard_say_of_a_shared_pilot(tmp_path: Path) -> None:
+    """Issue 36: right after `pilot --all` said the learning-rate variants share the reference's pilot, compare said
+    they had no passed pilot. Compare asks the same rule (runs.pilot_for), in the CLI and the TUI."""
+    import io
+
+    from rich.console import Console
+
+    from cockpit import compare
+    from cockpit.tui.comparetables import memory_parts
+
+    camp = make_campaign(tmp_path)
+    rid = passed_pilot(camp)
+    nb = nbm.load(camp)
+    data = compare.summarize(nb)
+    for vid in ("lr5e-5", "lr2e-4"):
+        assert runs.pilot_for(nb, runs.campaign_runs(camp), vid)[0] is not None  # what the guard asks
+        assert data["memory"][vid]["shared_run"] == rid and data["memory"][vid]["shared_variant"] == "lr1e-4"
+    assert data["memory"]["bf16"]["shared_run"] is None
+    out = io.StringIO()
+    compare.render(data, Console(file=out, width=200))
+    text = out.getvalue()
+    assert f"lr5e-5, lr2e-4: share lr1e-4's passed pilot {rid}" in text
+    said = [ln for ln in text.splitlines() if ln.startswith("no passed pilot (not in the table)")]
+    assert all("lr5e-5" not in ln and "lr2e-4" not in ln for ln in said)
+    tui = io.StringIO()
+    Console(file=tui, width=200).print(*memory_parts(data))
+    assert f"lr5e-5, lr2e-4: share lr1e-4's passed pilot {rid}" in tui.getvalue()

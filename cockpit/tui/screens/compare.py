@@ -38,6 +38,7 @@ from ..api import app_of
 from ..feeds import Feeds
 from ..messages import Compared, CurvesRead, NotebookChanged
 from ..plain import clean_line, one_line
+from ..widgets.checks import CheckList
 from ..widgets.footer import FittingFooter
 from ..widgets.plot import BraillePlot, Line
 from .run import NARROW
@@ -101,7 +102,7 @@ class CompareScreen(Screen[None]):
             with TabPane("Tables (t)", id="tables"), VerticalScroll(id="compare-scroll"):
                 yield Static("reading the runs ...", id="compare-tables")
             with TabPane("Loss curves (l)", id="curves"), Horizontal(id="curves-body"):
-                yield SelectionList[str](id="curve-runs")
+                yield CheckList[str](id="curve-runs")
                 with Vertical(id="curve-side"):
                     yield BraillePlot("loss", zero_based=False, id="curve-plot")
                     yield Static(id="curve-legend")

@@ -93,9 +93,14 @@ def variants(nb: nbm.Notebook) -> Text:
     for v in nb.variants:
         out.append("\n")
         out.append_text(one_line(f" {v.id:<10}", style="bold", limit=60))
-        out.append(" reference" if v.reference else " ", style="cyan")
+        # never "reference reference": the id, the tag or differs says it once (nbm.role_words' rule)
+        tag = v.reference and not nbm.names_reference(v.id)
+        differs = "" if v.reference and nbm.names_reference(v.differs) else v.differs
+        out.append(" reference" if tag else " ", style="cyan")
         overrides = ", ".join(f"{k}={val}" for k, val in v.set.items())
-        out.append_text(one_line(f" {v.differs}" + (f" ({overrides})" if overrides else ""), limit=400))
+        said = " ".join(w for w in (differs, f"({overrides})" if overrides else "") if w)
+        if said:
+            out.append_text(one_line(f" {said}", limit=400))
         if v.why:
             out.append_text(one_line(f": {v.why}", style="dim", limit=400))
     return out

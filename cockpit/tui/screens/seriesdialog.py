@@ -19,7 +19,16 @@ from textual.widgets.selection_list import Selection
 from ... import notebook as nbm
 from ..plain import one_line, plain
 from ..seriesctl import SeriesChoice
+from ..widgets.checks import CheckList
 from .dialogs import Dialog, FieldError
+
+
+def pilot_key() -> str:
+    """The key that starts a pilot, read from the campaign screen's own binding, so these words cannot drift."""
+    from .campaign import CampaignScreen
+
+    binding = next(b for b in CampaignScreen.BINDINGS if isinstance(b, Binding) and b.id == "pilot")
+    return binding.key_display or binding.key
 
 
 def refusal(exc: Exception) -> str:
@@ -28,9 +37,14 @@ def refusal(exc: Exception) -> str:
     if not reasons:
         return str(exc)
     return (
-        "refused: " + "; ".join(reasons) + ". P starts a pilot; to start anyway, say why in override "
-        "(recorded as a decision and in each run's row)"
+        "refused: " + "; ".join(reasons) + f". To pilot first: Escape, then {pilot_key()} on the campaign screen; "
+        "to start anyway, say why in override (recorded as a decision and in each run's row)"
     )
+
+
+def _role(v: nbm.Variant) -> str:
+    role = nbm.role_words(v)
+    return f": {role}" if role else ""
 
 
 class StartSeriesScreen(Dialog["SeriesChoice"]):
@@ -54,9 +68,9 @@ class StartSeriesScreen(Dialog["SeriesChoice"]):
         with VerticalScroll(classes="dialog", id="series-dialog"):  # the guard's reasons may be long
             yield Label("Start a series: each variant x seed a full training run", classes="title")
             yield Label("variants (space chooses, arrows move)")
-            yield SelectionList[str](
+            yield CheckList[str](
                 *[
-                    Selection(one_line(f"{v.id}  {v.kind}: {v.differs}", limit=56), v.id, v.id in self.chosen)
+                    Selection(one_line(f"{v.id}  {v.kind}" + _role(v), limit=56), v.id, v.id in self.chosen)
                     for v in nb.variants
                 ],
                 id="series-variants",
