@@ -1,0 +1,190 @@
+"""Invariants of state, measured in the pilot (issue 35): frozen modules in eval mode (forward), state kept attached
+across updates (update_second), float inputs in their range (data). Tiny in-memory tasks, one phase run after another
+in this process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cockpit.pilot import attached, frozenmode
+from cockpit.pilot.task import Task
+from tests.gates.test_phases import _cls_collate, _cls_data, check, classifier, through
+
+
+class Distill(nn.Module):
+    """A student and a frozen teacher (dropout 0.3, or none, or BatchNorm) whose logits are the student's target."""
+
+    def __init__(self, teacher: nn.Module) -> None:
+        super().__init__()
+        self.student = nn.Linear(6, 3)
+        self.teacher = teacher
+        self.teacher.requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.student(x)
+
+
+def teacher(kind: str) -> nn.Module:
+    inside: nn.Module = {"dropout": nn.Dropout(0.3), "none": nn.Identity(), "batchnorm": nn.BatchNorm1d(16)}[kind]
+    return nn.Sequential(nn.Linear(6, 16), inside, nn.ReLU(), nn.Linear(16, 3)).eval()  # eval once: train() undoes it
+
+
+def distill_loss(eval_teacher: bool) -> Any:
+    def loss(m: Distill, b: dict[str, Any]) -> torch.Tensor:
+        if eval_teacher:
+            m.teacher.eval()
+        with torch.no_grad():
+            t = m.teacher(b["x"])
+        s = m(b["x"])
+        kl = F.kl_div(F.log_softmax(s, -1), F.log_softmax(t, -1), log_target=True, reduction="batchmean")
+        return F.cross_entropy(s, b["labels"]) + kl
+
+    return loss
+
+
+def distill(kind: str, eval_teacher: bool = False) -> Task:
+    return Task(
+        build_model=lambda p: Distill(teacher(kind)),
+        datasets=_cls_data,
+        collate=_cls_collate,
+        loss=distill_loss(eval_teacher),
+        kind="classification",
+        label_names=["neg", "mid", "pos"],
+        input_key="x",
+    )
+
+
+class FrozenEncoder(nn.Module):
+    """A frozen encoder (dropout or BatchNorm inside) under a trained head: its output is a feature."""
+
+    def __init__(self, inside: nn.Module) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(6, 16), inside, nn.ReLU())
+        self.encoder.requires_grad_(False)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x))
+
+
+def frozen_encoder(inside: nn.Module) -> Task:
+    return Task(
+        build_model=lambda p: FrozenEncoder(inside),
+        datasets=_cls_data,
+        collate=_cls_collate,
+        loss=lambda m, b: F.cross_entropy(m(b["x"]), b["labels"]),
+        kind="classification",
+        label_names=["neg", "mid", "pos"],
+        input_key="x",
+    )
+
+
+def frozen_check(task: Task) -> dict[str, Any]:
+    return check(through(task, "forward")["forward"], frozenmode.NAME)
+
+
+def test_a_teacher_left_in_training_mode_with_dropout_fails_naming_it() -> None:
+    c = frozen_check(distill("dropout"))
+    assert not c["ok"] and not c.get("warn"), c
+    assert "teacher" in c["detail"] and "random" in c["detail"] and "target" in c["detail"], c["detail"]
+    assert ".eval()" in c["detail"]
+
+
+def test_a_teacher_set_to_eval_in_the_loss_passes() -> None:
+    c = frozen_check(distill("dropout", eval_teacher=True))
+    assert c["ok"] and not c.get("na") and "eval mode" in c["detail"], c
+
+
+def test_a_teacher_with_batchnorm_in_training_mode_fails_with_its_drift() -> None:
+    c = frozen_check(distill("batchnorm"))
+    assert not c["ok"] and not c.get("warn"), c
+    assert "teacher.1.running_mean" in c["detail"] and "batch statistics" in c["detail"], c["detail"]
+
+
+def test_a_teacher_without_mode_dependent_behaviour_is_not_applicable() -> None:
+    c = frozen_check(distill("none"))
+    assert c.get("na"), c
+
+
+def test_no_frozen_module_is_not_applicable() -> None:
+    c = frozen_check(classifier())
+    assert c.get("na") and "no frozen module" in c["detail"], c
+
+
+def test_dropout_in_a_frozen_encoder_under_a_trained_head_is_a_feature_not_a_failure() -> None:
+    c = frozen_check(frozen_encoder(nn.Dropout(0.3)))
+    assert c["ok"] and not c.get("na"), c
+    assert "encoder" in c["detail"] and "feature" in c["detail"], c["detail"]
+
+
+def test_batchnorm_drifting_in_a_frozen_encoder_warns() -> None:
+    c = frozen_check(frozen_encoder(nn.BatchNorm1d(16)))
+    assert not c["ok"] and c.get("warn"), c
+    assert "encoder.1.running_" in c["detail"], c["detail"]
+
+
+def test_the_measurement_leaves_the_random_state_and_the_statistics_as_they_were() -> None:
+    model = FrozenEncoder(nn.BatchNorm1d(16))
+    model.train()
+    x = torch.randn(8, 6)
+    with frozenmode.recorder(model, {n for n, p in model.named_parameters() if p.requires_grad}) as calls:
+        model(x)
+    stats = model.encoder[1].running_mean.clone()
+    state = torch.get_rng_state()
+    m = frozenmode.measure(calls["encoder"])
+    assert m.drift > 0 and m.modes > 0
+    assert torch.equal(model.encoder[1].running_mean, stats) and torch.equal(torch.get_rng_state(), state)
+    assert model.encoder.training
+
+
+# --------------------------------------------------------------------------- state kept attached across updates
+
+
+class TrackedLoss:
+    """A loss object that keeps every step's loss for a plot: as tensors (the defect) or detached."""
+
+    def __init__(self, detach: bool) -> None:
+        self.detach = detach
+        self.history: list[torch.Tensor] = []
+
+    def __call__(self, m: nn.Module, b: dict[str, Any]) -> torch.Tensor:
+        loss = F.cross_entropy(m(b["x"]), b["labels"])
+        self.history.append(loss.detach() if self.detach else loss)
+        return loss
+
+
+def running_total(m: nn.Module, b: dict[str, Any]) -> torch.Tensor:
+    loss = F.cross_entropy(m(b["x"]), b["labels"])
+    m.loss_total = getattr(m, "loss_total", 0.0) + loss  # a running total kept as a tensor on the model
+    return loss
+
+
+def kept_check(task: Task) -> dict[str, Any]:
+    return check(through(task, "update_second")["update_second"], attached.NAME)
+
+
+def test_a_loss_history_kept_as_tensors_fails_naming_the_attribute() -> None:
+    c = kept_check(classifier(loss=TrackedLoss(detach=False)))
+    assert not c["ok"] and not c.get("warn"), c
+    assert "TrackedLoss (Task.loss).history" in c["detail"] and "loss.item()" in c["detail"], c["detail"]
+
+
+def test_a_running_total_on_the_model_fails_with_its_growing_graph() -> None:
+    c = kept_check(classifier(loss=running_total))
+    assert not c["ok"] and not c.get("warn"), c
+    assert "Sequential.loss_total" in c["detail"] and "graph nodes" in c["detail"], c["detail"]
+
+
+def test_a_detached_history_passes_with_its_size() -> None:
+    c = kept_check(classifier(loss=TrackedLoss(detach=True)))
+    assert c["ok"], c
+    assert "history grows by" in c["detail"] and "no graph attached" in c["detail"], c["detail"]
+
+
+def test_a_plain_classifier_keeps_nothing() -> None:
+    c = kept_check(classifier())
+    assert c["ok"] and "no tensor" in c["detail"], c
