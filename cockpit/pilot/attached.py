@@ -206,6 +206,10 @@ NAME = "no state kept attached across updates"
 PROJECTED_WARN = 256 * 2**20  # bytes a detached history may reach over the run's updates before it is named
 
 
+def _n(k: int, word: str) -> str:
+    return f"{k:,} {word}" + ("" if k == 1 else "s")
+
+
 def _mib(n: float) -> str:
     return f"{n / 2**20:.2f} MiB" if n >= 2**14 else f"{int(n):,} bytes"
 
@@ -240,7 +244,7 @@ def judge(g: Any, walks: list[Walk], updates: int | None, allocated: list[int] |
         mem = f"; allocated memory after each update: {', '.join(_mib(a) for a in allocated)}"
     if growing:
         parts = [
-            f"{gr.path} holds {gr.last.tensors} tensors of {_mib(gr.last.nbytes)} ({gr.last.attached} attached to the "
+            f"{gr.path} holds {_n(gr.last.tensors, 'tensor')} of {_mib(gr.last.nbytes)} ({gr.last.attached} attached to the "
             f"autograd graph, {gr.last.nodes:,} graph nodes{'+' if walks[-1].nodes_capped else ''}) after {k} more "
             f"updates, from {gr.first.tensors} and {gr.first.nodes:,} nodes: "
             f"+{(gr.last.nodes - gr.first.nodes) / k:,.0f} graph nodes per update"
@@ -257,7 +261,7 @@ def judge(g: Any, walks: list[Walk], updates: int | None, allocated: list[int] |
         return
     if kept:
         parts = [
-            f"{gr.path} holds {gr.last.attached} tensors attached to the autograd graph ({gr.last.nodes:,} nodes) "
+            f"{gr.path} holds {_n(gr.last.attached, 'tensor')} attached to the autograd graph ({gr.last.nodes:,} nodes) "
             "after the update"
             for gr in kept[:3]
         ]

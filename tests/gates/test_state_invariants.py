@@ -188,3 +188,85 @@ def test_a_detached_history_passes_with_its_size() -> None:
 def test_a_plain_classifier_keeps_nothing() -> None:
     c = kept_check(classifier())
     assert c["ok"] and "no tensor" in c["detail"], c
+
+
+# --------------------------------------------------------------------------- float inputs in their range
+
+
+def _image_data(params: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for split, n, base in (("train", 32, 0), ("val", 8, 1000)):
+        out[split] = [{"id": f"{split}{i}", "group": f"{split}{i}", "seed": base + i} for i in range(n)]
+    return out
+
+
+def _pixels(e: dict[str, Any]) -> torch.Tensor:
+    g = torch.Generator().manual_seed(e["seed"])
+    return torch.rand(3, 8, 8, generator=g)  # an image as ToTensor gives it: [0, 1]
+
+
+IMAGENET = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+
+
+def image_task(transform: Any, **extras: Any) -> Task:
+    def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+        x = torch.stack([transform(_pixels(e), e) for e in examples])
+        return {"pixel_values": x, "labels": torch.tensor([e["seed"] % 2 for e in examples])}
+
+    return Task(
+        build_model=lambda p: nn.Sequential(nn.Flatten(), nn.Linear(192, 2)),
+        datasets=_image_data,
+        collate=collate,
+        loss=lambda m, b: F.cross_entropy(m(b["pixel_values"]), b["labels"]),
+        kind="classification",
+        label_names=["even", "odd"],
+        input_key="pixel_values",
+        extras=extras,
+    )
+
+
+def normalise(x: torch.Tensor) -> torch.Tensor:
+    mean, std = (torch.tensor(v)[:, None, None] for v in IMAGENET)
+    return (x - mean) / std
+
+
+def range_check(task: Task) -> dict[str, Any]:
+    return check(through(task, "data")["data"], "float inputs in range")
+
+
+def test_normalised_images_pass_with_their_figures() -> None:
+    c = range_check(image_task(lambda x, e: normalise(x), image_mean=IMAGENET[0], image_std=IMAGENET[1]))
+    assert c["ok"] and "pixel_values: mean" in c["detail"], c
+
+
+def test_raw_pixel_values_warn_never_normalised() -> None:
+    c = range_check(image_task(lambda x, e: (x * 255).round()))
+    assert not c["ok"] and c.get("warn") and "never normalised" in c["detail"], c
+
+
+def test_images_normalised_twice_warn_against_the_declared_normaliser() -> None:
+    c = range_check(image_task(lambda x, e: normalise(normalise(x)), image_mean=IMAGENET[0], image_std=IMAGENET[1]))
+    assert not c["ok"] and c.get("warn") and "normalised again" in c["detail"], c
+
+
+def test_images_normalised_twice_warn_without_a_declaration() -> None:
+    c = range_check(image_task(lambda x, e: normalise(normalise(x))))
+    assert not c["ok"] and c.get("warn") and "normalised twice" in c["detail"], c
+
+
+def test_images_in_zero_one_warn_only_when_a_normaliser_is_declared() -> None:
+    assert range_check(image_task(lambda x, e: x))["ok"]
+    c = range_check(image_task(lambda x, e: x, image_mean=IMAGENET[0], image_std=IMAGENET[1]))
+    assert not c["ok"] and c.get("warn") and "never normalised" in c["detail"], c
+
+
+def test_a_split_normalised_apart_warns() -> None:
+    c = range_check(image_task(lambda x, e: normalise(x) if e["seed"] < 1000 else x * 255))
+    assert not c["ok"] and c.get("warn") and "in val" in c["detail"], c
+
+
+def test_token_ids_only_are_not_applicable() -> None:
+    from tests.gates.test_phases import lm
+
+    c = range_check(lm())
+    assert c.get("na"), c

@@ -59,4 +59,27 @@ CASES: dict[str, Case] = {
         check="no state kept attached across updates",
         words=("GPT2LMHeadModel.loss_total", "graph nodes", "loss.item()"),
     ),
+    # class 9: float inputs out of the range the model expects (warnings: an unusual range is not proof)
+    "vit_raw_pixels": Case(
+        "hf_vit_raw_pixels.py:task",
+        training={"lr": 1e-3},
+        family="vit",
+        expect="passed",
+        gate="data",
+        check="float inputs in range",
+        verdict="warn",
+        words=("pixel_values", "never normalised", "255"),
+    ),
+    "resnet_normalised_twice": Case(
+        "resnet_normalised_twice.py:task",
+        RESNET,
+        batch={"microbatch": 8, "accumulation": 1, "eval_microbatch": 16},
+        training={"lr": 1e-3},
+        family="resnet",
+        expect="passed",
+        gate="data",
+        check="float inputs in range",
+        verdict="warn",
+        words=("pixel_values", "normalised twice"),
+    ),
 }
