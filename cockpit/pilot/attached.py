@@ -151,9 +151,12 @@ def walk(model: nn.Module, task: Any) -> Walk:
     ids: set[int] = {id(p) for p in model.parameters()}  # objects walked (parameters are not state)
     for mname, module in model.named_modules():
         where = mname or type(model).__name__
+        params = module._parameters
         for attr, value in vars(module).items():
             if attr in SKIP or isinstance(value, nn.Module):
                 continue
+            if f"{attr}_orig" in params or f"{attr}_g" in params:
+                continue  # spectral_norm's and weight_norm's weight, recomputed from its parameters at every call
             _add(w, f"{where}.{attr}", value, 0, seen, budget, ids)
         for bname, buf in module.named_buffers(recurse=False):
             if buf is not None and buf.grad_fn is not None:  # a buffer is state by design; one holding a graph is not

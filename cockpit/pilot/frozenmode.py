@@ -221,27 +221,41 @@ def measure(call: Call) -> Measured:
 
 
 class _Taint(TorchFunctionMode):
-    """Follows one module's output through every torch operation: does any reach the loss, and does any meet a
-    trainable parameter on the way (then it is a feature the trained parameters transform)?"""
+    """Follows frozen modules' outputs through every torch operation: which reach the loss, and which meet a
+    trainable parameter on the way (then they are features the trained parameters transform)?"""
 
     def __init__(self, trainable: set[int]) -> None:
         super().__init__()
         self.trainable = trainable
-        self.tainted: dict[int, torch.Tensor] = {}  # id -> tensor, held so that ids are not reused meanwhile
-        self.met = False
+        self.tainted: dict[int, tuple[torch.Tensor, frozenset[str]]] = {}  # id -> (tensor held, its sources)
+        self.met: set[str] = set()
 
-    def mark(self, out: Any) -> None:
+    def mark(self, out: Any, names: frozenset[str]) -> None:
         for t in _all_tensors(out):
-            self.tainted[id(t)] = t
+            held = self.tainted.get(id(t))
+            self.tainted[id(t)] = (t, names | held[1] if held else names)
+
+    def sources(self, x: Any) -> frozenset[str]:
+        found: frozenset[str] = frozenset()
+        for t in _all_tensors(x):
+            held = self.tainted.get(id(t))
+            if held is not None:
+                found = found | held[1]
+        return found
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         ins = _all_tensors((args, kwargs))
-        if any(id(t) in self.tainted for t in ins):
+        names: frozenset[str] = frozenset()
+        for t in ins:
+            held = self.tainted.get(id(t))
+            if held is not None:
+                names = names | held[1]
+        if names:
             if any(id(t) in self.trainable for t in ins):
-                self.met = True
-            self.mark(out)
+                self.met |= names
+            self.mark(out, names)
         return out
 
 
@@ -260,24 +274,27 @@ def _all_tensors(x: Any, depth: int = 0) -> list[torch.Tensor]:
     return []
 
 
-def role(model: nn.Module, trainable: set[str], call: Call, run_loss: Any) -> str:
-    """``target`` when the module's output reaches the loss without meeting a trainable parameter, ``feature`` when
-    it meets one, ``unknown`` when it was not followed to the loss (an operation outside torch's functions)."""
+def roles(model: nn.Module, trainable: set[str], calls: list[Call], run_loss: Any) -> dict[str, str]:
+    """Per recorded module, in one no-grad pass of the loss: ``target`` when its output reaches the loss without
+    meeting a trainable parameter, ``feature`` when it meets one, ``unknown`` when it was not followed to the loss
+    (an operation outside torch's functions)."""
     params = {id(p) for n, p in model.named_parameters() if n in trainable}
     mode = _Taint(params)
+    handles = []
+    for c in calls:
 
-    def hook(mod: nn.Module, args: Any, out: Any) -> None:
-        mode.mark(out)
+        def hook(mod: nn.Module, args: Any, out: Any, name: str = c.name) -> None:
+            mode.mark(out, frozenset({name}))
 
-    handle = call.module.register_forward_hook(hook)
+        handles.append(c.module.register_forward_hook(hook))
     try:
         with torch.no_grad(), kept_state(model), mode:
             loss = run_loss()
     finally:
-        handle.remove()
-    if mode.met:
-        return "feature"
-    return "target" if any(id(t) in mode.tainted for t in _all_tensors(loss)) else "unknown"
+        for h in handles:
+            h.remove()
+    reached = mode.sources(loss)
+    return {c.name: "feature" if c.name in mode.met else "target" if c.name in reached else "unknown" for c in calls}
 
 
 NAME = "frozen modules in eval mode"
@@ -310,8 +327,9 @@ def judge(g: Any, model: nn.Module, trainable: set[str], calls: dict[str, Call],
         else:
             g.not_applicable(NAME, "; ".join(parts) + ": no mode-dependent behaviour to keep off")
         return
+    found_roles = roles(model, trainable, [calls[m.name] for m in loud], run_loss)
     for m in loud:
-        m.role = role(model, trainable, calls[m.name], run_loss)
+        m.role = found_roles[m.name]
     bad = [m for m in loud if m.role == "target"]
     unknown = [m for m in loud if m.role == "unknown"]
     drifting = [m for m in loud if m.role == "feature" and m.drift > TOLERANCE]

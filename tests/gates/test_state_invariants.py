@@ -185,6 +185,12 @@ def test_a_detached_history_passes_with_its_size() -> None:
     assert "history grows by" in c["detail"] and "no graph attached" in c["detail"], c["detail"]
 
 
+def test_spectral_norms_recomputed_weight_is_not_state() -> None:
+    build = lambda p: nn.Sequential(nn.utils.spectral_norm(nn.Linear(6, 32)), nn.ReLU(), nn.Linear(32, 3))  # noqa: E731
+    c = kept_check(classifier(build_model=build))
+    assert c["ok"] and "no tensor" in c["detail"], c
+
+
 def test_a_plain_classifier_keeps_nothing() -> None:
     c = kept_check(classifier())
     assert c["ok"] and "no tensor" in c["detail"], c
@@ -263,6 +269,11 @@ def test_images_in_zero_one_warn_only_when_a_normaliser_is_declared() -> None:
 def test_a_split_normalised_apart_warns() -> None:
     c = range_check(image_task(lambda x, e: normalise(x) if e["seed"] < 1000 else x * 255))
     assert not c["ok"] and c.get("warn") and "in val" in c["detail"], c
+
+
+def test_scan_values_far_beyond_normalised_warn() -> None:
+    c = range_check(image_task(lambda x, e: x * 3000 - 1000))  # Hounsfield-like units
+    assert not c["ok"] and c.get("warn") and "far beyond" in c["detail"], c
 
 
 def test_token_ids_only_are_not_applicable() -> None:
