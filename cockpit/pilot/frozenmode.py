@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,11 +198,12 @@ def kept_state(module: nn.Module) -> Iterator[None]:
             m.training = was
 
 
-def measure(call: Call) -> Measured:
-    """Run the recorded call twice in training mode and once in eval mode, and compare."""
+def measure(call: Call, autocast: Callable[[], Any] = contextlib.nullcontext) -> Measured:
+    """Run the recorded call twice in training mode and once in eval mode (under the run's ``autocast``, as the
+    pilot's forward ran it), and compare."""
     mod = call.module
     n_params = sum(p.numel() for p in mod.parameters())
-    with torch.no_grad(), kept_state(mod):
+    with torch.no_grad(), kept_state(mod), autocast():
         mod.train()
         before = _norm_stats(mod)
         a = mod(*call.args, **call.kwargs)
@@ -300,7 +301,14 @@ def roles(model: nn.Module, trainable: set[str], calls: list[Call], run_loss: An
 NAME = "frozen modules in eval mode"
 
 
-def judge(g: Any, model: nn.Module, trainable: set[str], calls: dict[str, Call], run_loss: Any) -> None:
+def judge(
+    g: Any,
+    model: nn.Module,
+    trainable: set[str],
+    calls: dict[str, Call],
+    run_loss: Any,
+    autocast: Callable[[], Any] = contextlib.nullcontext,
+) -> None:
     """The check over what :func:`recorder` saw in the pilot's forward (``g`` is the forward phase's gate)."""
     if not calls:
         g.not_applicable(
@@ -310,7 +318,15 @@ def judge(g: Any, model: nn.Module, trainable: set[str], calls: dict[str, Call],
         )
         return
     in_eval = sorted(n for n, c in calls.items() if not c.training)
-    found = [measure(c) for n, c in calls.items() if c.training]
+    try:
+        found = [measure(c, autocast) for n, c in calls.items() if c.training]
+    except Exception as exc:  # the module refuses to be called again on its recorded input: nothing measured
+        g.not_applicable(
+            NAME,
+            f"{', '.join(n for n, c in calls.items() if c.training)} ran in training mode, but calling it again on "
+            f"its recorded input raised {type(exc).__name__}: {str(exc)[:160]}",
+        )
+        return
     quiet = [m.name for m in found if not m.dependent]
     loud = [m for m in found if m.dependent]
     if not loud:
@@ -327,7 +343,10 @@ def judge(g: Any, model: nn.Module, trainable: set[str], calls: dict[str, Call],
         else:
             g.not_applicable(NAME, "; ".join(parts) + ": no mode-dependent behaviour to keep off")
         return
-    found_roles = roles(model, trainable, [calls[m.name] for m in loud], run_loss)
+    try:
+        found_roles = roles(model, trainable, [calls[m.name] for m in loud], run_loss)
+    except Exception:  # the loss refuses a second pass: its role stays unknown, which warns rather than fails
+        found_roles = {m.name: "unknown" for m in loud}
     for m in loud:
         m.role = found_roles[m.name]
     bad = [m for m in loud if m.role == "target"]

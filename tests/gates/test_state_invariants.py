@@ -121,6 +121,12 @@ def test_dropout_in_a_frozen_encoder_under_a_trained_head_is_a_feature_not_a_fai
     assert "encoder" in c["detail"] and "feature" in c["detail"], c["detail"]
 
 
+def test_a_teacher_in_training_mode_is_measured_under_the_runs_autocast() -> None:
+    g = through(distill("dropout"), "forward", params={"precision": "bf16"})["forward"]
+    c = check(g, frozenmode.NAME)
+    assert not c["ok"] and "teacher" in c["detail"], c
+
+
 def test_batchnorm_drifting_in_a_frozen_encoder_warns() -> None:
     c = frozen_check(frozen_encoder(nn.BatchNorm1d(16)))
     assert not c["ok"] and c.get("warn"), c

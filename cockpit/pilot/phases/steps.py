@@ -88,7 +88,9 @@ def forward(ctx: Context, g: Gate) -> None:
     semantics.settings_applied(ctx, g, dtypes)
     semantics.outputs_are_logits(ctx, g, cap.logits)
     semantics.causal_mask(ctx, g, batch)
-    frozenmode.judge(g, tr.model, tr.trainable_names, frozen_calls, lambda: tr.loss_call(batch, net=tr.model).value)
+    frozenmode.judge(
+        g, tr.model, tr.trainable_names, frozen_calls, lambda: tr.loss_call(batch, net=tr.model).value, tr.autocast
+    )
 
 
 def initial_loss(ctx: Context, g: Gate, loss: float) -> None:
