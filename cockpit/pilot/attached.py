@@ -28,6 +28,7 @@ from torch import nn
 DEPTH = 4  # containers followed this deep
 ITEMS = 100_000  # items of one container read at most
 NODES = 20_000  # autograd nodes counted per walk at most
+VISITS = 200_000  # objects walked per walk at most
 SKIP = {
     "_parameters",
     "_modules",
@@ -82,6 +83,8 @@ def _items(value: Any) -> Iterator[tuple[str, Any]]:
 
 
 def _add(walk: Walk, path: str, value: Any, depth: int, seen: set[int], budget: list[int], ids: set[int]) -> None:
+    if len(ids) > VISITS:
+        return  # a module-level dataset or vocabulary read by the loss: enough of it seen
     if torch.is_tensor(value):
         if id(value) in ids:
             return

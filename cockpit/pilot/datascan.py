@@ -136,7 +136,7 @@ def scan(
         if not chunk:
             continue
         batch = collate(task, params, chunk)
-        s.floats.add(batch, task.mask_key)
+        s.floats.add(batch, task.mask_key, task.label_key)
         want = [e.get("id") for e in chunk]
         got = batch.get("ids")
         if got is None:

@@ -91,10 +91,11 @@ class InputStats:
 
     fields: dict[str, FieldStats] = field(default_factory=dict)
 
-    def add(self, batch: Mapping[str, Any], mask_key: str | None) -> None:
+    def add(self, batch: Mapping[str, Any], mask_key: str | None, label_key: str | None = None) -> None:
+        """The batch's float inputs: the targets (``label_key``) and the mask are not inputs."""
         mask = batch.get(mask_key) if mask_key else None
         for k, v in batch.items():
-            if not torch.is_tensor(v) or not v.is_floating_point() or v.dim() < 2 or k == mask_key:
+            if not torch.is_tensor(v) or not v.is_floating_point() or v.dim() < 2 or k in (mask_key, label_key):
                 continue
             keep = mask if torch.is_tensor(mask) and tuple(mask.shape) == tuple(v.shape) else None
             self.fields.setdefault(k, FieldStats()).add(v, keep)

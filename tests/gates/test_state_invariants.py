@@ -287,3 +287,15 @@ def test_token_ids_only_are_not_applicable() -> None:
 
     c = range_check(lm())
     assert c.get("na"), c
+
+
+def test_float_targets_are_not_inputs() -> None:
+    def collate(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+        x = torch.tensor([e["x"] for e in examples])
+        return {"x": x, "labels": 1000 * x[:, :1]}  # a target on its own scale is no input out of range
+
+    task = classifier(
+        collate=collate, kind="other", label_names=None, loss=lambda m, b: F.mse_loss(m(b["x"])[:, :1], b["labels"])
+    )
+    c = range_check(task)
+    assert c["ok"] and "x: mean" in c["detail"] and "labels" not in c["detail"], c

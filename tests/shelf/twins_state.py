@@ -82,4 +82,15 @@ CASES: dict[str, Case] = {
         verdict="warn",
         words=("pixel_values", "normalised twice"),
     ),
+    "wav2vec2_int16": Case(
+        "hf_wav2vec2_int16.py:task",
+        training={"lr": 1e-3},
+        pilot={"overfit_lr": 1e-2, "overfit_steps": 600},
+        family="wav2vec2_ctc",
+        expect="passed",
+        gate="data",
+        check="float inputs in range",
+        verdict="warn",
+        words=("input_values", "16-bit"),
+    ),
 }
