@@ -123,12 +123,23 @@ def declared(task: Any, model: Any) -> Declared:
         size = getattr(cfg, "image_size", None)
         if isinstance(size, (list, tuple)) and size:
             size = size[0]
-        if isinstance(size, int) and size > 0 and d.image_size is None:
+        if isinstance(size, int) and size > 0 and d.image_size is None and _chosen(cfg, "image_size"):
             d.image_size, d.where = size, f"{type(cfg).__name__}.image_size"
         ch = getattr(cfg, "num_channels", None)
         if isinstance(ch, int) and ch > 0 and d.channels is None:
             d.channels = ch
     return d
+
+
+def _chosen(cfg: Any, key: str) -> bool:
+    """A config value someone chose (a checkpoint's, or set by the code), not the config class's default: a
+    ConvNeXt config says image_size = 224 whatever images its size-agnostic model is built for."""
+    if getattr(cfg, "_name_or_path", ""):
+        return True
+    try:
+        return bool(getattr(type(cfg)(), key, None) != getattr(cfg, key, None))
+    except Exception:  # a config that cannot be built bare: take its value as chosen
+        return True
 
 
 def _image_causes(name: str, s: FieldStats, d: Declared) -> list[str]:
@@ -179,7 +190,7 @@ def _image_causes(name: str, s: FieldStats, d: Declared) -> list[str]:
     return out
 
 
-def _size_causes(name: str, s: FieldStats, d: Declared) -> list[str]:
+def size_causes(name: str, s: FieldStats, d: Declared) -> list[str]:
     out = []
     if d.image_size:
         far = sorted({hw for hw in s.sizes if max(hw) > 2 * d.image_size or max(hw) < d.image_size / 2})
@@ -228,7 +239,7 @@ def judge(g: Any, stats: Mapping[str, InputStats], d: Declared) -> None:
             continue
         if s.image:
             causes += _image_causes(name, s, d)
-            causes += _size_causes(name, s, d)
+            causes += size_causes(name, s, d)
         elif s.wave and s.std > 50:
             causes.append(
                 f"{name} is a waveform with {s.figures()}: the scale of 16-bit samples (-32768..32767), never "

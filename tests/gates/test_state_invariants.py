@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cockpit.pilot import attached, frozenmode
+from cockpit.pilot import attached, frozenmode, inputrange
 from cockpit.pilot.task import Task
 from tests.gates.test_phases import _cls_collate, _cls_data, check, classifier, through
 
@@ -299,3 +299,18 @@ def test_float_targets_are_not_inputs() -> None:
     )
     c = range_check(task)
     assert c["ok"] and "x: mean" in c["detail"] and "labels" not in c["detail"], c
+
+
+def test_an_image_size_is_a_hint_only_where_someone_chose_it() -> None:
+    from transformers import ConvNextConfig, ViTConfig
+
+    class Model(nn.Module):
+        def __init__(self, config: Any) -> None:
+            super().__init__()
+            self.config = config
+
+    assert inputrange.declared(None, Model(ConvNextConfig())).image_size is None  # the class's default, unused
+    assert inputrange.declared(None, Model(ViTConfig(image_size=8))).image_size == 8
+    stats = inputrange.FieldStats()
+    stats.add(torch.rand(4, 3, 64, 64) * 2 - 1, None)
+    assert "resized far" in " ".join(inputrange.size_causes("pixel_values", stats, inputrange.Declared(image_size=8)))
