@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ..contract import Batch, Example, Params
+from .inputrange import InputStats
 from .task import Task
 from .trainer import UserCodeError, user
 
@@ -59,6 +60,7 @@ class SplitScan:
     labelled: bool = True  # the batch carries targets (False: a self-supervised objective makes its own)
     label_pad_value: int | None = None  # the real token the targets are padded with (no mask beside them)
     mapping: dict[str, dict[int, list[Any]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
+    floats: InputStats = field(default_factory=InputStats)  # the float fields' statistics (inputrange.py)
 
 
 def collate(task: Task, params: Params, examples: list[Example]) -> Batch:
@@ -134,6 +136,7 @@ def scan(
         if not chunk:
             continue
         batch = collate(task, params, chunk)
+        s.floats.add(batch, task.mask_key, task.label_key)
         want = [e.get("id") for e in chunk]
         got = batch.get("ids")
         if got is None:

@@ -4,4 +4,93 @@ from __future__ import annotations
 
 from tests.shelf.campaigns import Case
 
-CASES: dict[str, Case] = {}
+RESNET = {"image_size": 32, "train_examples": 128, "val_examples": 32}
+GPT2 = {"max_length": 32, "n_layer": 2, "n_head": 2, "n_embd": 64, "train_examples": 256, "val_examples": 32}
+
+CASES: dict[str, Case] = {
+    # class 7: a frozen module left in training mode while it feeds the loss
+    "distill_teacher_train": Case(
+        "distill_teacher_train.py:task",
+        training={"lr": 1e-3},
+        family="distill",
+        expect="failed",
+        gate="forward",
+        check="frozen modules in eval mode",
+        words=("teacher", "random", "target", ".eval()"),
+    ),
+    "dpo_reference_train": Case(
+        "dpo_reference_train.py:task",
+        training={"lr": 1e-3},
+        family="dpo",
+        expect="failed",
+        gate="forward",
+        check="frozen modules in eval mode",
+        words=("reference", "random", "target", ".eval()"),
+    ),
+    "resnet_frozen_backbone": Case(
+        "resnet_frozen_backbone.py:task",
+        RESNET,
+        batch={"microbatch": 8, "accumulation": 1, "eval_microbatch": 16},
+        training={"lr": 1e-3},
+        family="resnet",
+        expect="passed",
+        gate="forward",
+        check="frozen modules in eval mode",
+        verdict="warn",
+        words=("resnet", "running_", ".eval()"),
+    ),
+    # class 8: a tensor kept from each step, attached to its graph, so memory grows with the steps
+    "regression_loss_history": Case(
+        "regression_loss_history.py:task",
+        training={"lr": 1e-3},
+        family="regression",
+        expect="failed",
+        gate="update_second",
+        check="no state kept attached across updates",
+        words=("TrackedLoss (Task.loss).history", "graph", "loss.item()"),
+    ),
+    "gpt2_running_loss": Case(
+        "hf_gpt2_running_loss.py:task",
+        GPT2,
+        training={"lr": 1e-3},
+        family="gpt2",
+        expect="failed",
+        gate="update_second",
+        check="no state kept attached across updates",
+        words=("GPT2LMHeadModel.loss_total", "graph nodes", "loss.item()"),
+    ),
+    # class 9: float inputs out of the range the model expects (warnings: an unusual range is not proof)
+    "vit_raw_pixels": Case(
+        "hf_vit_raw_pixels.py:task",
+        training={"lr": 1e-3},
+        family="vit",
+        expect="passed",
+        gate="data",
+        check="float inputs in range",
+        verdict="warn",
+        words=("pixel_values", "never normalised", "255"),
+    ),
+    "resnet_normalised_twice": Case(
+        "resnet_normalised_twice.py:task",
+        RESNET,
+        batch={"microbatch": 8, "accumulation": 1, "eval_microbatch": 16},
+        training={"lr": 1e-3},
+        family="resnet",
+        expect="passed",
+        gate="data",
+        check="float inputs in range",
+        verdict="warn",
+        words=("pixel_values", "normalised twice"),
+    ),
+    "wav2vec2_int16": Case(
+        "hf_wav2vec2_int16.py:task",
+        training={"lr": 1e-3},
+        pilot={"overfit_lr": 1e-2, "overfit_steps": 600},
+        family="wav2vec2_ctc",
+        expect="passed",
+        gate="data",
+        check="float inputs in range",
+        verdict="warn",
+        words=("input_values", "16-bit"),
+    ),
+}

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from ... import events as ev
-from .. import inspection
+from .. import inputrange, inspection
 from ..context import Context
 from ..datascan import SCAN_SECONDS, SplitScan, collate, ids_text, scan, share_text
 from ..gate import Gate, Phase
@@ -86,6 +86,8 @@ def data_gate(ctx: Context, g: Gate) -> None:
         again = time.monotonic() + float(task.extras.get("scan_seconds", SCAN_SECONDS))  # a budget of its own
         dense = labelmap.dense_targets(ctx, scans, splits, targets, again)
     _batch_checks(ctx, g, scans, ml, encdec)
+    hints = inputrange.declared(task, probe.model if probe else None)
+    inputrange.judge(g, {n: s.floats for n, s in scans.items()}, hints)
     semantics.collate_deterministic(ctx, g, first)
     semantics.rows_distinct(g, first, batch)
     if probe is not None:
@@ -431,6 +433,7 @@ PHASE = Phase(
         "targets aligned as declared",
         "targets scored against their own example",
         "rows differ where examples differ",
+        inputrange.NAME,
         "lengths within maximum",
         "padding not in the loss",
         "instruction not in the loss",

@@ -16,7 +16,7 @@ import math
 import torch
 
 from ... import events as ev
-from .. import outputs, tensorscan
+from .. import frozenmode, outputs, tensorscan
 from ..context import Context
 from ..gate import Gate, Phase
 from ..microsteps import Accumulation, FirstUpdate
@@ -55,7 +55,11 @@ def forward(ctx: Context, g: Gate) -> None:
         tr.optimizer.zero_grad(set_to_none=True)
     acc = Accumulation(tr, mbs)
     ctx.first = FirstUpdate(before=before, microbatches=mbs, accumulation=acc)
-    with outputs.capture(tr.model) as cap, semantics.dtypes_seen() as dtypes:
+    with (
+        outputs.capture(tr.model) as cap,
+        semantics.dtypes_seen() as dtypes,
+        frozenmode.recorder(tr.model, tr.trainable_names) as frozen_calls,
+    ):
         taken = acc.forward()  # under DDP's no_sync until its backward, when the update has more microbatches
     batch, lo = taken.batch, taken.loss
     value, count = lo.value, lo.count
@@ -84,6 +88,9 @@ def forward(ctx: Context, g: Gate) -> None:
     semantics.settings_applied(ctx, g, dtypes)
     semantics.outputs_are_logits(ctx, g, cap.logits)
     semantics.causal_mask(ctx, g, batch)
+    frozenmode.judge(
+        g, tr.model, tr.trainable_names, frozen_calls, lambda: tr.loss_call(batch, net=tr.model).value, tr.autocast
+    )
 
 
 def initial_loss(ctx: Context, g: Gate, loss: float) -> None:
@@ -219,7 +226,14 @@ FORWARD = Phase(
     "forward",
     forward,
     remedy="inspect the reduced batch and its values: shapes, dtype, the loss's reduction",
-    checks=("loss is a scalar", "count", "finite loss", "prediction shape", "initial loss near uniform"),
+    checks=(
+        "loss is a scalar",
+        "count",
+        "finite loss",
+        "prediction shape",
+        "initial loss near uniform",
+        frozenmode.NAME,
+    ),
     inputs=base_inputs,
     doc="shapes, finite loss, initial loss vs uniform",
 )

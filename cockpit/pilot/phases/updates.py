@@ -14,6 +14,7 @@ import time
 import torch
 
 from ... import events as ev
+from .. import attached
 from .. import dist as dist_
 from ..context import Context
 from ..gate import Gate, Phase
@@ -222,6 +223,8 @@ def update_second(ctx: Context, g: Gate) -> None:
     k = max(1, ctx.pilot_cfg.timed_updates)
     times: list[float] = []
     losses: list[float] = []
+    walks = [attached.walk(tr.model, tr.task)]  # what the first update left, then what each later one leaves
+    allocated = [torch.cuda.memory_allocated(ctx.device)] if ctx.device.type == "cuda" else None
     for i in range(k):
         t0 = time.perf_counter()
         mbs = tr.next_microbatches()
@@ -232,6 +235,9 @@ def update_second(ctx: Context, g: Gate) -> None:
         ctx.step_event(out, "update_second", took)
         times.append(took)
         losses.append(out["loss"])
+        walks.append(attached.walk(tr.model, tr.task))
+        if allocated is not None:
+            allocated.append(torch.cuda.memory_allocated(ctx.device))
     g.inputs["timed_updates"] = k
     g.check("step counted", tr.step == 1 + k, f"step {tr.step}")
     zero_first = ctx.first.zero_first if ctx.first is not None else {}
@@ -247,6 +253,7 @@ def update_second(ctx: Context, g: Gate) -> None:
             f"zero ({short_names(still)}): they are cut off from the loss (detached, multiplied by something that "
             "never moves, or unused); fix the graph or freeze them",
         )
+    attached.judge(g, walks, ctx.settings.updates, allocated)
     bad = [i + 2 for i, v in enumerate(losses) if not math.isfinite(v)]
     g.check("finite loss", not bad, f"loss {losses[-1]:.4f}" if not bad else f"non-finite at update {bad[0]}")
     if ctx.dist:
@@ -302,6 +309,7 @@ UPDATE_SECOND = Phase(
         "step counted",
         "zero-gradient parameters moved since",
         "finite loss",
+        attached.NAME,
         "parameters identical on every rank",
     ),
     inputs=base_inputs,
