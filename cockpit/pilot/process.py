@@ -32,12 +32,6 @@ from .task import TaskError
 from .trainer import NonFinite, UserCodeError, is_collective_failure, is_oom, resolve_device
 
 
-def user_frame(exc: BaseException) -> str:
-    """The deepest frame of the user's own code in a traceback ('file:line in function'), by :mod:`cockpit.blame`'s
-    rule: never torch's, a library's or Cockpit's frame (a deeper library frame is named beside it)."""
-    return blame.of(exc).where or "no frame of the task's code"
-
-
 class Cause(enum.Enum):
     """What ended a run or a phase: the one classification of an exception, in the order it is decided."""
 

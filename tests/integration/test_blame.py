@@ -86,7 +86,9 @@ BUILD = "def build_model(params):\n    return"
 
 @pytest.mark.slow  # a real pilot process and the task check's child
 def test_build_model_raising_names_the_task_line_and_the_campaign_everywhere(tmp_path: Path) -> None:
-    camp = campaign(tmp_path, "missing", BUILD, 'def build_model(params):\n    torch.load("weights/missing.pt")\n    return')
+    camp = campaign(
+        tmp_path, "missing", BUILD, 'def build_model(params):\n    torch.load("weights/missing.pt")\n    return'
+    )
     line = f"missing/my_task.py:{line_of(camp, 'weights/missing.pt')}"
     proc = cockpit("pilot", str(camp), "--no-task-check", "--json", cwd=tmp_path)
     assert proc.returncode == 5, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -109,7 +111,7 @@ def test_build_model_raising_names_the_task_line_and_the_campaign_everywhere(tmp
     assert line in check.stderr and "FileNotFoundError" in check.stderr
 
 
-RECURRENT = '''class Recurrent(nn.Module):
+RECURRENT = """class Recurrent(nn.Module):
     def __init__(self, features, hidden):
         super().__init__()
         self.cell = nn.GRUCell(features, hidden)
@@ -125,7 +127,7 @@ RECURRENT = '''class Recurrent(nn.Module):
 
 def build_model(params):
     return Recurrent(params["features"], params["hidden"])
-'''
+"""
 
 
 @pytest.mark.slow  # a real pilot process

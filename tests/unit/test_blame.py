@@ -50,23 +50,31 @@ def test_origins() -> None:
 def test_build_model_raising_inside_torch_load_names_the_task_line_not_torch(tmp_path: Path) -> None:
     load = define(TORCH.replace("autograd/graph.py", "serialization.py"), "def load(f):\n    open(f)\n", "load")
     task = str(tmp_path / "task.py")
-    build = define(task, "def build_model(params):\n    x = 1\n    return load('weights/missing.pt')\n", "build_model", load=load)
+    build = define(
+        task, "def build_model(params):\n    x = 1\n    return load('weights/missing.pt')\n", "build_model", load=load
+    )
     run = define(os.path.join(COCKPIT, "pilot", "usercode.py"), "def call(fn):\n    return fn({})\n", "call")
     b = blame.of(caught(lambda: run(build)))
     assert b.user and b.at == f"{blame.shown(task)}:3 in build_model" and not b.via
 
 
 def test_a_library_frame_is_the_models_code_and_shown_beside_the_users_line(tmp_path: Path) -> None:
-    lib = define(LIBRARY, "def from_pretrained(name):\n    raise OSError(f'{name} is not a model')\n", "from_pretrained")
+    lib = define(
+        LIBRARY, "def from_pretrained(name):\n    raise OSError(f'{name} is not a model')\n", "from_pretrained"
+    )
     task = str(tmp_path / "task.py")
-    build = define(task, "def build_model(params):\n    return from_pretrained('bert')\n", "build_model", from_pretrained=lib)
+    build = define(
+        task, "def build_model(params):\n    return from_pretrained('bert')\n", "build_model", from_pretrained=lib
+    )
     b = blame.of(caught(lambda: build({})))
     assert b.user
     assert b.where == f"{blame.shown(task)}:2 in build_model (via transformers/modeling_utils.py:2 in from_pretrained)"
 
 
 def test_cockpits_own_bug_is_cockpits() -> None:
-    step = define(os.path.join(COCKPIT, "pilot", "phases", "steps.py"), "def forward():\n    return {}['x']\n", "forward")
+    step = define(
+        os.path.join(COCKPIT, "pilot", "phases", "steps.py"), "def forward():\n    return {}['x']\n", "forward"
+    )
     b = blame.of(caught(step))
     assert not b.user  # raised in Cockpit's frame: the test's own frame around it does not make it the user's
 
@@ -75,7 +83,10 @@ def test_a_torch_error_from_cockpits_call_is_cockpits_unless_the_users_state_exp
     def backward(message: str) -> Callable[[], object]:
         engine = define(TORCH, f"def run_backward():\n    raise RuntimeError({message!r})\n", "run_backward")
         return define(
-            os.path.join(COCKPIT, "pilot", "microsteps.py"), "def back():\n    run_backward()\n", "back", run_backward=engine
+            os.path.join(COCKPIT, "pilot", "microsteps.py"),
+            "def back():\n    run_backward()\n",
+            "back",
+            run_backward=engine,
         )
 
     kept = blame.of(caught(backward("Trying to backward through the graph a second time (or directly access ...)")))
