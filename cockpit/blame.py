@@ -13,11 +13,12 @@ Each frame of a traceback has an origin, decided by its file alone (:func:`origi
   torchvision, numpy. Called from the user's ``build_model`` or ``loss`` it is the model's code, so the user's;
 - ``user``: every other file: the task's files, the probed script, the model's own modules.
 
-The rule (:func:`of`): walk the traceback from the innermost frame out, passing over torch's and the standard
-library's frames. The first frame left decides: ``user`` or ``library``, the user's; ``cockpit``, Cockpit's,
-unless the exception is one of torch's autograd errors that only the state the user's code built can cause
-(a graph kept from an earlier batch, a tensor the graph saved and the model then changed in place, a loss cut
-from its graph): then the user's, with what that state is and how to remove it. A :class:`UserCodeError` (an
+The rule (:func:`of`): walk the traceback from the innermost frame out, passing over torch's, the standard
+library's and the installed libraries' frames (a library's frame is whoever called it: the model's code when the
+user's code called it, Cockpit's when Cockpit did). The first frame left decides: ``user``, the user's;
+``cockpit``, Cockpit's, unless the exception is one of torch's autograd errors that only the state the user's
+code built can cause (a graph kept from an earlier batch, a tensor the graph saved and the model then changed in
+place, a loss cut from its graph): then the user's, with what that state is and how to remove it. A :class:`UserCodeError` (an
 exception Cockpit caught around a call of the task's code, or a value the task returned that Cockpit cannot use)
 is the user's whatever its frames. A ``SyntaxError`` names the file and line that do not parse.
 
@@ -199,7 +200,10 @@ def of(exc: BaseException, params: Mapping[str, object] | None = None) -> Blame:
         at, function = f"{shown(inner.filename)}:{inner.lineno}", ""
     state = _state(inner, origins)
     remedy = _key_hint(inner, params) or (state.remedy if state is not None else "")
-    deciding = next((o for o in reversed(origins) if o not in ("torch", "stdlib")), None)
+    # a library's frame is whoever called it: the model's code when the user's code did, Cockpit's when Cockpit did
+    deciding = next((o for o in reversed(origins) if o in ("user", "cockpit")), None)
+    if deciding is None and "library" in origins:
+        deciding = "library"  # a library that ran the whole program (a launcher): the user's
     user = (
         isinstance(exc, UserCodeError)
         or deciding in ("user", "library")
@@ -228,6 +232,18 @@ def _key_hint(exc: BaseException, params: Mapping[str, object] | None) -> str:
         f"params has no key {key!r}: did you mean {close[0]!r}? (campaign.toml's [task.params] and the task must "
         "spell it the same)"
     )
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's first line, cut to ``limit`` characters (its type when it says nothing)."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def called(where: str) -> str:
+    """A UserCodeError's ``where`` as a message names it: "build_model()", or "task import" as it is."""
+    return f"{where}()" if where.isidentifier() else where
 
 
 def user_error(exc: BaseException, params: Mapping[str, object] | None = None) -> UserCodeError | None:

@@ -125,7 +125,7 @@ def user_failed(ctx: Context, g: Gate, exc: BaseException, at: str) -> PhaseEnde
     err = blame.user_error(exc, ctx.params) or UserCodeError("task code", exc)
     b = blame.of(err, ctx.params)
     outcome_of(err, at, ctx.params)  # prints the task's traceback to output.log
-    what = f"{type(err.exc).__name__}: {first_line(err.exc)}"
+    what = f"{type(err.exc).__name__}: {blame.first_line(err.exc)}"
     camp = campaign_shown(ctx)
     if b.state is not None:  # Cockpit's backward walked into what the task's code kept or changed
         held = _attached(ctx)
@@ -136,9 +136,10 @@ def user_failed(ctx: Context, g: Gate, exc: BaseException, at: str) -> PhaseEnde
         reason = f"{b.state.label}{named} {at}: {b.remedy}"
         return PhaseEnded(ev.Outcome.of(ev.Status.ERROR, reason, ev.ExitCode.USER_ERROR))
     line = f" at {b.where}" if b.where else ""
-    g.fail("task code", f"{err.where}() raised {what}{line}")
-    g.message = f"the task's {err.where}() raised {what}{line}; full traceback in output.log"
-    fix = f"fix {b.where}" if b.where else f"fix the task's {err.where}() where it raised"
+    fn = blame.called(err.where)
+    g.fail("task code", f"{fn} raised {what}{line}")
+    g.message = f"the task's {fn} raised {what}{line}; full traceback in output.log"
+    fix = f"fix {b.where}" if b.where else f"fix the task's {fn} where it raised"
     g.remedy = "; ".join(
         x
         for x in (
@@ -149,15 +150,8 @@ def user_failed(ctx: Context, g: Gate, exc: BaseException, at: str) -> PhaseEnde
         if x
     )
     hint = f": {b.remedy}" if b.remedy else ""
-    reason = f"{err.where}() raised {type(err.exc).__name__} {at}{line}{hint}"
+    reason = f"{fn} raised {type(err.exc).__name__} {at}{line}{hint}"
     return PhaseEnded(ev.Outcome.of(ev.Status.ERROR, reason, ev.ExitCode.USER_ERROR))
-
-
-def first_line(exc: BaseException, limit: int = 300) -> str:
-    """An exception's first line, cut to ``limit`` characters."""
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
 def campaign_shown(ctx: Context) -> str:

@@ -93,7 +93,7 @@ def outcome_of(exc: BaseException, at: str, params: Params | None = None) -> ev.
         err = blame.user_error(exc, params) or UserCodeError("task code", exc)
         b = blame.of(err, params)
         tb = "".join(traceback.format_exception(err.exc))
-        print(f"--- exception in the task's {err.where}() {at} ---\n{tb}", file=sys.stderr, flush=True)
+        print(f"--- exception in the task's {blame.called(err.where)} {at} ---\n{tb}", file=sys.stderr, flush=True)
         return ev.Outcome.of(ev.Status.ERROR, user_words(err, b, at))
     if cause is Cause.TASK:
         return ev.Outcome.of(ev.Status.ERROR, f"task: {exc}", ev.ExitCode.USAGE)
@@ -120,13 +120,8 @@ def user_words(err: UserCodeError, b: blame.Blame, at: str) -> str:
     if b.state is not None:
         return f"{b.state.label} ({type(err.exc).__name__} in the backward of the task's loss) {at}: {b.remedy}"
     remedy = f": {b.remedy}" if b.remedy else ""
-    return f"{err.where}() raised {type(err.exc).__name__}: {_first_line(err.exc)} {at}{where}{remedy}"
-
-
-def _first_line(exc: BaseException, limit: int = 300) -> str:
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return first if len(first) <= limit else first[: limit - 1] + "…"
+    fn = blame.called(err.where)
+    return f"{fn} raised {type(err.exc).__name__}: {blame.first_line(err.exc)} {at}{where}{remedy}"
 
 
 class RunProcess:

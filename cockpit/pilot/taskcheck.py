@@ -194,10 +194,10 @@ def user_problem(where: str, exc: BaseException, params: Params) -> Problem:
     inner = exc.exc if isinstance(exc, UserCodeError) else exc
     at = f" at {b.where}" if b.where else ""
     hint = f"; {b.remedy}" if b.remedy else ""
-    name = exc.where if isinstance(exc, UserCodeError) else "the task"
+    name = blame.called(exc.where) if isinstance(exc, UserCodeError) else "the task's code"
     return {
         "where": where,
-        "what": f"{name}() raised {type(inner).__name__}: {inner}{at}{hint}; the pilot would fail here too",
+        "what": f"{name} raised {type(inner).__name__}: {inner}{at}{hint}; the pilot would fail here too",
     }
 
 

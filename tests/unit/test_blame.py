@@ -79,6 +79,19 @@ def test_cockpits_own_bug_is_cockpits() -> None:
     assert not b.user  # raised in Cockpit's frame: the test's own frame around it does not make it the user's
 
 
+def test_a_library_called_by_cockpit_is_cockpits_and_called_by_the_user_is_the_users(tmp_path: Path) -> None:
+    lib = define(
+        LIBRARY, "def stack(xs):\n    raise ValueError('all input arrays must have the same shape')\n", "stack"
+    )
+    scan = define(
+        os.path.join(COCKPIT, "pilot", "datascan.py"), "def scan(xs):\n    return stack(xs)\n", "scan", stack=lib
+    )
+    assert not blame.of(caught(lambda: scan([]))).user  # a library frame belongs to whoever called it
+    collate = define(str(tmp_path / "task.py"), "def collate(xs):\n    return stack(xs)\n", "collate", stack=lib)
+    run = define(os.path.join(COCKPIT, "pilot", "trainer.py"), "def step(fn):\n    return fn([])\n", "step")
+    assert blame.of(caught(lambda: run(collate))).user
+
+
 def test_a_torch_error_from_cockpits_call_is_cockpits_unless_the_users_state_explains_it() -> None:
     def backward(message: str) -> Callable[[], object]:
         engine = define(TORCH, f"def run_backward():\n    raise RuntimeError({message!r})\n", "run_backward")
