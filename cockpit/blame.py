@@ -201,7 +201,7 @@ def of(exc: BaseException, params: Mapping[str, object] | None = None) -> Blame:
     state = _state(inner, origins)
     remedy = _key_hint(inner, params) or (state.remedy if state is not None else "")
     # a library's frame is whoever called it: the model's code when the user's code did, Cockpit's when Cockpit did
-    deciding = next((o for o in reversed(origins) if o in ("user", "cockpit")), None)
+    deciding: Origin | None = next((o for o in reversed(origins) if o in ("user", "cockpit")), None)
     if deciding is None and "library" in origins:
         deciding = "library"  # a library that ran the whole program (a launcher): the user's
     user = (

@@ -101,24 +101,28 @@ class Built(TypedDict):
     batch: str  # the first microbatch's fields, e.g. "x (8, 8) float32, labels (8,) int64"
 
 
-# Settings that only the optimizer reads: variants differing in them alone share one built model.
-OPTIMIZER_SCALARS = frozenset({"lr", "weight_decay", "momentum", "warmup_updates", "schedule", "grad_clip"})
 REAL_SIZE_PARAMETERS = 50_000_000  # a model under this many parameters is built for real (on the CPU) to collate
 
 
-def build(task: Task, params: Params, examples: Sequence[Example]) -> Built:
-    """Build the model as the pilot would (on the meta device first; at its real size when small) and collate one
-    microbatch; what raises is the task's (a UserCodeError, which the caller reports at the user's line)."""
+def build(task: Task, params: Params, examples: Sequence[Example], meta_first: bool = True) -> Built:
+    """Build the model as the pilot would and collate one microbatch; what raises is the task's (a UserCodeError,
+    which the caller reports at the user's line).
+
+    ``meta_first``: build it on the meta device first (no memory; torch's first use of it costs about as much as
+    importing torch), and again at its real size on the CPU only when it is small. Without it (another setting of
+    a model already found small) it is built at its real size at once."""
     import torch
 
     from .usercode import UserCodeError, user
 
+    model: Any = None
     device = "meta"
-    try:
-        with torch.device("meta"):
-            model = task.build_model(params)
-    except Exception:  # noqa: BLE001 - some models cannot be built without memory: build them for real below
-        model = None
+    if meta_first:
+        try:
+            with torch.device("meta"):
+                model = task.build_model(params)
+        except Exception:  # noqa: BLE001 - some models cannot be built without memory: built for real below
+            model = None
     if not isinstance(model, torch.nn.Module) or _count(model) < REAL_SIZE_PARAMETERS:
         model, device = user("build_model", task.build_model, params), "cpu"
     if not isinstance(model, torch.nn.Module):
@@ -169,11 +173,12 @@ def check(path: Path, variants: list[str] | None = None, overrides: Params | Non
         lengths = seen[key]
         counted[vid] = lengths
         problems.extend(sizes(nb, vid, params, {k: range(n) for k, n in lengths.items()}))
-        # once per setting that can change the model (the optimizer's scalars cannot): the model and a batch
-        mkey = json.dumps({k: v for k, v in params.items() if k not in OPTIMIZER_SCALARS}, default=str)
+        # once per setting of the task's own parameters (what build_model reads): the model and a batch
+        mkey = json.dumps({k: params.get(k) for k in nb.task.params}, default=str)
         if splits is not None and "train" in splits and mkey not in made:
+            small = any(b is not None and b["device"] == "cpu" for b in made.values())
             try:
-                made[mkey] = build(task, params, splits["train"])
+                made[mkey] = build(task, params, splits["train"], meta_first=not small)
             except UserCodeError as exc:
                 made[mkey] = None
                 problems.append(user_problem(f"{where}, {exc.where}()", exc, params))

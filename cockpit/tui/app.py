@@ -333,18 +333,18 @@ class CockpitApp(EditingApp):
         self.push_screen(StartPilotScreen([v.id for v in self.notebook.variants], self.notebook.reference.id), chosen)
 
     def start_pilot(self, variant: str, seed: int) -> None:
-        """Start a pilot through the CLI's pre-start checks (:func:`cockpit.prestart.before_pilot`: the task
-        imports, its splits size, its model builds, one batch collates), in a worker: a problem is refused before a
-        run exists, in the words ``cockpit pilot`` prints."""
-        path, starter = self.notebook_path, self.launcher.start
+        """Start a pilot through the CLI's pre-start checks (the launcher's ``check``, which is
+        :func:`cockpit.prestart.before_pilot`: the task imports, its splits size, its model builds, one batch
+        collates), in a worker: a problem is refused before a run exists, in the words ``cockpit pilot`` prints."""
+        path, launcher = self.notebook_path, self.launcher
 
         def work() -> None:
-            from .. import launch, prestart
+            from .. import launch
             from ..errors import CockpitError
 
             try:
-                prestart.before_pilot(path, variant)
-                rid, _ = launch.new_run(path, variant, seed, kind="pilot", starter=starter)
+                launcher.check(path, variant)
+                rid, _ = launch.new_run(path, variant, seed, kind="pilot", starter=launcher.start)
             except (CockpitError, OSError) as exc:
                 self.post_message(PilotStarted(variant, seed, error=str(exc)))
                 return

@@ -8,11 +8,32 @@ from pathlib import Path
 
 import pytest
 
-from cockpit import runs
+from cockpit import prestart, runs
+from cockpit.tui.processes import ProcessLauncher
 from cockpit.tui.screens.run import RunScreen
+from tests.tui.conftest import SleepLauncher
 from tests.tui.test_screens import SIZE, shows, until
 
 pytestmark = pytest.mark.slow  # the pre-start check imports the task in a child process, as `cockpit pilot` does
+
+
+@pytest.fixture
+def launcher():
+    """The tests' harmless launcher, but with the application's real pre-start checks."""
+
+    class Checked(SleepLauncher):
+        check = ProcessLauncher.check
+
+    fake = Checked()
+    yield fake
+    fake.close()
+
+
+def test_the_apps_launcher_checks_with_the_clis_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[Path, str]] = []
+    monkeypatch.setattr(prestart, "before_pilot", lambda campaign, variant: asked.append((campaign, variant)))
+    ProcessLauncher().check(Path("c"), "v")
+    assert asked == [(Path("c"), "v")]
 
 
 def broken(camp: Path) -> int:
