@@ -11,9 +11,9 @@ from torch import nn
 
 from cockpit import blame
 from cockpit.pilot import taskcheck
-from tests.gates.test_phases import PARAMS, _cls_data, classifier
+from tests.gates.test_phases import PARAMS, classifier
 
-TRAIN = _cls_data(PARAMS)["train"]
+TRAIN = classifier().datasets(PARAMS)["train"]
 PARAMETERS = 6 * 32 + 32 + 32 * 3 + 3
 
 
