@@ -64,7 +64,11 @@ class StateError:
     words: str  # what torch's message says
     label: str  # the state, in a few words
     what: str  # the state, said in full
-    remedy: str
+    remedy: str  # what to do; "hidden" stands for the attribute that holds the state
+
+    def remedy_for(self, attr: str) -> str:
+        """The remedy, naming the attribute found to hold the state (``self.state``) instead of the example."""
+        return self.remedy.replace("self.hidden", f"self.{attr}") if attr.isidentifier() else self.remedy
 
 
 # Raised when Cockpit calls backward on the loss the task returned, these are the user's whatever frame raised.

@@ -130,10 +130,13 @@ def user_failed(ctx: Context, g: Gate, exc: BaseException, at: str) -> PhaseEnde
     if b.state is not None:  # Cockpit's backward walked into what the task's code kept or changed
         held = _attached(ctx)
         named = f" ({'; '.join(held)})" if held else ""
-        g.fail("task code", f"{b.state.label}{named}: the backward of the task's loss raised {what}")
-        g.message = f"{b.state.label}{named}: {b.state.what}; the backward raised {what}"
-        g.remedy = b.remedy + (f" ({held[0]})" if held else "")
-        reason = f"{b.state.label}{named} {at}: {b.remedy}"
+        attr = held[0].partition(",")[0].rpartition(".")[2] if held else ""
+        remedy = b.state.remedy_for(attr) if attr else b.remedy
+        said = f"{type(err.exc).__name__}: {blame.first_line(err.exc, 100)}"  # torch's words; the state says why
+        g.fail("task code", f"{b.state.label}{named}: the backward of the task's loss raised {said}")
+        g.message = f"{b.state.label}{named}: {b.state.what}; the backward raised {said}"
+        g.remedy = remedy
+        reason = f"{b.state.label}{named} {at}: {remedy}"
         return PhaseEnded(ev.Outcome.of(ev.Status.ERROR, reason, ev.ExitCode.USER_ERROR))
     line = f" at {b.where}" if b.where else ""
     fn = blame.called(err.where)

@@ -146,6 +146,7 @@ def test_state_kept_across_batches_is_the_users_named_with_the_attribute_and_its
     assert ".detach()" in st.stop_reason
     out = flat(proc.stdout)
     assert f"Recurrent.state, set at {line}" in out and "`.detach()` the state between batches" in out
+    assert "self.state = self.state.detach()" in out  # the remedy names the attribute it found
 
 
 @pytest.mark.slow  # the task check's child and a real pilot process
