@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from pathlib import Path
+from collections.abc import Mapping
 
 from .. import arithmetic, notebook
 from ..contract import Params
-from ..runs import TomlValue
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from .. import protocol
+    from .. import prestart, protocol
 
     nb = notebook.load(args.campaign)
     if nb.is_probe:
@@ -37,14 +36,15 @@ def run(args: argparse.Namespace) -> int:
             f"(`cockpit probe {nb.directory}` measures the script)"
         )
         return 0
-    missing = task_missing(nb)
+    missing = prestart.task_missing(nb)
     if missing:
         raise notebook.NotebookError(f"{nb.path}: task.entry: {missing}")
+    found: dict[str, object] = {}
     if not getattr(args, "no_task", False):
-        refuse_what_the_task_shows(nb, None, {})
+        found = prestart.refuse(nb, None, {})
     from ..termout import console, print_lines
 
-    print_lines(console(), summary(nb))  # wrapped at the terminal's width
+    print_lines(console(), summary(nb, found))  # wrapped at the terminal's width
     changed, who = protocol.drift(nb)
     if changed:
         print(f"\ncockpit check: {protocol.drift_message(nb, changed, who)}", file=sys.stderr)
@@ -52,96 +52,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-TASK_CHECK_TIMEOUT_S = 900.0  # a task whose datasets() reads a large corpus takes a while; a hung one does not pass
-
-
-def task_problems(nb: notebook.Notebook, variants: list[str] | None, overrides: dict[str, TomlValue]) -> list[str]:
-    """Import the task and size its splits in a child process (the CLI imports neither torch nor user code)."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    cmd = [sys.executable, "-m", "cockpit.pilot.taskcheck"]
-    if overrides:
-        cmd += ["--overrides", json.dumps(overrides, default=str)]
-    cmd += [str(nb.path), *(variants or [])]
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TASK_CHECK_TIMEOUT_S, env=env)
-    except subprocess.TimeoutExpired:
-        return [
-            f"{nb.path}: importing the task and reading its splits took over {TASK_CHECK_TIMEOUT_S:.0f} s; "
-            "make datasets() lazy, or skip this check with --no-task"
-        ]
-    last = proc.stdout.strip().splitlines()[-1:] or [""]
-    try:
-        out = json.loads(last[0])
-    except ValueError:
-        tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])[:600]
-        return [f"{nb.path}: the task could not be checked (exit {proc.returncode}): {tail}"]
-    return [f"{p['where']}: {p['what']}" for p in out.get("problems", [])]
-
-
-def refuse_what_the_task_shows(
-    nb: notebook.Notebook, variants: list[str] | None, overrides: dict[str, TomlValue], lead: str = ""
-) -> None:
-    """Raise the problems the task check found, one paragraph each, before anything is written."""
-    from ..errors import UsageError
-
-    found = task_problems(nb, variants, overrides)
-    if found:
-        raise UsageError(lead + "\n".join(found))
-
-
-def task_missing(nb: notebook.Notebook) -> str:
-    """What is wrong with ``[task] entry`` that can be told without importing it (so without torch), or ""."""
-    entry = nb.task.entry
-    where = entry.rpartition(":")[0]
-    if where.endswith(".py"):
-        cands = [Path(where)] if Path(where).is_absolute() else [nb.directory / where, Path(where)]
-        if any(c.is_file() for c in cands):
-            return ""
-        looked = " and ".join(dict.fromkeys(str(c) for c in cands))
-        return (
-            f"the task file {where!r} does not exist (looked for {looked}); a path in the entry is relative "
-            "to the campaign folder or the current folder. Fix the path, then run `cockpit check` again."
-        )
-    if _module_found(where, [str(nb.directory), str(Path.cwd())]):
-        return ""
-    return (
-        f"no module {where!r} can be found next to the campaign, in the current folder or on the Python path; "
-        "check the spelling (or write a file path ending in .py), then run `cockpit check` again."
-    )
-
-
-def _module_found(name: str, first: list[str]) -> bool:
-    """Whether module ``name`` exists, found without running it (the run puts the campaign folder and the
-    current folder on its path, as here)."""
-    import importlib.machinery
-    import importlib.util
-    import sys
-
-    parts = [p for p in name.split(".") if p]
-    if not parts:
-        return False
-    spec = importlib.machinery.PathFinder.find_spec(parts[0], [*first, *sys.path])
-    if spec is None:
-        try:  # an editable install has a finder of its own: the top-level package is enough then
-            return importlib.util.find_spec(parts[0]) is not None
-        except (ImportError, ValueError):
-            return False
-    for part in parts[1:]:
-        locations = spec.submodule_search_locations
-        if locations is None:
-            return False
-        spec = importlib.machinery.PathFinder.find_spec(part, list(locations))
-        if spec is None:
-            return False
-    return True
-
-
-def summary(nb: notebook.Notebook) -> list[str]:
+def summary(nb: notebook.Notebook, found: Mapping[str, object] | None = None) -> list[str]:
+    """What the notebook says, and what the task check measured (``found``: the child's findings, absent with
+    --no-task): the reference's split sizes, its model and one batch, and the epochs its budget sees."""
     c = nb.campaign
     out = [f"{nb.path}: valid.", ""]
     out += _pairs(
@@ -160,6 +73,11 @@ def summary(nb: notebook.Notebook) -> list[str]:
 
     ref = nb.reference
     ref_params = nb.params(ref.id)
+    measured = _measured(found or {}, ref.id)
+    train = measured[0].get("train") if measured[0] else None
+    if train and not ref_params.get("dataset_size"):  # the task's own training split, as the pilot will count it
+        ref_params = {**ref_params, "dataset_size": train}
+    out += _task_lines(measured, ref.id)
     ref_plan = arithmetic.plan_from(ref_params)
     ref_budget, why_not = _budget(ref_plan, ref_params)
     out += ["", f"Batch arithmetic ({notebook.reference_words(ref.id)}):"]
@@ -218,6 +136,29 @@ def summary(nb: notebook.Notebook) -> list[str]:
         out.append(f"Conclusion{chosen}: {nb.conclusion.text}")
     out += ["", arithmetic.CAVEAT]
     return out
+
+
+def _measured(found: Mapping[str, object], vid: str) -> tuple[dict[str, int], dict[str, object]]:
+    """The split sizes and the built model the task check reported for variant ``vid`` (empty when not run)."""
+    splits, built = found.get("splits"), found.get("built")
+    sizes = splits.get(vid) if isinstance(splits, dict) else None
+    model = built.get(vid) if isinstance(built, dict) else None
+    return (sizes if isinstance(sizes, dict) else {}), (model if isinstance(model, dict) else {})
+
+
+def _task_lines(measured: tuple[dict[str, int], dict[str, object]], vid: str) -> list[str]:
+    sizes, model = measured
+    if not sizes and not model:
+        return []
+    rows = []
+    if sizes:
+        rows.append(("splits", ", ".join(f"{k} {n:,}" for k, n in sizes.items()) + " examples"))
+    if model:
+        n, t = int(str(model.get("parameters", 0))), int(str(model.get("trainable", 0)))
+        how = "on the meta device (no memory)" if model.get("device") == "meta" else "at its real size on the CPU"
+        rows.append(("model", f"{n:,} parameters, {t:,} trainable, built {how}"))
+        rows.append(("one batch", str(model.get("batch") or "(empty)")))
+    return ["", f"Task, imported in a child process (reference {vid}):", *_pairs(rows)]
 
 
 def _pairs(rows: list[tuple[str, str]]) -> list[str]:

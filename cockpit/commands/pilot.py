@@ -230,9 +230,9 @@ def print_result(
 def run_all(args: argparse.Namespace) -> int:
     """One pilot per group of variants that a pilot vouches for together; groups already vouched for are skipped."""
     from .. import notebook as nbm
+    from .. import prestart
     from ..series import checks
     from ..series.items import intended_params
-    from .check import refuse_what_the_task_shows
 
     if args.variant or args.follows:
         raise UsageError("--all pilots every variant that needs it: leave out --variant and --follows")
@@ -241,7 +241,7 @@ def run_all(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set)
     groups = checks.pilot_groups(nb)
     if not args.no_task_check:
-        refuse_what_the_task_shows(nb, [g[0] for g in groups], overrides, "nothing was started: ")
+        prestart.refuse(nb, [g[0] for g in groups], overrides, prestart.NOTHING_STARTED)
     lines: list[str] = []
     worst = 0
     for group in groups:
@@ -281,18 +281,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--follows: {exc}") from None
     overrides = parse_overrides(args.set)
     if not args.no_task_check:
-        from .. import notebook as nbm
-        from .check import refuse_what_the_task_shows, task_missing
+        from .. import prestart
 
-        nb = nbm.load(args.campaign)
-        nb.needs_task("a pilot")
-        missing = task_missing(nb)
-        if missing:
-            raise UsageError(f"cockpit pilot: {nb.path}: task.entry: {missing}")
-        vid = args.variant or nb.reference.id
-        if args.variant is not None:
-            nb.variant(vid)  # an unknown variant is named before the task is imported
-        refuse_what_the_task_shows(nb, [vid], overrides, "nothing was started: ")
+        prestart.before_pilot(args.campaign, args.variant, overrides)
     rid, rdir = launch.new_run(
         args.campaign,
         args.variant,

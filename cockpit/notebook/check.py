@@ -142,6 +142,12 @@ PARAM_RULES: dict[str, Rule] = {
 }
 
 
+# The names a [task.params] key may not take: every key of [training] and [batch], which the task receives in the
+# same flat ``params`` (docs/notebook.md lists them).
+RESERVED: frozenset[str] = frozenset(PARAM_RULES)
+BUDGETS = ("updates", "epochs", "examples")
+
+
 def _field_names(cls: Any) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
 
@@ -210,16 +216,27 @@ def _task_and_settings(nb: Notebook, bad: Callable[[str, str], None], rule: Call
             + (f" (found {', '.join(budgets)})" if budgets else ""),
         )
 
-    # [task.params]: JSON-like values, finite numbers; a key that names a training or batch key replaces it
+    # [task.params]: JSON-like values, finite numbers, and none of the names of [training] and [batch] (RESERVED):
+    # the task receives one flat mapping, so such a key would silently replace the notebook's own setting
     for key, val in nb.task.params.items():
         path = f"task.params.{key}"
         why = _plain(val)
-        if why:
+        if key in RESERVED:
+            section = _section(key)
+            own = getattr(getattr(nb, section), key, None)
+            effect = f"replace [{section}] {key} = {_show(own)}" if own is not None else f"set [{section}] {key}"
+            budget = [k for k in BUDGETS if k != key and getattr(nb.batch, k) is not None]
+            if key in BUDGETS and budget:
+                effect += f" beside [batch] {budget[0]} = {_show(getattr(nb.batch, budget[0]))} (a second budget)"
+            bad(
+                path,
+                f"= {_show(val)} collides with [{section}] {key}: the task receives both in one flat `params`, "
+                f"so it would {effect}. The keys of [training] and [batch] are reserved: rename the task's key "
+                f"(e.g. n_{key}) in campaign.toml and in the task, or set [{section}] {key} (a variant's `set` "
+                "changes it for one variant)",
+            )
+        elif why:
             bad(path, why)
-        elif key in PARAM_RULES:
-            r = PARAM_RULES[key]
-            if r.problem(val) is not None:
-                bad(path, f"is {_show(val)}; it replaces [{_section(key)}] {key}, so {r.problem(val)}")
 
     _variants(nb, bad)
 

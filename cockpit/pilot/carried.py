@@ -45,3 +45,39 @@ def changed_by(model: nn.Module, call: Callable[[], Any]) -> list[str]:
         for k, v in after.items()
         if k not in before or before[k].shape != v.shape or not torch.equal(before[k].to(v.device), v)
     )
+
+
+def attached(model: nn.Module) -> list[str]:
+    """The module attributes holding a tensor that is still part of an autograd graph (it has a ``grad_fn``):
+    state kept from a forward pass without ``.detach()``, whose graph the next backward walks into. Each is named
+    with the line of its class that assigns it, where the source can be read ('Recurrent.state, set at
+    task.py:47')."""
+    out = []
+    for mname, module in model.named_modules():
+        for attr, value in vars(module).items():
+            items = list(enumerate(value)) if isinstance(value, (tuple, list)) and len(value) <= 8 else [(None, value)]
+            for i, v in items:
+                if torch.is_tensor(v) and not isinstance(v, nn.Parameter) and v.grad_fn is not None:
+                    name = f"{mname or type(model).__name__}.{attr}" + ("" if i is None else f"[{i}]")
+                    line = assigned_at(type(module), attr)
+                    out.append(f"{name}, set at {line}" if line else name)
+    return sorted(set(out))
+
+
+def assigned_at(cls: type, attr: str) -> str:
+    """The last line of ``cls``'s source that assigns ``self.<attr>`` (the forward's, after ``__init__``'s), or ""."""
+    import inspect
+    import re
+
+    from .. import blame
+
+    try:
+        lines, first = inspect.getsourcelines(cls)
+        file = inspect.getsourcefile(cls) or ""
+    except (OSError, TypeError):
+        return ""
+    pattern = re.compile(rf"\bself\.{re.escape(attr)}\s*(=|\+=|\*=)(?!=)")
+    found = [first + k for k, text in enumerate(lines) if pattern.search(text)]
+    if not found or not file:
+        return ""
+    return f"{blame.shown(file)}:{found[-1]}"

@@ -32,7 +32,7 @@ import torch
 
 from .order import Position
 from .outputs import LossOut
-from .usercode import NonFinite
+from .usercode import NonFinite, UserCodeError
 
 
 class Stepper(Protocol):
@@ -186,6 +186,14 @@ class Accumulation:
     def _back(self, i: int, lo: LossOut, examples: int) -> None:
         tr, t = self.trainer, self.totals
         value, count = lo.value, lo.count
+        if value.numel() != 1:  # the task's loss is per item: Cockpit cannot take it as the loss it is
+            raise UserCodeError(
+                "loss",
+                ValueError(
+                    f"the loss is not a scalar: shape {tuple(value.shape)}; reduce it with .mean() "
+                    "(or return (sum, count) for a sum over items)"
+                ),
+            )
         v = float(value.detach())
         if self.check_finite and not math.isfinite(v):
             raise NonFinite("loss", v, tr.step + 1)

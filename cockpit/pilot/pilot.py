@@ -16,15 +16,15 @@ from pathlib import Path
 
 import torch
 
+from .. import blame, machine, runs
 from .. import events as ev
-from .. import machine, runs
 from . import dist as dist_
 from . import signals
 from .config import PilotConfig
 from .context import Context, Measured
 from .gate import Gate, Phase
 from .phases import PHASES
-from .process import Cause, RunProcess, cause_of, outcome_of, user_frame
+from .process import Cause, RunProcess, cause_of, outcome_of
 from .trainer import NonFinite, UserCodeError
 
 
@@ -80,20 +80,8 @@ def phase_failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> Pha
         g.fail("finite", str(exc))
         g.message = f"{exc}; inputs: {_fmt_inputs(g.inputs)}"
         return PhaseEnded(ev.Outcome.of(ev.Status.DIVERGED, f"non-finite {exc.what} {at}"))
-    if isinstance(exc, UserCodeError):  # Cause.USER_CODE
-        outcome = outcome_of(exc, at)  # prints the task's traceback to output.log
-        g.fail("task code", f"{exc.where}() raised {type(exc.exc).__name__}: {exc.exc}")
-        g.message = (
-            f"the task's {exc.where}() raised {type(exc.exc).__name__}: {exc.exc} ({user_frame(exc.exc)}); "
-            "full traceback in output.log"
-        )
-        g.remedy = (
-            f"fix the task's {exc.where}() where it raised (the traceback in output.log ends at the line); "
-            "`cockpit check CAMPAIGN` imports the task and sizes its splits before a run"
-        )
-        return PhaseEnded(
-            ev.Outcome.of(ev.Status.ERROR, f"{exc.where}() raised {type(exc.exc).__name__} {at}", outcome.code)
-        )
+    if cause is Cause.USER_CODE:  # raised in the task's code, or on the state it left (blame's one rule)
+        return user_failed(ctx, g, exc, at)
     if cause is Cause.TASK:  # the task or the campaign cannot do what the phase needs: the user's to fix
         g.fail("task and data", str(exc))
         g.message = str(exc)
@@ -129,6 +117,65 @@ def phase_failed(ctx: Context, phase: Phase, g: Gate, exc: BaseException) -> Pha
     g.fail("cockpit", f"{type(exc).__name__}: {exc}")
     g.message = f"Cockpit failed inside {name}: {type(exc).__name__}: {exc} (a bug in Cockpit; traceback in output.log)"
     return PhaseEnded(ev.Outcome.of(ev.Status.ERROR, f"internal error {at}", outcome.code))
+
+
+def user_failed(ctx: Context, g: Gate, exc: BaseException, at: str) -> PhaseEnded:
+    """The task's code raised (or Cockpit's backward failed on the state it left): the gate names the user's
+    file:line and what to do, the run ends as the user's (exit 5), and output.log gets the traceback."""
+    err = blame.user_error(exc, ctx.params) or UserCodeError("task code", exc)
+    b = blame.of(err, ctx.params)
+    outcome_of(err, at, ctx.params)  # prints the task's traceback to output.log
+    what = f"{type(err.exc).__name__}: {blame.first_line(err.exc)}"
+    camp = campaign_shown(ctx)
+    if b.state is not None:  # Cockpit's backward walked into what the task's code kept or changed
+        held = _attached(ctx)
+        named = f" ({'; '.join(held)})" if held else ""
+        attr = held[0].partition(",")[0].rpartition(".")[2] if held else ""
+        remedy = b.state.remedy_for(attr) if attr else b.remedy
+        said = f"{type(err.exc).__name__}: {blame.first_line(err.exc, 100)}"  # torch's words; the state says why
+        g.fail("task code", f"{b.state.label}{named}: the backward of the task's loss raised {said}")
+        g.message = f"{b.state.label}{named}: {b.state.what}; the backward raised {said}"
+        g.remedy = remedy
+        reason = f"{b.state.label}{named} {at}: {remedy}"
+        return PhaseEnded(ev.Outcome.of(ev.Status.ERROR, reason, ev.ExitCode.USER_ERROR))
+    line = f" at {b.where}" if b.where else ""
+    fn = blame.called(err.where)
+    g.fail("task code", f"{fn} raised {what}{line}")
+    g.message = f"the task's {fn} raised {what}{line}; full traceback in output.log"
+    fix = f"fix {b.where}" if b.where else f"fix the task's {fn} where it raised"
+    g.remedy = "; ".join(
+        x
+        for x in (
+            b.remedy,
+            f"{fix} (the traceback in output.log ends there)",
+            f"`cockpit check {camp}` imports the task, builds the model and makes one batch before a run",
+        )
+        if x
+    )
+    hint = f": {b.remedy}" if b.remedy else ""
+    reason = f"{fn} raised {type(err.exc).__name__} {at}{line}{hint}"
+    return PhaseEnded(ev.Outcome.of(ev.Status.ERROR, reason, ev.ExitCode.USER_ERROR))
+
+
+def campaign_shown(ctx: Context) -> str:
+    """The campaign folder of the run, as the user would type it here (CAMPAIGN when the run has none)."""
+    camp = ctx.rdir.parent.parent
+    if ctx.rdir.parent.name != runs.RUNS_DIR or not (camp / "campaign.toml").is_file():
+        return "CAMPAIGN"
+    return blame.shown(str(camp))
+
+
+def _attached(ctx: Context) -> list[str]:
+    """The model's attributes that hold a tensor still attached to a graph (state kept across batches)."""
+    from . import carried
+
+    model = ctx.trainer_.model if ctx.trainer_ is not None else None
+    if model is None:
+        return []
+    try:
+        return carried.attached(model)
+    except Exception:  # noqa: BLE001 - naming the tensor is a courtesy; the failure is said without it
+        return []
 
 
 def oom_remedy(phase: str, inputs: Mapping[str, ev.JSON]) -> str:

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
+from .. import blame, fsutil, runs
 from .. import events as ev
-from .. import fsutil, runs
 from ..contract import Params
 from ..notebook.settings import Settings
 from . import signals
@@ -30,15 +30,6 @@ from .meter import Meter, stack_info
 from .signals import Stopped
 from .task import TaskError
 from .trainer import NonFinite, UserCodeError, is_collective_failure, is_oom, resolve_device
-
-
-def user_frame(exc: BaseException) -> str:
-    """The innermost frame of the task's own code in a traceback ('file:line in function')."""
-    tb = traceback.extract_tb(exc.__traceback__)
-    cockpit_dir = str(Path(__file__).resolve().parent.parent)
-    frames = [f for f in tb if not f.filename.startswith(cockpit_dir) or "/tasks/" in f.filename]
-    f = (frames or tb)[-1] if (frames or tb) else None
-    return f"{f.filename}:{f.lineno} in {f.name}" if f else "no frame"
 
 
 class Cause(enum.Enum):
@@ -70,10 +61,12 @@ def cause_of(exc: BaseException) -> Cause:
         return Cause.OOM
     if is_collective_failure(exc):
         return Cause.COLLECTIVE
+    if blame.of(exc).user:  # the one rule: raised in the user's code, or on the state it left
+        return Cause.USER_CODE
     return Cause.INTERNAL
 
 
-def outcome_of(exc: BaseException, at: str) -> ev.Outcome:
+def outcome_of(exc: BaseException, at: str, params: Params | None = None) -> ev.Outcome:
     """How a run ended from the exception that ended it. ``at`` says where ("in validation").
 
     The kind of ending is :func:`cause_of`'s; this says it in the run's words, prints the traceback of an
@@ -96,12 +89,12 @@ def outcome_of(exc: BaseException, at: str) -> ev.Outcome:
     if isinstance(exc, NonFinite):
         value = f" ({exc.value})" if exc.value is not None else ""
         return ev.Outcome.of(ev.Status.DIVERGED, f"non-finite {exc.what} {at}{value}")
-    if isinstance(exc, UserCodeError):
-        tb = "".join(traceback.format_exception(exc.exc))
-        print(f"--- exception in the task's {exc.where}() {at} ---\n{tb}", file=sys.stderr, flush=True)
-        return ev.Outcome.of(
-            ev.Status.ERROR, f"{exc.where}() raised {type(exc.exc).__name__}: {exc.exc} {at} ({user_frame(exc.exc)})"
-        )
+    if cause is Cause.USER_CODE:
+        err = blame.user_error(exc, params) or UserCodeError("task code", exc)
+        b = blame.of(err, params)
+        tb = "".join(traceback.format_exception(err.exc))
+        print(f"--- exception in the task's {blame.called(err.where)} {at} ---\n{tb}", file=sys.stderr, flush=True)
+        return ev.Outcome.of(ev.Status.ERROR, user_words(err, b, at))
     if cause is Cause.TASK:
         return ev.Outcome.of(ev.Status.ERROR, f"task: {exc}", ev.ExitCode.USAGE)
     if cause is Cause.OOM:
@@ -119,6 +112,16 @@ def outcome_of(exc: BaseException, at: str) -> ev.Outcome:
         f"internal error {at}: {type(exc).__name__}: {exc} (a bug in Cockpit; traceback in output.log)",
         ev.ExitCode.INTERNAL,
     )
+
+
+def user_words(err: UserCodeError, b: blame.Blame, at: str) -> str:
+    """A run ended by the user's code, in one line: what raised, where, at which line, and what to do."""
+    where = f" ({b.where})" if b.where else ""
+    if b.state is not None:
+        return f"{b.state.label} ({type(err.exc).__name__} in the backward of the task's loss) {at}: {b.remedy}"
+    remedy = f": {b.remedy}" if b.remedy else ""
+    fn = blame.called(err.where)
+    return f"{fn} raised {type(err.exc).__name__}: {blame.first_line(err.exc)} {at}{where}{remedy}"
 
 
 class RunProcess:
@@ -196,7 +199,7 @@ class RunProcess:
         try:
             outcome = self.body()
         except BaseException as exc:  # noqa: BLE001 - every ending is classified, never a bare crash
-            outcome = outcome_of(exc, self.where())
+            outcome = outcome_of(exc, self.where(), self.params)
         finally:
             self.meter.stop_sampler()
         outcome = self.finish(outcome)

@@ -347,7 +347,7 @@ class TrainingRun(CheckpointedRun):
         except Stopped as exc:
             return ev.Outcome.of(ev.Status.STOPPED, f"stopped by signal ({exc}) during {self.phase} after: {reason}")
         except Exception as exc:  # noqa: BLE001 - a completed run ends as what failed; any other keeps its outcome
-            failed = outcome_of(exc, f"during {self.phase}")
+            failed = outcome_of(exc, f"during {self.phase}", self.params)
             if status == ev.Status.COMPLETED:
                 return failed
             self.log(f"after {status.value}: {failed.reason}", "warn")

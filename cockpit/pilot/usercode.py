@@ -3,7 +3,8 @@
 Everything the pilot or a training run calls in the user's task goes through
 :func:`user`, so an exception there is the task's (exit 5, its traceback in
 output.log), never taken for a bug in Cockpit (exit 6), and an out-of-memory
-or a failed collective stays what it is.
+or a failed collective stays what it is. Whose any other exception is, and at
+which line of the user's code, is :mod:`cockpit.blame`'s one rule.
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from ..blame import UserCodeError
+
+__all__ = ["NonFinite", "UserCodeError", "is_collective_failure", "is_oom", "resolve_device", "user"]
 
 
 class NonFinite(Exception):
@@ -20,14 +25,6 @@ class NonFinite(Exception):
         self.what, self.value, self.step = what, value, step
         at = f" at update {step}" if step is not None else ""
         super().__init__(f"non-finite {what}{at} ({value})")
-
-
-class UserCodeError(Exception):
-    """An exception raised inside the task's own code; ``where`` names the function."""
-
-    def __init__(self, where: str, exc: BaseException):
-        self.where, self.exc = where, exc
-        super().__init__(f"{where} raised {type(exc).__name__}: {exc}")
 
 
 def user(where: str, fn: Any, *args: Any, **kwargs: Any) -> Any:

@@ -60,6 +60,7 @@ class Raised(TypedDict):
     type: str
     message: str
     frame: str  # the script's own innermost frame, 'file:line in function'
+    remedy: str  # what to do ("" when not known), when cockpit.blame can tell (state the script kept across batches)
     oom: bool
     injected: bool  # raised by COCKPIT_INJECT (a test)
 

@@ -30,6 +30,7 @@ import torch
 import torch.nn.modules.module as module_hooks
 import torch.optim.optimizer as optimizer_hooks
 
+from .. import blame
 from . import channel as ch
 from .observer import Config, Observer, ProbeStop, is_oom, user_frame
 from .reading import cockpit_raised
@@ -317,6 +318,7 @@ class Instrument:
                 "type": type(exc).__name__,
                 "message": str(exc)[:500],
                 "frame": user_frame(exc),
+                "remedy": blame.of(exc).remedy,  # the state the script left (a graph kept across batches), if that
                 "oom": is_oom(exc),
                 "injected": bool(getattr(exc, "_cockpit_injected", False)),
             }

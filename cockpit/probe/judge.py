@@ -123,8 +123,9 @@ def _ended(w: Watched, script: str, at: str) -> tuple[ev.Outcome, ProbeGate | No
         first = str(exc.get("message") or "").splitlines()[0][:200] if exc.get("message") else exc.get("type")
         if exc.get("oom"):
             return ev.Outcome.of(ev.Status.OOM, f"out of memory in {at}: {first}"), None
+        remedy = f": {exc.get('remedy')}" if exc.get("remedy") else ""
         return ev.Outcome.of(
-            ev.Status.ERROR, f"{script} raised {exc.get('type')}: {first} in {at} ({exc.get('frame')})"
+            ev.Status.ERROR, f"{script} raised {exc.get('type')}: {first} in {at} ({exc.get('frame')}){remedy}"
         ), None
     if how == "diverged":
         d = exit_.get("diverged") if exit_ else None

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-import traceback
 from collections.abc import Mapping
 from typing import Any
 
 import torch
+
+from .. import blame
 
 HWM = re.compile(rb"VmHWM:\s+(\d+)\s+kB")
 
@@ -108,27 +109,16 @@ def short_list(names: list[str], k: int = 4) -> str:
 
 
 def user_frame(exc: BaseException) -> str:
-    """The innermost frame of the script's own code ('file:line in function'): not torch, not a library."""
-    tb = traceback.extract_tb(exc.__traceback__)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    mine = [
-        f
-        for f in tb
-        if not f.filename.startswith(here)
-        and "site-packages" not in f.filename
-        and "dist-packages" not in f.filename
-        and not f.filename.startswith("<")
-    ]
-    f = (mine or list(tb))[-1] if (mine or tb) else None
-    return f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" if f else "no frame"
+    """The deepest frame of the script's own code ('file:line in function'), by :mod:`cockpit.blame`'s rule:
+    not torch, not a library (named beside it when the exception passed through one), not Cockpit."""
+    return blame.of(exc).where or "no frame"
 
 
 def cockpit_raised(exc: BaseException) -> bool:
-    """Whether the exception was raised in Cockpit's own code (its innermost frame is Cockpit's): a bug in
+    """Whether the exception is Cockpit's, not the script's, by :mod:`cockpit.blame`'s rule (the deepest frame
+    outside torch and the standard library is Cockpit's, and no state the script left explains it): a bug in
     Cockpit, never the script's, even when it ends the script."""
-    tb = traceback.extract_tb(exc.__traceback__)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return bool(tb) and tb[-1].filename.startswith(here + os.sep)
+    return bool(blame.frames_of(exc)) and not blame.of(exc).user
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 
 
 class Launcher(Protocol):
-    """Starts and stops runs detached (tests start a harmless process instead)."""
+    """Checks, starts and stops runs detached (tests start a harmless process instead)."""
 
+    def check(self, campaign: Path, variant: str) -> None: ...  # cockpit.prestart.before_pilot: raises a refusal
     def start(self, rdir: Path, nproc: int = 1, env: dict[str, str] | None = None, resume: bool = False) -> int: ...
     def stop(self, rdir: Path) -> str: ...
 

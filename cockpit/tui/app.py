@@ -33,7 +33,15 @@ from .api import Cockpit, Intervals, Launcher
 from .device import DeviceSource, NvmlSource
 from .editing import EditingApp
 from .feeds import ALL, Feeds
-from .messages import FeedLoaded, FeedsChanged, NotebookChanged, NotebookRead, SeriesPolled, SeriesStopped
+from .messages import (
+    FeedLoaded,
+    FeedsChanged,
+    NotebookChanged,
+    NotebookRead,
+    PilotStarted,
+    SeriesPolled,
+    SeriesStopped,
+)
 from .plain import clean_line
 from .processes import ProcessLauncher, still_running
 from .runcache import RunCache
@@ -325,17 +333,39 @@ class CockpitApp(EditingApp):
         self.push_screen(StartPilotScreen([v.id for v in self.notebook.variants], self.notebook.reference.id), chosen)
 
     def start_pilot(self, variant: str, seed: int) -> None:
-        from .. import launch
-        from ..errors import CockpitError
+        """Start a pilot through the CLI's pre-start checks (the launcher's ``check``, which is
+        :func:`cockpit.prestart.before_pilot`: the task imports, its splits size, its model builds, one batch
+        collates), in a worker: a problem is refused before a run exists, in the words ``cockpit pilot`` prints."""
+        path, launcher = self.notebook_path, self.launcher
 
-        try:
-            rid, rdir = launch.new_run(self.notebook_path, variant, seed, kind="pilot", starter=self.launcher.start)
-        except (CockpitError, OSError) as exc:
-            self.notify(str(exc), title="pilot not started", severity="error", timeout=15)
+        def work() -> None:
+            from .. import launch
+            from ..errors import CockpitError
+
+            try:
+                launcher.check(path, variant)
+                rid, _ = launch.new_run(path, variant, seed, kind="pilot", starter=launcher.start)
+            except (CockpitError, OSError) as exc:
+                self.post_message(PilotStarted(variant, seed, error=str(exc)))
+                return
+            self.post_message(PilotStarted(variant, seed, run_id=rid))
+
+        self.notify(
+            f"checking the task before the pilot of {variant} starts (imports it, builds the model, makes one batch)",
+            title="pilot",
+        )
+        self.run_worker(
+            work, thread=True, group="pilot-start", exit_on_error=False, description="check the task, start a pilot"
+        )
+
+    @on(PilotStarted)
+    def pilot_started(self, message: PilotStarted) -> None:
+        if message.error:
+            self.notify(message.error, title="pilot not started", severity="error", timeout=20)
             return
         self.reload_notebook()
-        self.notify(f"pilot {rid} started ({variant}, seed {seed})", title="pilot")
-        self.open_run(rid)
+        self.notify(f"pilot {message.run_id} started ({message.variant}, seed {message.seed})", title="pilot")
+        self.open_run(message.run_id)
 
     # ---- a series of train runs (variants x seeds), driven from here (seriesctl.SeriesDriver)
 

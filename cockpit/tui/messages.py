@@ -82,6 +82,15 @@ class StopDone(Message):
         self.text = text
 
 
+class PilotStarted(Message):
+    """A pilot asked for from the TUI passed the pre-start checks and started (``run_id``), or was refused
+    (``error``: the checks' words, the same as ``cockpit pilot`` prints)."""
+
+    def __init__(self, variant: str, seed: int, run_id: str = "", error: str = "") -> None:
+        super().__init__()
+        self.variant, self.seed, self.run_id, self.error = variant, seed, run_id, error
+
+
 class Reading(Message):
     """One NVML reading."""
 

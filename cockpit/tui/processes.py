@@ -16,7 +16,13 @@ from .. import runs
 
 
 class ProcessLauncher:
-    """Starts and stops real pilots and series runs, detached (cockpit.launch)."""
+    """Checks, starts and stops real pilots and series runs, detached (cockpit.launch)."""
+
+    def check(self, campaign: Path, variant: str) -> None:
+        """The CLI's pre-start checks of a pilot (:func:`cockpit.prestart.before_pilot`), the same function."""
+        from .. import prestart
+
+        prestart.before_pilot(campaign, variant)
 
     def start(self, rdir: Path, nproc: int = 1, env: dict[str, str] | None = None, resume: bool = False) -> int:
         from .. import launch

@@ -72,3 +72,38 @@ def test_run_end_fields() -> None:
         "message": "stopped by signal (SIGTERM) in save",
         "exit_code": int(ev.ExitCode.STOPPED),
     }
+
+
+def _raised_in_cockpit(src: str) -> BaseException:
+    """What a piece of Cockpit's own code (compiled under a file name in the cockpit package) raised."""
+    import os
+
+    import cockpit
+
+    scope: dict[str, object] = {"torch": torch}
+    exec(compile(src, os.path.join(os.path.dirname(cockpit.__file__), "pilot", "microsteps.py"), "exec"), scope)
+    try:
+        scope["run"]()  # type: ignore[operator]
+    except Exception as exc:  # noqa: BLE001 - the test classifies it
+        return exc
+    raise AssertionError("did not raise")
+
+
+def test_cockpits_backward_on_a_graph_kept_from_the_last_batch_is_the_users(tmp_path: Path) -> None:
+    """Issue 35, class 8: torch refuses a backward through a freed graph the task's state kept: the user's (exit
+    5, the state and .detach() named), where a plain error in the same Cockpit code stays Cockpit's (exit 6)."""
+    kept = _raised_in_cockpit(
+        "def run():\n    w = torch.ones(2, requires_grad=True)\n    h = (w * 2).tanh()\n"
+        "    h.sum().backward()\n    h.sum().backward()\n"
+    )
+    assert cause_of(kept) is Cause.USER_CODE
+    ctx = Context.in_memory(classifier(), PARAMS, rdir=tmp_path)
+    ended = phase_failed(ctx, BY_NAME["update_second"], g := Gate("update_second", {}), kept)
+    assert ended.outcome.code == ev.ExitCode.USER_ERROR == outcome_of(kept, "in update_second").code
+    assert ended.outcome.reason.startswith("state kept across batches in update_second: `.detach()` the state")
+    assert "bug in Cockpit" not in (g.message or "") and g.remedy.startswith("`.detach()`")
+
+    bug = _raised_in_cockpit("def run():\n    return {}['x']\n")
+    assert cause_of(bug) is Cause.INTERNAL
+    ended = phase_failed(ctx, BY_NAME["update_second"], Gate("update_second", {}), bug)
+    assert ended.outcome.code == ev.ExitCode.INTERNAL == outcome_of(bug, "in update_second").code

@@ -55,8 +55,13 @@ class SleepLauncher:
 
     def __init__(self) -> None:
         self.started: list[Path] = []
+        self.checked: list[tuple[Path, str]] = []
         self.resumed: list[Path] = []
         self.procs: list[subprocess.Popen] = []
+
+    def check(self, campaign: Path, variant: str) -> None:
+        """The pre-start checks: recorded, not run (tests/tui/test_prestart.py runs the real ones)."""
+        self.checked.append((Path(campaign), variant))
 
     def start(self, rdir: Path, nproc: int = 1, env: dict[str, str] | None = None, resume: bool = False) -> int:
         argv = [sys.executable, "-c", "import time; time.sleep(60)", "-m", "cockpit.pilot", str(Path(rdir).resolve())]

@@ -68,8 +68,11 @@ def forward(ctx: Context, g: Gate) -> None:
     g.check(
         "loss is a scalar",
         ok_shape,
-        f"shape {tuple(value.shape)}" + ("" if ok_shape else ": reduce it to one number (mean, or sum with a count)"),
+        "shape ()" if ok_shape else not_scalar(value),
     )
+    if value.numel() != 1:  # no one number to judge: the later checks of this gate would only read it wrong
+        acc.close()
+        return
     if count is not None:
         g.check("count", float(count) > 0, f"{float(count):g} items count toward the loss")
     v = float(value.detach())
@@ -90,6 +93,14 @@ def forward(ctx: Context, g: Gate) -> None:
     semantics.causal_mask(ctx, g, batch)
     frozenmode.judge(
         g, tr.model, tr.trainable_names, frozen_calls, lambda: tr.loss_call(batch, net=tr.model).value, tr.autocast
+    )
+
+
+def not_scalar(value: torch.Tensor) -> str:
+    """The words for a loss that is not one number (a per-example loss left unreduced)."""
+    return (
+        f"the loss is not a scalar: shape {tuple(value.shape)}; reduce it with .mean() "
+        "(or return (sum, count) for a sum over items)"
     )
 
 
