@@ -248,11 +248,15 @@ class GateExtras(TypedDict, total=False):
     truncation: Truncation  # data
     inspect: Inspected  # data: the inspect file written
     class_counts: JSONObject  # data: per split, per class
+    float_inputs: JSONObject  # data: mean, std, min, max of each float input field, per split
     initial_loss: InitialLoss  # forward
+    frozen_modes: list[JSONObject]  # forward: frozen modules that ran in training mode, measured again
     optimizer_state: OptimizerState  # update_first
     step_time: StepTime  # update_second (and a probe's training)
     first_step_peak: int | None  # update_second
     peak_vs_first: float  # update_second
+    kept_state: list[JSONObject]  # update_second: tensors the model or task kept across updates
+    allocated_after_update: list[int]  # update_second, on a GPU: torch's allocated bytes after each update
     relative_difference: float  # accumulation
     decomposition: Decomposition  # accumulation: whether the loss decomposes over examples
     typical_peak: int | None  # worst_case

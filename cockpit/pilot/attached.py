@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .gate import Gate
+
 DEPTH = 4  # containers followed this deep
 ITEMS = 100_000  # items of one container read at most
 NODES = 20_000  # autograd nodes counted per walk at most
@@ -220,7 +222,7 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:.2f} MiB" if n >= 2**14 else f"{int(n):,} bytes"
 
 
-def judge(g: Any, walks: list[Walk], updates: int | None, allocated: list[int] | None = None) -> None:
+def judge(g: Gate, walks: list[Walk], updates: int | None, allocated: list[int] | None = None) -> None:
     """The check over the walks taken after each of ``len(walks) - 1`` updates (``g`` is update_second's gate);
     ``updates``: the run's, for a projection (10,000 when the campaign does not say)."""
     k = len(walks) - 1

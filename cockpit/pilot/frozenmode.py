@@ -35,6 +35,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from .gate import Gate
 from .rng import rng_state, set_rng_state
 
 MAX_MODULES = 8  # frozen modules measured at most (the largest first): each costs three of its own forwards
@@ -302,7 +303,7 @@ NAME = "frozen modules in eval mode"
 
 
 def judge(
-    g: Any,
+    g: Gate,
     model: nn.Module,
     trainable: set[str],
     calls: dict[str, Call],

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from .gate import Gate
+
 NAME = "float inputs in range"
 WAVE_MIN = 256  # samples per row from which a (batch, samples) float field is read as a waveform
 
@@ -219,7 +221,7 @@ def _splits_differ(name: str, train: FieldStats, other: FieldStats, split: str) 
     return ""
 
 
-def judge(g: Any, stats: Mapping[str, InputStats], d: Declared) -> None:
+def judge(g: Gate, stats: Mapping[str, InputStats], d: Declared) -> None:
     """The check over the statistics of every split (``g`` is the data gate's)."""
     train = stats.get("train")
     if train is None or not any(s.n for s in train.fields.values()):
