@@ -253,6 +253,9 @@ class GateExtras(TypedDict, total=False):
     step_time: StepTime  # update_second (and a probe's training)
     first_step_peak: int | None  # update_second
     peak_vs_first: float  # update_second
+    schedule: JSONObject  # update_second: the task's schedule replayed over the run's updates
+    grad_clip: JSONObject  # update_second: the gradient norms before clipping and as the optimizer stepped them
+    grad_scaler: JSONObject  # update_second: the fp16 scaler's scales and skipped updates
     relative_difference: float  # accumulation
     decomposition: Decomposition  # accumulation: whether the loss decomposes over examples
     typical_peak: int | None  # worst_case

@@ -19,6 +19,8 @@ from ..context import Context
 from ..gate import Gate, Phase
 from ..microsteps import Updated
 from ..stillness import classify
+from . import optimizing
+from .augmentation import epochs_differ
 from .steps import base_inputs, param_fingerprint, short_names
 
 # --------------------------------------------------------------------------- the first optimizer step
@@ -82,6 +84,7 @@ def update_first(ctx: Context, g: Gate) -> None:
         "unchanged" if not frozen_changed else f"changed: {', '.join(frozen_changed[:4])}",
     )
     base_unchanged(ctx, g, before, after)
+    optimizing.adapter_config(ctx, g)
     optimizer_state(ctx, g)
     g.check("step counted", tr.step == 1, f"step {tr.step}")
     n_state = len(tr.optimizer.state)
@@ -89,6 +92,8 @@ def update_first(ctx: Context, g: Gate) -> None:
         stateless = tr.settings.optimizer == "sgd" and not tr.settings.momentum
         g.check("optimizer state allocated", n_state > 0 or stateless, f"state for {n_state} parameter tensors")
     optimizer_holds_trainable(ctx, g)
+    optimizing.held_outside_model(ctx, g)
+    optimizing.weight_decay(ctx, g)
     g.check("gradient accumulation", True, f"{n} microbatches of {len(mbs[0])} per update")
     effective_batch(ctx, g, len(mbs[0]), n)
     if ctx.dist:
@@ -222,7 +227,15 @@ def update_second(ctx: Context, g: Gate) -> None:
     k = max(1, ctx.pilot_cfg.timed_updates)
     times: list[float] = []
     losses: list[float] = []
+    # Read around the timed updates, never inside them: the schedule's count, the scaler's scale, the norm of the
+    # gradients the optimizer stepped with, and the parameters before and after the last update.
+    counted = optimizing.schedule_count(tr)
+    scales = [tr.scaler.get_scale()] if tr.scaler is not None else []
+    clips: list[optimizing.ClipReading] = []
+    last_before: dict[str, tuple[float, ...]] = {}
     for i in range(k):
+        if i == k - 1:
+            last_before = param_fingerprint(tr.model)
         t0 = time.perf_counter()
         mbs = tr.next_microbatches()
         if i == 0:
@@ -232,8 +245,20 @@ def update_second(ctx: Context, g: Gate) -> None:
         ctx.step_event(out, "update_second", took)
         times.append(took)
         losses.append(out["loss"])
+        clips.append(optimizing.ClipReading(tr.step, out["grad_norm"], optimizing.held_grad_norm(tr.optimizer)))
+        if tr.scaler is not None:
+            scales.append(tr.scaler.get_scale())
     g.inputs["timed_updates"] = k
     g.check("step counted", tr.step == 1 + k, f"step {tr.step}")
+    skipped_last = len(scales) > 1 and scales[-1] < scales[-2]
+    if not skipped_last:
+        optimizing.stepped_changed(ctx, g, last_before, param_fingerprint(tr.model), tr.step)
+    optimizing.schedule_steps(ctx, g, counted, k)
+    optimizing.schedule_span(ctx, g)
+    optimizing.grad_clip(ctx, g, clips)
+    optimizing.grad_scaler(ctx, g, scales)
+    if ctx.first is not None:
+        epochs_differ(ctx, g, ctx.first.microbatches[0])
     zero_first = ctx.first.zero_first if ctx.first is not None else {}
     if zero_first:
         now = param_fingerprint(tr.model)
@@ -286,6 +311,12 @@ UPDATE_FIRST = Phase(
         "step counted",
         "optimizer state allocated",
         "base model unchanged",
+        "trainable as the adapter's config says",
+        "optimizer holds every trainable parameter",
+        "no frozen parameter in the optimizer",
+        "optimizer holds only the model's parameters",
+        "weight decay as configured",
+        "weight decay spares biases and norms",
         "gradient accumulation",
         "effective batch",
         "parameters identical on every rank",
@@ -301,6 +332,12 @@ UPDATE_SECOND = Phase(
     checks=(
         "step counted",
         "zero-gradient parameters moved since",
+        "every stepped parameter changed",
+        "schedule steps once per update",
+        "schedule spans the run",
+        "gradient clipping acts",
+        "grad scaler takes steps",
+        "augmentations differ across epochs",
         "finite loss",
         "parameters identical on every rank",
     ),
