@@ -41,6 +41,16 @@ def _held(optimizer: Any) -> list[tuple[int, torch.Tensor]]:
     return [(i, p) for i, group in enumerate(optimizer.param_groups) for p in group["params"]]
 
 
+def zero_rate_names(tr: Any) -> set[str]:
+    """The model's parameters in a group whose learning rate is 0 now (read before a step)."""
+    names = {id(p): n for n, p in tr.model.named_parameters()}
+    return {
+        names[id(p)]
+        for i, p in _held(tr.optimizer)
+        if id(p) in names and float(tr.optimizer.param_groups[i].get("lr", 1.0)) == 0.0
+    }
+
+
 def held_outside_model(ctx: Context, g: Gate) -> None:
     """The optimizer steps only the model's parameters: a tensor it holds beside the model (a learnable
     temperature or loss weight kept in the task's module) trains, but is in no checkpoint of the model, no export,
@@ -52,15 +62,16 @@ def held_outside_model(ctx: Context, g: Gate) -> None:
     if not outside:
         g.check(name, True, f"every tensor in {tr.optimizer_source} is a parameter of the model")
         return
-    shapes = ", ".join(str(tuple(p.shape)) for p in outside[:4])
+    shapes = ", ".join("a scalar" if p.dim() == 0 else f"shape {tuple(p.shape)}" for p in outside[:4])
     g.check(
         name,
         False,
-        f"{tr.optimizer_source} holds {len(outside)} tensors that are not parameters of the model build_model "
-        f"returns (shapes {shapes}; {sum(p.numel() for p in outside):,} values): they train, but the model's "
-        "checkpoint and export leave them out (a resumed run restarts them from their initial values) and "
-        "gradient clipping over the model's parameters never reaches them. Make them parameters of the model "
-        "(an nn.Parameter attribute of one of its modules)",
+        f"{tr.optimizer_source} holds {len(outside)} tensor{'s' if len(outside) > 1 else ''} that "
+        f"{'are' if len(outside) > 1 else 'is'} not a parameter of the model build_model returns ({shapes}; "
+        f"{sum(p.numel() for p in outside):,} values): it trains, but the model's checkpoint and export leave it "
+        "out (a resumed run restarts it from its initial value) and gradient clipping over the model's parameters "
+        "never reaches it. Make it a parameter of the model (an nn.Parameter attribute of one of its modules)",
+        warn=True,
     )
 
 
@@ -512,8 +523,9 @@ def grad_clip(ctx: Context, g: Gate, readings: list[ClipReading]) -> None:
         own = {id(p) for p in tr.model.parameters()}
         outside = [p for _, p in _held(tr.optimizer) if id(p) not in own and p.grad is not None]
         cause = (
-            f"{len(outside)} tensors the optimizer holds are not parameters of the model, and clipping over the "
-            "model's parameters never reaches them: make them the model's parameters"
+            f"{len(outside)} of the tensors the optimizer holds {'are' if len(outside) > 1 else 'is'} not a "
+            "parameter of the model, and clipping over the model's parameters never reaches it: make it one of "
+            "the model's parameters"
             if outside
             else "something gives the optimizer's tensors their gradients after the clipping (the optimizer's own "
             "step, or a hook): clip where the step reads them"
@@ -606,7 +618,7 @@ def adapter_config(ctx: Context, g: Gate) -> None:
                 train = sum(p.numel() for _, p in named if p.requires_grad)
                 found.append(
                     f"adapter {adapter!r} lists {m!r} in modules_to_save, so its copy should train, but {len(frozen)} "
-                    f"of its {len(copies)} tensors do not require grad ({short_names(frozen)}); what trains is "
+                    f"of its {len(copies)} tensors {'does' if len(frozen) == 1 else 'do'} not require grad ({short_names(frozen)}); what trains is "
                     f"{sum(1 for _, p in named if p.requires_grad)} of {len(named)} tensors, {train:,} of {total:,} "
                     f"values ({100 * train / max(total, 1):.2g}%)"
                 )

@@ -34,6 +34,7 @@ def update_first(ctx: Context, g: Gate) -> None:
     first.accumulation.rest()  # the update's other microbatches, as Trainer.accumulate walks them
     loss = first.accumulation.finish()["loss"]
     scale_before = tr.scaler.get_scale() if tr.scaler is not None else None
+    at_zero = optimizing.zero_rate_names(tr)  # a warm-up from 0 steps nothing in its first update
     applied = tr.apply()
     skipped = tr.scaler is not None and scale_before is not None and tr.scaler.get_scale() < scale_before
     out: Updated = {**applied, "step": tr.step, "loss": loss, "examples": sum(len(m) for m in mbs), "count": None}
@@ -47,10 +48,14 @@ def update_first(ctx: Context, g: Gate) -> None:
     # while its partner B is still zero-initialised. It is not a failure here; update_second checks it moved since.
     still = classify(tr.model.named_parameters(), unchanged)
     zero = still.no_gradient
+    resting: list[str] = []
     if not skipped:
         unchanged = [n_ for n_ in unchanged if n_ not in still.cancelled]  # the loss does not depend on them
         first.zero_first = {n_: after[n_] for n_ in zero}
         unchanged = [n_ for n_ in unchanged if n_ not in first.zero_first]
+        resting = [n_ for n_ in unchanged if n_ in at_zero]
+        first.zero_first.update({n_: after[n_] for n_ in resting})
+        unchanged = [n_ for n_ in unchanged if n_ not in at_zero]
     if skipped and tr.scaler is not None:
         # fp16: gradients overflowed at the scaler's initial scale, so it skipped this step and
         # halved the scale. Normal for a few steps; a warning, since nothing was updated yet.
@@ -76,7 +81,13 @@ def update_first(ctx: Context, g: Gate) -> None:
                 if zero
                 else ""
             )
-            + (f"; {still.cancelled_words()}" if still.cancelled else ""),
+            + (f"; {still.cancelled_words()}" if still.cancelled else "")
+            + (
+                f"; {len(resting)} are in groups whose learning rate was 0 at this step ({short_names(resting)}: "
+                "a warm-up that starts from 0, as get_linear_schedule_with_warmup's); the next updates must move them"
+                if resting
+                else ""
+            ),
         )
     g.check(
         "frozen parameters unchanged",
