@@ -53,8 +53,7 @@ def update_first(ctx: Context, g: Gate) -> None:
         unchanged = [n_ for n_ in unchanged if n_ not in still.cancelled]  # the loss does not depend on them
         first.zero_first = {n_: after[n_] for n_ in zero}
         unchanged = [n_ for n_ in unchanged if n_ not in first.zero_first]
-        resting = [n_ for n_ in unchanged if n_ in at_zero]
-        first.zero_first.update({n_: after[n_] for n_ in resting})
+        resting = [n_ for n_ in unchanged if n_ in at_zero]  # "every stepped parameter changed" checks them later
         unchanged = [n_ for n_ in unchanged if n_ not in at_zero]
     if skipped and tr.scaler is not None:
         # fp16: gradients overflowed at the scaler's initial scale, so it skipped this step and
@@ -84,7 +83,8 @@ def update_first(ctx: Context, g: Gate) -> None:
             + (f"; {still.cancelled_words()}" if still.cancelled else "")
             + (
                 f"; {len(resting)} are in groups whose learning rate was 0 at this step ({short_names(resting)}: "
-                "a warm-up that starts from 0, as get_linear_schedule_with_warmup's); the next updates must move them"
+                "a warm-up that starts from 0, as get_linear_schedule_with_warmup's); the next updates must move them "
+                "(checked at update_second)"
                 if resting
                 else ""
             ),
