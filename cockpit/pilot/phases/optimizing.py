@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from ... import arithmetic
+from .. import tensorscan
 from ..context import Context
 from ..gate import Gate
 from ..stillness import classify
@@ -180,6 +181,12 @@ def weight_decay(ctx: Context, g: Gate) -> None:
 # --------------------------------------------------------------------------- a later update moves what it steps
 
 
+def _any_nonzero(t: torch.Tensor) -> bool:
+    """Whether any element is non-zero, read in chunks (a whole-tensor mask is a byte per element at once)."""
+    flat = t.detach().reshape(-1)
+    return any(bool(flat[i : i + tensorscan.CHUNK].ne(0).any()) for i in range(0, flat.numel(), tensorscan.CHUNK))
+
+
 def stepped_changed(
     ctx: Context, g: Gate, before: dict[str, tuple[float, ...]], after: dict[str, tuple[float, ...]], update: int
 ) -> None:
@@ -198,7 +205,7 @@ def stepped_changed(
         n = names.get(id(p))
         if n is None or n not in before or p.grad is None:
             continue
-        if not bool(p.grad.detach().ne(0).any()):
+        if not _any_nonzero(p.grad):
             continue
         lr_of[n] = float(tr.optimizer.param_groups[i].get("lr", 0.0))
         candidates.append(n)
@@ -206,6 +213,9 @@ def stepped_changed(
         g.not_applicable(name, f"no tensor the optimizer holds had a non-zero gradient in update {update}")
         return
     unchanged = [n for n in candidates if before[n] == after[n]]
+    if not unchanged:
+        g.check(name, True, f"the {len(candidates)} tensors with a non-zero gradient in update {update} all changed")
+        return
     still = classify(tr.model.named_parameters(), unchanged)
     bad = still.unexplained
     if not bad:
