@@ -452,6 +452,9 @@ def schedule_span(ctx: Context, g: Gate) -> None:
             break
         zero_from = t
     g.extra["schedule"] = {"updates": total, "peak": peak, "zero_from": zero_from}
+    # A cyclic schedule (cosine annealing with a short period, restarts) touches 0 inside the run and rises again:
+    # its zeros after the run are no horizon.
+    cyclic = zero_from is None and any(0 < t < total and v <= tiny for t, v in zip(got.at, tops, strict=True))
     last = inside[-1]
     if zero_from is not None and total - zero_from >= max(2, 0.05 * total):
         share = (total - zero_from) / total
@@ -469,7 +472,7 @@ def schedule_span(ctx: Context, g: Gate) -> None:
             "the run's updates (params' updates, or epochs x examples / (microbatch x accumulation x ranks))",
         )
         return
-    ends = next((t for t, v in zip(got.at, tops, strict=True) if t >= total and v <= tiny), None)
+    ends = None if cyclic else next((t for t, v in zip(got.at, tops, strict=True) if t >= total and v <= tiny), None)
     if ends is not None and ends > 1.1 * total:
         hint = (
             f" ({ends:,} = {ends / total:.2g} x {total:,}, the accumulation of {acc}: its horizon counts "
@@ -496,10 +499,42 @@ def schedule_span(ctx: Context, g: Gate) -> None:
 # --------------------------------------------------------------------------- gradient clipping
 
 
-def held_grad_norm(optimizer: Any) -> float:
-    """The norm of the gradients of every tensor the optimizer holds, as its step sees them."""
+def held_grad_norm(optimizer: Any) -> torch.Tensor | None:
+    """The norm of the gradients of every tensor the optimizer holds, as a tensor on their device (read without
+    a synchronisation, so a hook inside a timed update does not wait for the GPU)."""
     grads = [p.grad.detach().float().norm() for _, p in _held(optimizer) if p.grad is not None]
-    return float(torch.stack(grads).norm()) if grads else 0.0
+    if not grads:
+        return None
+    dev = grads[0].device
+    return torch.stack([t.to(dev) for t in grads]).norm()
+
+
+class StepNorms:
+    """The norm of the gradients the optimizer steps with, read by a step pre-hook (after Cockpit's clipping,
+    before the step: an optimizer that edits its gradients in its own step does not change what is read); an
+    optimizer without step hooks is read after its step instead."""
+
+    def __init__(self, optimizer: Any):
+        self.optimizer = optimizer
+        self.seen: list[torch.Tensor | None] = []
+        self.read = 0
+        register = getattr(optimizer, "register_step_pre_hook", None)
+        self.handle = (
+            register(lambda opt, args, kwargs: self.seen.append(held_grad_norm(opt))) if callable(register) else None
+        )
+
+    def after_step(self) -> float:
+        """The last update's norm as a float (0 when no tensor held a gradient)."""
+        if self.handle is None:
+            self.seen.append(held_grad_norm(self.optimizer))
+        fresh = len(self.seen) > self.read  # the fp16 scaler skips a step with inf gradients: no hook ran
+        self.read = len(self.seen)
+        last = self.seen[-1] if fresh else None
+        return float(last) if last is not None else 0.0
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.remove()
 
 
 @dataclass

@@ -244,6 +244,7 @@ def update_second(ctx: Context, g: Gate) -> None:
     scales = [tr.scaler.get_scale()] if tr.scaler is not None else []
     clips: list[optimizing.ClipReading] = []
     last_before: dict[str, tuple[float, ...]] = {}
+    norms = optimizing.StepNorms(tr.optimizer) if tr.settings.grad_clip > 0 else None
     for i in range(k):
         if i == k - 1:
             last_before = param_fingerprint(tr.model)
@@ -256,9 +257,12 @@ def update_second(ctx: Context, g: Gate) -> None:
         ctx.step_event(out, "update_second", took)
         times.append(took)
         losses.append(out["loss"])
-        clips.append(optimizing.ClipReading(tr.step, out["grad_norm"], optimizing.held_grad_norm(tr.optimizer)))
+        if norms is not None:
+            clips.append(optimizing.ClipReading(tr.step, out["grad_norm"], norms.after_step()))
         if tr.scaler is not None:
             scales.append(tr.scaler.get_scale())
+    if norms is not None:
+        norms.close()
     g.inputs["timed_updates"] = k
     g.check("step counted", tr.step == 1 + k, f"step {tr.step}")
     skipped_last = len(scales) > 1 and scales[-1] < scales[-2]
