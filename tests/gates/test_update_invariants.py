@@ -123,6 +123,9 @@ def test_weight_decay_on_norms_and_biases_warns_and_split_groups_pass() -> None:
     c = check(g, "weight decay spares biases and norms")
     assert _verdict(c) == "warn" and "2 normalisation weights, 2 biases" in c["detail"], c
     assert _verdict(check(g, "weight decay as configured")) == "pass"
+    plain = classifier(optimizer=lambda m, p: torch.optim.AdamW(m.parameters(), lr=p["lr"]))  # decay 0.01, no norm
+    c = check(through(plain, "update_first")["update_first"], "weight decay spares biases and norms")
+    assert _verdict(c) == "pass" and "biases alone" in c["detail"], c
 
     def split(m: nn.Module, p: dict[str, Any]) -> Any:
         decay = [q for q in m.parameters() if q.dim() >= 2]

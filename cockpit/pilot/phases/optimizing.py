@@ -94,8 +94,9 @@ def weight_decay(ctx: Context, g: Gate) -> None:
 
     Measured from ``optimizer.param_groups``. Two findings, both warnings (each is a choice some make on
     purpose): a task optimizer whose groups ignore ``[training] weight_decay`` (every group at 0, or none at the
-    configured value: the setting has no effect), and decay on biases and normalisation weights, which pulls a
-    LayerNorm's or BatchNorm's gain towards 0 (nanoGPT's ``configure_optimizers`` and the Hugging Face Trainer put
+    configured value: the setting has no effect), and decay on normalisation weights (with the biases beside them),
+    which pulls a LayerNorm's or BatchNorm's gain towards 0 (biases alone decayed, as torch's AdamW default does over
+    ``model.parameters()`` of a plain MLP, are said, not warned) (nanoGPT's ``configure_optimizers`` and the Hugging Face Trainer put
     them in a group without decay). Cockpit's own optimizer decays every trainable tensor at the configured rate,
     as ``[training] weight_decay`` documents: said, not warned.
     """
@@ -167,6 +168,13 @@ def weight_decay(ctx: Context, g: Gate) -> None:
                 True,
                 words + "; this is Cockpit's optimizer over every trainable tensor, as [training] weight_decay "
                 "documents: hand a Task.optimizer with a group at weight_decay 0 for them to spare them",
+            )
+        elif not decayed["norm"]:
+            g.check(
+                name,
+                True,
+                words + f", in {tr.optimizer_source}; biases alone are a small share of what decays (the harm is a "
+                "normalisation layer's gain pulled to 0): said, not warned",
             )
         else:
             g.check(
