@@ -221,3 +221,20 @@ def test_the_random_state_is_the_same_after_the_measurement() -> None:
     assert torch.equal(before["torch"], after["torch"]) and before["python"] == after["python"]
     assert "numpy" in before and "numpy" in after
     assert torch.equal(before["numpy"]["keys"], after["numpy"]["keys"])
+
+
+def test_layers_frozen_by_a_name_filter_with_the_optimizer_over_all_of_them_say_what_trains() -> None:
+    """TrainCheck's pytorch-forum-84911 in miniature: every layer but BatchNorm frozen by a name filter (the head
+    too), the optimizer handed every parameter. The warning says what trains, with its share."""
+
+    def build(p: dict[str, Any]) -> nn.Module:
+        model = nn.Sequential(nn.Linear(6, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 3))
+        for name, q in model.named_parameters():
+            q.requires_grad = name.startswith("1.")  # "train only the BatchNorm layers"
+        return model
+
+    task = classifier(build_model=build, optimizer=lambda m, p: torch.optim.SGD(m.parameters(), lr=p["lr"]))
+    g = through(task, "update_first", params={"accumulation": 1, "microbatch": 8})["update_first"]
+    c = check(g, "no frozen parameter in the optimizer")
+    assert _verdict(c) == "warn", c
+    assert "what trains is 2 of 6 tensors, 64 of" in c["detail"] and "all in BatchNorm1d layers" in c["detail"], c

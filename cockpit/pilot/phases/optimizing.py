@@ -52,6 +52,30 @@ def zero_rate_names(tr: Any) -> set[str]:
     }
 
 
+def what_trains(model: torch.nn.Module) -> str:
+    """What requires grad, in words: tensors, values and their share, and the kinds of layer they are in."""
+    named = list(model.named_parameters())
+    owner: dict[str, str] = {}
+    for mname, mod in model.named_modules():
+        for pname, _ in mod.named_parameters(recurse=False):
+            owner[f"{mname}.{pname}" if mname else pname] = type(mod).__name__
+    train = [(n, p) for n, p in named if p.requires_grad]
+    total = sum(p.numel() for _, p in named)
+    values = sum(p.numel() for _, p in train)
+    kinds = sorted({owner.get(n, "?") for n, _ in train})
+    where = (
+        f", all in {kinds[0]} layers"
+        if len(kinds) == 1
+        else f", in {', '.join(kinds[:4])}{' and others' if len(kinds) > 4 else ''} layers"
+        if kinds
+        else ""
+    )
+    return (
+        f"what trains is {len(train)} of {len(named)} tensors, {values:,} of {total:,} values "
+        f"({100 * values / max(total, 1):.2g}%){where}"
+    )
+
+
 def held_outside_model(ctx: Context, g: Gate) -> None:
     """The optimizer steps only the model's parameters: a tensor it holds beside the model (a learnable
     temperature or loss weight kept in the task's module) trains, but is in no checkpoint of the model, no export,

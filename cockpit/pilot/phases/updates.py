@@ -189,7 +189,8 @@ def optimizer_holds_trainable(ctx: Context, g: Gate) -> None:
             "no frozen parameter in the optimizer",
             False,
             f"{len(frozen)} frozen parameters are in the optimizer: {short_names(frozen)}; harmless while they get "
-            "no gradient, but say the optimizer was built before freezing or over model.parameters()",
+            "no gradient, but say the optimizer was built before freezing or over model.parameters(); "
+            f"{optimizing.what_trains(tr.model)}: check that this is the set meant to train",
             warn=True,
         )
 
