@@ -257,6 +257,9 @@ class GateExtras(TypedDict, total=False):
     peak_vs_first: float  # update_second
     kept_state: list[JSONObject]  # update_second: tensors the model or task kept across updates
     allocated_after_update: list[int]  # update_second, on a GPU: torch's allocated bytes after each update
+    schedule: JSONObject  # update_second: the task's schedule replayed over the run's updates
+    grad_clip: JSONObject  # update_second: the gradient norms before clipping and as the optimizer stepped them
+    grad_scaler: JSONObject  # update_second: the fp16 scaler's scales and skipped updates
     relative_difference: float  # accumulation
     decomposition: Decomposition  # accumulation: whether the loss decomposes over examples
     typical_peak: int | None  # worst_case

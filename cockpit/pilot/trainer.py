@@ -13,6 +13,7 @@ with Cockpit's loop around it; the README says which part is whose.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -131,6 +132,7 @@ class Trainer:
         self.adapter: adapter_.Adapter | None = None  # an adapter over a frozen base (PEFT, or a small trainable set)
         self.optimizer: Any = None  # built by build(); None while nothing requires grad
         self.scheduler: Any = None
+        self.scheduler_start: dict[str, Any] | None = None  # the scheduler's state_dict before its first step
         self.nothing_trains = ""  # what froze the model, when no parameter requires grad
 
     @property
@@ -235,6 +237,12 @@ class Trainer:
                 self.optimizer, _schedule(kind, warmup, self.total_updates)
             )
             self.scheduler_source = f"Cockpit's {kind} schedule" + (f", {warmup} warm-up updates" if warmup else "")
+        # The schedule's state before its first update, so the update gate can replay it over the run's updates
+        # apart from the run (a scheduler that keeps no state_dict cannot be checkpointed either).
+        try:
+            self.scheduler_start = copy.deepcopy(self.scheduler.state_dict())
+        except Exception:
+            self.scheduler_start = None
 
     def _apply_checkpointing(self) -> None:
         """Activation checkpointing through a hook the model or the task has; none found: it had no effect."""

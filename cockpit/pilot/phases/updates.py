@@ -20,6 +20,8 @@ from ..context import Context
 from ..gate import Gate, Phase
 from ..microsteps import Updated
 from ..stillness import classify
+from . import optimizing
+from .augmentation import epochs_differ
 from .steps import base_inputs, param_fingerprint, short_names
 
 # --------------------------------------------------------------------------- the first optimizer step
@@ -33,6 +35,7 @@ def update_first(ctx: Context, g: Gate) -> None:
     first.accumulation.rest()  # the update's other microbatches, as Trainer.accumulate walks them
     loss = first.accumulation.finish()["loss"]
     scale_before = tr.scaler.get_scale() if tr.scaler is not None else None
+    at_zero = optimizing.zero_rate_names(tr)  # a warm-up from 0 steps nothing in its first update
     applied = tr.apply()
     skipped = tr.scaler is not None and scale_before is not None and tr.scaler.get_scale() < scale_before
     out: Updated = {**applied, "step": tr.step, "loss": loss, "examples": sum(len(m) for m in mbs), "count": None}
@@ -46,10 +49,13 @@ def update_first(ctx: Context, g: Gate) -> None:
     # while its partner B is still zero-initialised. It is not a failure here; update_second checks it moved since.
     still = classify(tr.model.named_parameters(), unchanged)
     zero = still.no_gradient
+    resting: list[str] = []
     if not skipped:
         unchanged = [n_ for n_ in unchanged if n_ not in still.cancelled]  # the loss does not depend on them
         first.zero_first = {n_: after[n_] for n_ in zero}
         unchanged = [n_ for n_ in unchanged if n_ not in first.zero_first]
+        resting = [n_ for n_ in unchanged if n_ in at_zero]  # "every stepped parameter changed" checks them later
+        unchanged = [n_ for n_ in unchanged if n_ not in at_zero]
     if skipped and tr.scaler is not None:
         # fp16: gradients overflowed at the scaler's initial scale, so it skipped this step and
         # halved the scale. Normal for a few steps; a warning, since nothing was updated yet.
@@ -75,7 +81,14 @@ def update_first(ctx: Context, g: Gate) -> None:
                 if zero
                 else ""
             )
-            + (f"; {still.cancelled_words()}" if still.cancelled else ""),
+            + (f"; {still.cancelled_words()}" if still.cancelled else "")
+            + (
+                f"; {len(resting)} are in groups whose learning rate was 0 at this step ({short_names(resting)}: "
+                "a warm-up that starts from 0, as get_linear_schedule_with_warmup's); the next updates must move them "
+                "(checked at update_second)"
+                if resting
+                else ""
+            ),
         )
     g.check(
         "frozen parameters unchanged",
@@ -83,6 +96,7 @@ def update_first(ctx: Context, g: Gate) -> None:
         "unchanged" if not frozen_changed else f"changed: {', '.join(frozen_changed[:4])}",
     )
     base_unchanged(ctx, g, before, after)
+    optimizing.adapter_config(ctx, g)
     optimizer_state(ctx, g)
     g.check("step counted", tr.step == 1, f"step {tr.step}")
     n_state = len(tr.optimizer.state)
@@ -90,6 +104,8 @@ def update_first(ctx: Context, g: Gate) -> None:
         stateless = tr.settings.optimizer == "sgd" and not tr.settings.momentum
         g.check("optimizer state allocated", n_state > 0 or stateless, f"state for {n_state} parameter tensors")
     optimizer_holds_trainable(ctx, g)
+    optimizing.held_outside_model(ctx, g)
+    optimizing.weight_decay(ctx, g)
     g.check("gradient accumulation", True, f"{n} microbatches of {len(mbs[0])} per update")
     effective_batch(ctx, g, len(mbs[0]), n)
     if ctx.dist:
@@ -174,7 +190,8 @@ def optimizer_holds_trainable(ctx: Context, g: Gate) -> None:
             "no frozen parameter in the optimizer",
             False,
             f"{len(frozen)} frozen parameters are in the optimizer: {short_names(frozen)}; harmless while they get "
-            "no gradient, but say the optimizer was built before freezing or over model.parameters()",
+            "no gradient, but say the optimizer was built before freezing or over model.parameters(); "
+            f"{optimizing.what_trains(tr.model)}: check that this is the set meant to train",
             warn=True,
         )
 
@@ -225,7 +242,16 @@ def update_second(ctx: Context, g: Gate) -> None:
     losses: list[float] = []
     walks = [attached.walk(tr.model, tr.task)]  # what the first update left, then what each later one leaves
     allocated = [torch.cuda.memory_allocated(ctx.device)] if ctx.device.type == "cuda" else None
+    # Read around the timed updates, never inside them: the schedule's count, the scaler's scale, the norm of the
+    # gradients the optimizer stepped with, and the parameters before and after the last update.
+    counted = optimizing.schedule_count(tr)
+    scales = [tr.scaler.get_scale()] if tr.scaler is not None else []
+    clips: list[optimizing.ClipReading] = []
+    last_before: dict[str, tuple[float, ...]] = {}
+    norms = optimizing.StepNorms(tr.optimizer) if tr.settings.grad_clip > 0 else None
     for i in range(k):
+        if i == k - 1:
+            last_before = param_fingerprint(tr.model)
         t0 = time.perf_counter()
         mbs = tr.next_microbatches()
         if i == 0:
@@ -238,8 +264,23 @@ def update_second(ctx: Context, g: Gate) -> None:
         walks.append(attached.walk(tr.model, tr.task))
         if allocated is not None:
             allocated.append(torch.cuda.memory_allocated(ctx.device))
+        if norms is not None:
+            clips.append(optimizing.ClipReading(tr.step, out["grad_norm"], norms.after_step()))
+        if tr.scaler is not None:
+            scales.append(tr.scaler.get_scale())
+    if norms is not None:
+        norms.close()
     g.inputs["timed_updates"] = k
     g.check("step counted", tr.step == 1 + k, f"step {tr.step}")
+    skipped_last = len(scales) > 1 and scales[-1] < scales[-2]
+    if not skipped_last:
+        optimizing.stepped_changed(ctx, g, last_before, param_fingerprint(tr.model), tr.step)
+    optimizing.schedule_steps(ctx, g, counted, k)
+    optimizing.schedule_span(ctx, g)
+    optimizing.grad_clip(ctx, g, clips)
+    optimizing.grad_scaler(ctx, g, scales)
+    if ctx.first is not None:
+        epochs_differ(ctx, g, ctx.first.microbatches[0])
     zero_first = ctx.first.zero_first if ctx.first is not None else {}
     if zero_first:
         now = param_fingerprint(tr.model)
@@ -293,6 +334,12 @@ UPDATE_FIRST = Phase(
         "step counted",
         "optimizer state allocated",
         "base model unchanged",
+        "trainable as the adapter's config says",
+        "optimizer holds every trainable parameter",
+        "no frozen parameter in the optimizer",
+        "optimizer holds only the model's parameters",
+        "weight decay as configured",
+        "weight decay spares biases and norms",
         "gradient accumulation",
         "effective batch",
         "parameters identical on every rank",
@@ -308,6 +355,12 @@ UPDATE_SECOND = Phase(
     checks=(
         "step counted",
         "zero-gradient parameters moved since",
+        "every stepped parameter changed",
+        "schedule steps once per update",
+        "schedule spans the run",
+        "gradient clipping acts",
+        "grad scaler takes steps",
+        "augmentations differ across epochs",
         "finite loss",
         attached.NAME,
         "parameters identical on every rank",
