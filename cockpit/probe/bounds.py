@@ -26,6 +26,7 @@ from . import phases as ph
 from .channel import Diverged, Save
 from .config import ChildConfig
 from .modes import ModeReading
+from .ranks import LocalGrads
 from .reading import read_peak_rss, reset_peak_rss
 
 if TYPE_CHECKING:  # typing.NotRequired and Unpack are Python 3.11; annotations here are never evaluated
@@ -179,6 +180,7 @@ class Bounds:
         self.in_measure = False  # the probe runs the model itself (the mode reading): its hooks look away
         self.first_call: FirstCall | None = None  # the first training forward: module, args, kwargs, its outputs
         self.modes: dict[object, ModeReading] = {}  # what the mode changes, by root id and by class
+        self.local: LocalGrads | None = None  # several ranks: this rank's own gradients at the first backward
         self.eval_modes: ModeReading | None = None  # what it changes for the model the measured evaluation ran
         self.held_validation: Open | None = (
             None  # the first evaluation, measured, waiting for the next training forward

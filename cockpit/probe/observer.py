@@ -162,6 +162,8 @@ class Observer(Evaluating):
             return False
         self._end_forward(loss)
         self.check_stop()  # a non-finite first loss ends the script here
+        if loss is not None:
+            self.take_local_grads(loss)  # outside the bounds: several ranks only, a few small tensors
         self.begin(ph.BACKWARD, dict(self.forward_inputs))
         return True
 

@@ -26,7 +26,7 @@ from ..pilot.gate import Gate
 from ..pilot.meter import PhaseMeasure, stack_info
 from ..pilot.stillness import classify
 from ..pilot.tensorscan import fingerprint
-from . import layers, modes
+from . import layers, modes, ranks
 from . import phases as ph
 from .bounds import Bounds, Open, Step
 from .reading import first_tensor, read_peak_rss, short_list
@@ -168,6 +168,49 @@ class Training(Bounds):
             self.modes[id(module)] = got
         return got
 
+    def take_local_grads(self, loss: torch.Tensor) -> None:
+        """Several ranks: this rank's own gradient for a few small tensors, before the script's first backward."""
+        live = [m for m in (ref() for ref in self.roots.values()) if m is not None]
+        self.in_measure = True
+        try:
+            self.local = ranks.local_grads(loss, self.named_parameters(), live)
+        finally:
+            self.in_measure = False
+
+    def ranks_check(self, g: Gate, st: Step) -> None:
+        """Several ranks: the first step's gradients must not be this rank's own, unaveraged."""
+        local, self.local = self.local, None
+        if local is None:
+            return  # one process: nothing to average
+        name = "gradients averaged across ranks"
+        if local.skipped:
+            g.not_applicable(name, local.skipped)
+            return
+        if st.microbatches != 1:
+            g.not_applicable(
+                name,
+                f"the first update summed {st.microbatches} backward calls: its gradients are not one backward's to "
+                "compare with this rank's own",
+            )
+            return
+        same, differ = ranks.compared(local)
+        if not same and not differ:
+            g.not_applicable(name, "the compared tensors held no gradient at the step")
+            return
+        g.check(
+            name,
+            bool(differ),
+            f"{len(differ)} of {len(differ) + len(same)} compared tensors' gradients differ from this rank's own: "
+            f"averaged across the {local.world} ranks"
+            if differ
+            else f"the first step applied this rank's own gradients, unaveraged: {len(same)} of {len(same)} compared "
+            f"tensors ({short_list(same)}) hold exactly the gradient of this rank's loss, so each of the "
+            f"{local.world} ranks steps on its own and their models drift apart. DistributedDataParallel's "
+            "all-reduce did not run: the model was moved or cast (.to, .cuda, .double) after DDP wrapped it (wrap "
+            "it after moving), or the forward went through the bare module instead of the DDP wrapper (call the "
+            "wrapper every step); or every rank saw the same batch (shard the data with a DistributedSampler)",
+        )
+
     def _trained(self) -> list[tuple[str, torch.Tensor]]:
         """The parameters the optimizer holds, named (no optimizer: those that train)."""
         opt = self.optimizer() if self.optimizer is not None else None
@@ -193,9 +236,13 @@ class Training(Bounds):
 
     def trainable_check(self, g: Gate) -> None:
         """What trains, by layer: only the normalisation layers training is named (a freeze that took too much)."""
-        many = len(self.roots) > 1
-        live = [(self.root_names[k] if many else "", m) for k, ref in self.roots.items() if (m := ref()) is not None]
-        t = layers.trainable(live)
+        live = [
+            (k, m)
+            for k, ref in self.roots.items()
+            if (m := ref()) is not None and next(m.parameters(), None) is not None
+        ]
+        many = len(live) > 1  # a model and its loss module: the model's layers by their own names
+        t = layers.trainable([(self.root_names[k] if many else "", m) for k, m in live])
         if t.trainable == t.tensors or not t.trainable:
             why = "every parameter trains" if t.trainable else "no parameter requires grad"
             g.not_applicable("what trains", f"{why} ({t.tensors} tensors): no freeze to read")
@@ -293,6 +340,7 @@ class Training(Bounds):
             "they never change (add them to the optimizer, or freeze them with requires_grad_(False))",
         )
         self.trainable_check(g)
+        self.ranks_check(g, st)
         stateless = isinstance(opt, torch.optim.SGD) and not any(gr.get("momentum") for gr in opt.param_groups)
         g.check(
             "optimizer state allocated",

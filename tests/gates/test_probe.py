@@ -401,6 +401,48 @@ def test_dropout_of_zero_is_measured_as_changing_nothing_and_the_rerun_leaves_th
     assert c.get("na") and "the same in eval mode as in training mode" in c["detail"], c
 
 
+def bn_net() -> nn.Module:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    for name, p in net.named_parameters():
+        if not name.startswith("1."):  # every layer but the BatchNorm frozen, the head too (pytorch-forum-84911)
+            p.requires_grad_(False)
+    return net
+
+
+def bn_steps(net: nn.Module, opt: torch.optim.Optimizer) -> None:
+    crit = nn.CrossEntropyLoss()
+    for _ in range(3):
+        opt.zero_grad()
+        crit(net(torch.randn(4, 3, 8, 8)), torch.randint(0, 3, (4,))).backward()
+        opt.step()
+
+
+def test_only_batch_norm_training_is_named_with_its_share(probe):
+    """The optimizer handed every parameter, a name filter froze all but BatchNorm: 2 of 6 tensors train."""
+    _, sink = probe(steps=2, to_end=True)
+    net = bn_net()
+    bn_steps(net, torch.optim.Adam(net.parameters(), lr=1e-3))
+    g = sink.gates["update_first"]
+    c = sink.check("update_first", "what trains")
+    assert g["verdict"] == "warn" and c["warn"] and "only the normalisation layers train (BatchNorm2d" in c["detail"]
+    assert "2 of 6 tensors train, 8 of" in c["detail"] and "the last layer (4, Linear) is frozen too" in c["detail"]
+    assert g["message"].startswith("what trains: only the normalisation layers train"), g["message"]
+    t = sink.check("update_first", "targeted parameters changed")  # the frozen ones it holds are not "unchanged"
+    assert t["ok"] and t["detail"].startswith("2/2 trainable tensors") and "also holds 4 frozen" in t["detail"], t
+
+
+def test_an_optimizer_that_holds_only_frozen_tensors_fails(probe):
+    """TrainCheck's own copy of pytorch-forum-84911: the optimizer holds only the (frozen) head."""
+    _, sink = probe(steps=2, to_end=True)
+    net = bn_net()
+    bn_steps(net, torch.optim.Adam(net[4].parameters(), lr=1e-3))
+    t = sink.check("update_first", "targeted parameters changed")
+    assert not t["ok"] and "every one is frozen" in t["detail"] and "can change nothing" in t["detail"], t
+    held = sink.check("update_first", "optimizer holds every parameter with a gradient")
+    assert not held["ok"] and "1.weight" in held["detail"] and "1.bias" in held["detail"], held
+
+
 def test_a_parameter_the_optimizer_does_not_hold(probe):
     _, sink = probe(steps=2, to_end=True)
     model = model_and_opt()[0]  # its optimizer is dropped: only this one holds parameters
