@@ -11,8 +11,9 @@ model moved or cast after DDP wrapped it, TrainCheck's pytorch-104336), the step
 which wastes every rank but one).
 
 Preconditions, each a ``not applicable`` where it does not hold: a process group of more than one rank, one
-microbatch in the first update (with accumulation the step applies a sum of backward calls), and a backward
-that is meant to synchronise (not under DDP's ``no_sync()``).
+microbatch in the first update (with accumulation the step applies a sum of backward calls), a backward that is
+meant to synchronise (not under DDP's ``no_sync()``), and a model that plain DDP wraps or none: FSDP, ``fully_shard``
+and DeepSpeed gather shards inside backward, so a backward of one rank alone would wait for the others.
 """
 
 from __future__ import annotations
@@ -54,6 +55,16 @@ def local_grads(
         return None
     out = LocalGrads(world)
     ddp = torch.nn.parallel.DistributedDataParallel
+    other = _sharded(roots)
+    if other:
+        out.skipped = (
+            f"the model is {other}: its backward gathers shards with the other ranks, so a backward of this rank "
+            "alone would wait for them"
+        )
+        return out
+    if any(isinstance(m, ddp) and getattr(m, "static_graph", False) for m in roots):
+        out.skipped = "DistributedDataParallel(static_graph=True) runs its own callbacks in the first backward"
+        return out
     if any(isinstance(m, ddp) and not m.require_backward_grad_sync for m in roots):
         out.skipped = (
             "the first backward ran under DistributedDataParallel.no_sync(): its gradients stay local by design"
@@ -75,6 +86,21 @@ def local_grads(
     if not out.grads:
         out.skipped = "the smallest trainable tensors are not in the loss's graph"
     return out
+
+
+SHARDED = ("FullyShardedDataParallel", "FSDP", "DeepSpeedEngine")
+
+
+def _sharded(roots: Sequence[torch.nn.Module]) -> str:
+    """A wrapper whose backward runs collectives of its own (FSDP, fully_shard, DeepSpeed): named, else ""."""
+    for root in roots:
+        for m in root.modules():
+            kind = type(m).__name__
+            if any(k in kind for k in SHARDED):
+                return f"wrapped by {kind}"
+        if any(type(p).__name__ == "DTensor" for p in root.parameters()):
+            return "sharded (DTensor parameters)"
+    return ""
 
 
 def compared(local: LocalGrads) -> tuple[list[str], list[str]]:

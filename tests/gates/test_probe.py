@@ -401,6 +401,35 @@ def test_dropout_of_zero_is_measured_as_changing_nothing_and_the_rerun_leaves_th
     assert c.get("na") and "the same in eval mode as in training mode" in c["detail"], c
 
 
+def test_sampling_between_steps_is_not_an_evaluation(probe):
+    """Tokens generated one by one under inference_mode with the model in training mode (dropout on): no
+    evaluation, so no eval-mode failure; the real evaluation after it, under model.eval(), is the one measured."""
+    _, sink = probe(steps=2, to_end=True)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(11, 8), nn.Dropout(0.1), nn.Linear(8, 11))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    crit = nn.CrossEntropyLoss()
+    for step in range(1, 7):
+        x = torch.randint(0, 11, (4, 5))
+        crit(model(x).flatten(0, 1), x.flatten()).backward()
+        opt.step()
+        opt.zero_grad()
+        if step == 2:
+            with torch.inference_mode():
+                idx = torch.zeros(1, 1, dtype=torch.long)
+                for _ in range(6):
+                    nxt = model(idx[:, -4:])[:, -1].argmax(-1, keepdim=True)
+                    idx = torch.cat([idx, nxt], dim=1)
+        if step == 4:
+            model.eval()
+            with torch.no_grad():
+                model(torch.randint(0, 11, (4, 5)))
+            model.train()
+    g = sink.gates["validation"]
+    assert g["verdict"] == "pass" and g["inputs"]["step"] == 4 and g["inputs"]["forwards"] == 1, g
+    assert any("6 forward passes generated tokens one by one" in str(m) for m in sink.msgs), "sampling not logged"
+
+
 def bn_net() -> nn.Module:
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
