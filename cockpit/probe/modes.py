@@ -130,9 +130,12 @@ def rerun_same(
 
 
 def reading(
-    model: torch.nn.Module, call: tuple[tuple[Any, ...], Mapping[str, Any], list[torch.Tensor]] | None
+    model: torch.nn.Module,
+    call: tuple[tuple[Any, ...], Mapping[str, Any], list[torch.Tensor]] | None,
+    rerun: torch.nn.Module | None = None,
 ) -> ModeReading:
-    """What the mode changes for ``model``; ``call``: its first training forward (args, kwargs, outputs), if kept."""
+    """What the mode changes for ``model``; ``call``: its first training forward (args, kwargs, outputs), if kept,
+    run again on ``rerun`` (the model itself by default; a DDP wrapper's inner module, whose forward syncs nothing)."""
     kind = type(model).__name__
     found = dependent(model)
     if not found:
@@ -142,7 +145,7 @@ def reading(
             "forward that reads self.training)",
         )
     listed = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
-    same = rerun_same(model, *call) if call is not None else None
+    same = rerun_same(rerun if rerun is not None else model, *call) if call is not None else None
     if same:
         return ModeReading(
             False,

@@ -55,7 +55,7 @@ def local_grads(
         return None
     out = LocalGrads(world)
     ddp = torch.nn.parallel.DistributedDataParallel
-    other = _sharded(roots)
+    other = sharded(roots)
     if other:
         out.skipped = (
             f"the model is {other}: its backward gathers shards with the other ranks, so a backward of this rank "
@@ -91,7 +91,7 @@ def local_grads(
 SHARDED = ("FullyShardedDataParallel", "FSDP", "DeepSpeedEngine")
 
 
-def _sharded(roots: Sequence[torch.nn.Module]) -> str:
+def sharded(roots: Sequence[torch.nn.Module]) -> str:
     """A wrapper whose backward runs collectives of its own (FSDP, fully_shard, DeepSpeed): named, else ""."""
     for root in roots:
         for m in root.modules():

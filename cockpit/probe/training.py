@@ -147,9 +147,16 @@ class Training(Bounds):
         model = call.module() if call is not None else None
         if call is None or model is None:
             return
+        rerun: torch.nn.Module | None = model
+        if ranks.world_size() > 1:
+            # one rank alone must run no collective: a DDP wrapper's forward may broadcast buffers, so its inner
+            # module is run; a sharded model (FSDP, DeepSpeed) gathers inside forward, so it is read by its code only
+            inner = getattr(model, "module", None)
+            ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel) and isinstance(inner, torch.nn.Module)
+            rerun = None if ranks.sharded([model]) else inner if ddp else model
         self.in_measure = True
         try:
-            got = modes.reading(model, (call.args, call.kwargs, call.outputs))
+            got = modes.reading(model, (call.args, call.kwargs, call.outputs) if rerun is not None else None, rerun)
         finally:
             self.in_measure = False
         self.modes[id(model)] = got
