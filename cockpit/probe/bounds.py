@@ -25,6 +25,8 @@ from ..pilot.meter import Meter, PhaseMeasure
 from . import phases as ph
 from .channel import Diverged, Save
 from .config import ChildConfig
+from .modes import ModeReading
+from .ranks import LocalGrads
 from .reading import read_peak_rss, reset_peak_rss
 
 if TYPE_CHECKING:  # typing.NotRequired and Unpack are Python 3.11; annotations here are never evaluated
@@ -90,6 +92,16 @@ class Open:
 
 
 @dataclass
+class FirstCall:
+    """The first training forward, kept until its backward ends: the mode reading runs it again in eval mode."""
+
+    module: weakref.ref[torch.nn.Module]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    outputs: list[torch.Tensor]  # its floating outputs, detached
+
+
+@dataclass
 class Step:
     number: int
     lr: float | None
@@ -109,6 +121,10 @@ class Evaluation:
     losses: list[torch.Tensor] = field(default_factory=list)  # loss tensors the model returned
     microbatch: int | None = None
     measured: bool = False
+    module: weakref.ref[torch.nn.Module] | None = None  # the first evaluated module
+    sampled: int = 0  # forwards that extend the previous one's tokens by one (generation), left out of the counts
+    last: torch.Tensor | None = None  # the last forward's token ids (integer input), while a generation may go on
+    last_counted: tuple[int, int] | None = None  # what the last forward added to (train_mode, with_grad), if counted
 
 
 class Bounds:
@@ -161,6 +177,11 @@ class Bounds:
         self.zero_pending = False  # no backward has found it zeroed since the last update
         self.zero_backwards = 0
         self.not_zeroed: list[int] = []  # updates whose backward calls never found the gradients zeroed
+        self.in_measure = False  # the probe runs the model itself (the mode reading): its hooks look away
+        self.first_call: FirstCall | None = None  # the first training forward: module, args, kwargs, its outputs
+        self.modes: dict[object, ModeReading] = {}  # what the mode changes, by root id and by class
+        self.local: LocalGrads | None = None  # several ranks: this rank's own gradients at the first backward
+        self.eval_modes: ModeReading | None = None  # what it changes for the model the measured evaluation ran
         self.held_validation: Open | None = (
             None  # the first evaluation, measured, waiting for the next training forward
         )
@@ -228,6 +249,8 @@ class Bounds:
             g.remedy = ph.REMEDY.get(o.name, "")
         if verdict == ev.Verdict.FAIL and not g.message:
             g.message = "; ".join(f"{c['name']}: {c['detail']}" for c in g.failures())
+        if verdict == ev.Verdict.WARN and not g.message:  # a warning says what it warns of, as a failure does
+            g.message = "; ".join(f"{c['name']}: {c['detail']}" for c in g.checks if not c["ok"])
         self.emit(
             ev.GATE,
             phase=o.name,

@@ -8,6 +8,8 @@ step). It sits above :mod:`.saving` because an evaluation starting closes a chec
 from __future__ import annotations
 
 import math
+import weakref
+from typing import Any
 
 import torch
 
@@ -15,6 +17,7 @@ from .. import events as ev
 from ..pilot.gate import Gate
 from . import phases as ph
 from .bounds import Evaluation
+from .reading import first_tensor
 from .saving import Saving
 
 
@@ -32,12 +35,30 @@ class Evaluating(Saving):
         if measured:
             self.begin(ph.VALIDATION, {"step": self.step})
 
-    def _eval_forward(self, module: torch.nn.Module, grad: bool) -> None:
+    def _eval_forward(self, module: torch.nn.Module, grad: bool, args: Any = ()) -> None:
         e = self.evaluation
         assert e is not None
         if next(module.parameters(), None) is None:
             return  # a loss module (no parameters): its training flag changes nothing
+        if e.module is None:
+            e.module = weakref.ref(module)
+        ids = first_tensor(args, None)
+        ids = ids if ids is not None and not grad and not ids.is_floating_point() and ids.dim() >= 1 else None
+        if e.measured and ids is not None and e.last is not None and extends(e.last, ids):
+            # generation: this forward's tokens are the last one's and one more (or the same window moved by one);
+            # sampling between training steps is no evaluation, so its forwards are left out of the counts
+            if e.last_counted is not None:
+                e.forwards -= 1
+                e.train_mode -= e.last_counted[0]
+                e.with_grad -= e.last_counted[1]
+                e.sampled += 1
+                e.microbatch = None
+            e.sampled += 1
+            e.last, e.last_counted = ids, None
+            return
+        e.last = ids if e.measured else None
         e.forwards += 1
+        e.last_counted = (int(module.training), int(grad))
         e.train_mode += int(module.training)
         e.with_grad += int(grad)
         e.trailing = e.trailing + 1 if grad else 0
@@ -56,19 +77,35 @@ class Evaluating(Saving):
             e.train_mode -= e.trailing - e.trailing_eval
             left_in_eval = e.trailing_eval
         if e.forwards == 0:
-            self.abandon()  # only parameter-free modules (a loss computed under no_grad): no evaluation
+            # only parameter-free modules (a loss computed under no_grad), or only generation (samples printed
+            # between steps): no evaluation, and the next one is measured instead
+            self.abandon()
+            if e.sampled:
+                self.log(f"{e.sampled} forward passes generated tokens one by one (sampling): not taken for validation")
             return
         o = self.end()
         g = o.gate
         g.inputs.update({"forwards": e.forwards, "microbatch": e.microbatch})
-        g.check(
-            "eval mode",
-            e.train_mode == 0,
-            "the model was in eval mode"
-            if e.train_mode == 0
-            else f"{e.train_mode} of {e.forwards} forward passes ran in training mode (dropout, batch norm "
-            "statistics): call model.eval() before evaluating",
-        )
+        if e.sampled:
+            g.inputs["sampling_forwards"] = e.sampled
+        model = e.module() if e.module is not None else None
+        self.eval_modes = self.mode_reading(model) if model is not None else None
+        if e.train_mode and self.eval_modes is not None and not self.eval_modes.matters:
+            g.not_applicable(
+                "eval mode",
+                f"{e.train_mode} of {e.forwards} forward passes ran in training mode, but "
+                f"{self.eval_modes.words}: the mode changes nothing",
+            )
+        else:
+            g.check(
+                "eval mode",
+                e.train_mode == 0,
+                "the model was in eval mode"
+                if e.train_mode == 0
+                else f"{e.train_mode} of {e.forwards} forward passes ran in training mode"
+                + (f"; {self.eval_modes.words}" if self.eval_modes is not None else "")
+                + ": call model.eval() before evaluating",
+            )
         g.check(
             "no grad",
             e.with_grad == 0,
@@ -94,6 +131,13 @@ class Evaluating(Saving):
         self.record(o)
 
     def _mode_check(self, g: Gate, training: bool) -> None:
+        modes = self.eval_modes
+        if not training and modes is not None and not modes.matters:
+            g.not_applicable(
+                "training mode restored",
+                f"the next training forward ran in eval mode, but {modes.words}: the mode changes nothing",
+            )
+            return
         g.check(
             "training mode restored",
             training,
@@ -114,3 +158,16 @@ class Evaluating(Saving):
         else:
             self._mode_check(o.gate, module.training)
         self.record(o)
+
+
+def extends(last: torch.Tensor, ids: torch.Tensor) -> bool:
+    """``ids`` continues ``last`` as generation does: the same tokens and one more, or the same window moved by one
+    (a context cropped to the block size). Token ids only; one comparison of two small tensors."""
+    if ids.dim() != last.dim() or ids.shape[:-1] != last.shape[:-1] or ids.device != last.device:
+        return False
+    n, m = last.shape[-1], ids.shape[-1]
+    if m == n + 1:
+        return bool(torch.equal(ids[..., :-1], last))
+    if m == n and n > 1:
+        return bool(torch.equal(ids[..., :-1], last[..., 1:]))
+    return False

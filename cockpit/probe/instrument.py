@@ -123,7 +123,10 @@ class Instrument:
         live = [m for m in (ref() for ref in self.obs.roots.values()) if m is not None]
         if not live:
             return
-        for cls in {type(m) for m in live}:
+        # a wrapper's inner model (DistributedDataParallel.module, DataParallel.module) is watched too: a script
+        # evaluates it directly (on rank 0 alone, where the wrapper's forward would wait for the other ranks)
+        inner = [x for m in live if isinstance(x := getattr(m, "module", None), torch.nn.Module)]
+        for cls in {type(m) for m in live + inner}:
             self._wrap_call(cls)
         for h in self.handles[:2]:
             h.remove()

@@ -42,8 +42,9 @@ import torch
 
 from ..pilot.tensorscan import fingerprint
 from . import phases as ph
-from .bounds import Config, Evaluation, Open, ProbeStop, Step
+from .bounds import Config, Evaluation, FirstCall, Open, ProbeStop, Step
 from .evaluation import Evaluating
+from .modes import floats
 from .reading import (
     batch_dim,
     describe_inputs,
@@ -75,14 +76,14 @@ class Observer(Evaluating):
     # ------------------------------------------------------------------ what the script does
 
     def forward_pre(self, module: torch.nn.Module, args: Any) -> None:
-        if self.in_backward or self.in_step or self.in_save:
+        if self.in_backward or self.in_step or self.in_save or self.in_measure:
             return  # activation checkpointing recomputes forwards inside backward; an optimizer's own calls
         self.manual_check("the next forward pass")
         grad = torch.is_grad_enabled()
         ev_ = self.evaluation
         if ev_ is not None and (not grad or not module.training or next(module.parameters(), None) is None):
             self._count("forwards without grad or in eval mode", type(module).__name__)
-            self._eval_forward(module, grad)
+            self._eval_forward(module, grad, args)
             return
         self._close_save()
         if grad:
@@ -93,7 +94,7 @@ class Observer(Evaluating):
         elif not grad:
             self._count("forwards without grad or in eval mode", type(module).__name__)
             self._start_evaluation()
-            self._eval_forward(module, grad)
+            self._eval_forward(module, grad, args)
             return
         self._count("training forwards", type(module).__name__)
         self.root(module)
@@ -108,11 +109,11 @@ class Observer(Evaluating):
             self.begin(ph.FORWARD, {"module": type(module).__name__, "parameters": n_all, "trainable": n_train})
 
     def forward_post(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
-        if self.in_backward or self.in_step or self.in_save:
+        if self.in_backward or self.in_step or self.in_save or self.in_measure:
             return
         ev_ = self.evaluation
         if ev_ is not None and ev_.measured:
-            if ev_.microbatch is None:
+            if ev_.microbatch is None and ev_.last_counted is not None:
                 t = first_tensor(args, kwargs)
                 found = batch_dim(module, args, kwargs, self.loader_sizes)
                 ev_.microbatch = int(t.shape[found[0]]) if t is not None and found is not None else None
@@ -121,6 +122,15 @@ class Observer(Evaluating):
                 ev_.losses.append(loss.detach())
             return
         o = self.open
+        if (
+            o is not None
+            and o.name == ph.FORWARD
+            and self.first_call is None
+            and next(module.parameters(), None) is not None
+        ):
+            self.first_call = FirstCall(
+                weakref.ref(module), tuple(args), dict(kwargs or {}), [t.detach() for t in floats(output)]
+            )
         if o is not None and o.name == ph.FORWARD and "shapes" not in o.gate.inputs:
             o.gate.inputs["shapes"] = input_shapes(args, kwargs)
             t = first_tensor(args, kwargs)
@@ -152,6 +162,8 @@ class Observer(Evaluating):
             return False
         self._end_forward(loss)
         self.check_stop()  # a non-finite first loss ends the script here
+        if loss is not None:
+            self.take_local_grads(loss)  # outside the bounds: several ranks only, a few small tensors
         self.begin(ph.BACKWARD, dict(self.forward_inputs))
         return True
 

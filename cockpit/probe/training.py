@@ -26,6 +26,7 @@ from ..pilot.gate import Gate
 from ..pilot.meter import PhaseMeasure, stack_info
 from ..pilot.stillness import classify
 from ..pilot.tensorscan import fingerprint
+from . import layers, modes, ranks
 from . import phases as ph
 from .bounds import Bounds, Open, Step
 from .reading import first_tensor, read_peak_rss, short_list
@@ -132,11 +133,90 @@ class Training(Bounds):
             else f"{short_list(frozen_grad)} have gradients",
         )
         self.record(o)
+        self.read_modes()
         # The rest of the first update (its other microbatches and the step) is measured as update_first;
         # the parameters are fingerprinted before its bounds so the copy's memory is not counted in it.
         if self.step == 0 and ph.UPDATE_FIRST not in self.done:
             self.before = fingerprint(self.named_parameters())
             self.begin(ph.UPDATE_FIRST, {"microbatches": self.microbatches})
+
+    def read_modes(self) -> None:
+        """What training mode changes for the model, read once after the first backward, outside any phase's
+        bounds (the first training batch run again in eval mode when the model's code says the mode may matter)."""
+        call, self.first_call = self.first_call, None
+        model = call.module() if call is not None else None
+        if call is None or model is None:
+            return
+        rerun: torch.nn.Module | None = model
+        if ranks.world_size() > 1:
+            # one rank alone must run no collective: a DDP wrapper's forward may broadcast buffers, so its inner
+            # module is run; a sharded model (FSDP, DeepSpeed) gathers inside forward, so it is read by its code only
+            inner = getattr(model, "module", None)
+            ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel) and isinstance(inner, torch.nn.Module)
+            rerun = None if ranks.sharded([model]) else inner if ddp else model
+        self.in_measure = True
+        try:
+            got = modes.reading(model, (call.args, call.kwargs, call.outputs) if rerun is not None else None, rerun)
+        finally:
+            self.in_measure = False
+        self.modes[id(model)] = got
+        self.modes.setdefault(type(model), got)
+
+    def mode_reading(self, module: torch.nn.Module) -> modes.ModeReading:
+        """What the mode changes for a module the script evaluates: read at the first training batch, else (an
+        evaluation before any training, a model never trained) from its code alone."""
+        got = self.modes.get(id(module)) or self.modes.get(type(module))
+        if got is None:
+            self.in_measure = True
+            try:
+                got = modes.reading(module, None)
+            finally:
+                self.in_measure = False
+            self.modes[id(module)] = got
+        return got
+
+    def take_local_grads(self, loss: torch.Tensor) -> None:
+        """Several ranks: this rank's own gradient for a few small tensors, before the script's first backward."""
+        live = [m for m in (ref() for ref in self.roots.values()) if m is not None]
+        self.in_measure = True
+        try:
+            self.local = ranks.local_grads(loss, self.named_parameters(), live)
+        finally:
+            self.in_measure = False
+
+    def ranks_check(self, g: Gate, st: Step) -> None:
+        """Several ranks: the first step's gradients must not be this rank's own, unaveraged."""
+        local, self.local = self.local, None
+        if local is None:
+            return  # one process: nothing to average
+        name = "gradients averaged across ranks"
+        if local.skipped:
+            g.not_applicable(name, local.skipped)
+            return
+        if st.microbatches != 1:
+            g.not_applicable(
+                name,
+                f"the first update summed {st.microbatches} backward calls: its gradients are not one backward's to "
+                "compare with this rank's own",
+            )
+            return
+        same, differ = ranks.compared(local)
+        if not same and not differ:
+            g.not_applicable(name, "the compared tensors held no gradient at the step")
+            return
+        g.check(
+            name,
+            bool(differ),
+            f"{len(differ)} of {len(differ) + len(same)} compared tensors' gradients differ from this rank's own: "
+            f"averaged across the {local.world} ranks"
+            if differ
+            else f"the first step applied this rank's own gradients, unaveraged: {len(same)} of {len(same)} compared "
+            f"tensors ({short_list(same)}) hold exactly the gradient of this rank's loss, so each of the "
+            f"{local.world} ranks steps on its own and their models drift apart. DistributedDataParallel's "
+            "all-reduce did not run: the model was moved or cast (.to, .cuda, .double) after DDP wrapped it (wrap "
+            "it after moving), or the forward went through the bare module instead of the DDP wrapper (call the "
+            "wrapper every step); or every rank saw the same batch (shard the data with a DistributedSampler)",
+        )
 
     def _trained(self) -> list[tuple[str, torch.Tensor]]:
         """The parameters the optimizer holds, named (no optimizer: those that train)."""
@@ -161,6 +241,25 @@ class Training(Bounds):
             "(call optimizer.zero_grad() after each step; accumulation belongs inside one update)",
         )
 
+    def trainable_check(self, g: Gate) -> None:
+        """What trains, by layer: only the normalisation layers training is named (a freeze that took too much)."""
+        live = [
+            (k, m)
+            for k, ref in self.roots.items()
+            if (m := ref()) is not None and next(m.parameters(), None) is not None
+        ]
+        many = len(live) > 1  # a model and its loss module: the model's layers by their own names
+        t = layers.trainable([(self.root_names[k] if many else "", m) for k, m in live])
+        if t.trainable == t.tensors or not t.trainable:
+            why = "every parameter trains" if t.trainable else "no parameter requires grad"
+            g.not_applicable("what trains", f"{why} ({t.tensors} tensors): no freeze to read")
+            return
+        g.inputs["trainable_share"] = round(t.trainable_numel / t.numel, 6) if t.numel else None
+        if t.only_norm():
+            g.check("what trains", False, t.only_norm_words(), warn=True)
+        else:
+            g.check("what trains", True, t.words())
+
     def held_by_an_optimizer(self, named: Sequence[tuple[str, torch.Tensor]]) -> list[str]:
         """The parameters that hold a gradient and that no optimizer the script built holds."""
         held = {id(p) for o in list(self.optimizers) for group in o.param_groups for p in group["params"]}
@@ -181,7 +280,10 @@ class Training(Bounds):
         held = {id(p) for group in opt.param_groups for p in group["params"]}
         named = self.named_parameters() + self._extra_params(opt)
         after = fingerprint(named)
-        optimized = [n for n, p in named if id(p) in held]
+        # what the step is meant to move: the held tensors that require grad (a frozen one the optimizer holds gets
+        # no gradient and is skipped by it, as a script that hands model.parameters() over and freezes some expects)
+        optimized = [n for n, p in named if id(p) in held and p.requires_grad]
+        held_frozen = [n for n, p in named if id(p) in held and not p.requires_grad]
         changed = [n for n in optimized if n in self.before and after[n] != self.before[n]]
         unchanged = [n for n in optimized if n not in changed]
         frozen = [n for n, p in named if not p.requires_grad]
@@ -197,7 +299,15 @@ class Training(Bounds):
             }
         )
         zero_lr = not changed and all(float(gr.get("lr") or 0.0) == 0.0 for gr in opt.param_groups)
-        if zero_lr:
+        also = f" (it also holds {len(held_frozen)} frozen, which the step skips)" if held_frozen else ""
+        if not optimized:
+            g.fail(
+                "targeted parameters changed",
+                f"the optimizer holds {len(held_frozen)} tensors and every one is frozen (requires_grad=False): "
+                f"its step can change nothing ({short_list(held_frozen)}); hand it the parameters that should "
+                "learn, or unfreeze these",
+            )
+        elif zero_lr:
             # a warm-up from zero (Hugging Face's default): the first step can change nothing
             g.check(
                 "targeted parameters changed",
@@ -213,7 +323,7 @@ class Training(Bounds):
             g.check(
                 "targeted parameters changed",
                 bool(changed) and not unexplained,
-                f"{len(changed)}/{len(optimized)} tensors the optimizer holds changed"
+                f"{len(changed)}/{len(optimized)} trainable tensors the optimizer holds changed{also}"
                 + (
                     f"; unchanged: {short_list(unexplained)} (no gradient reached them, or too small a one to move them)"
                     if unexplained
@@ -236,6 +346,8 @@ class Training(Bounds):
             else f"{len(orphans)} parameters receive gradients but no optimizer holds them: {short_list(orphans)}; "
             "they never change (add them to the optimizer, or freeze them with requires_grad_(False))",
         )
+        self.trainable_check(g)
+        self.ranks_check(g, st)
         stateless = isinstance(opt, torch.optim.SGD) and not any(gr.get("momentum") for gr in opt.param_groups)
         g.check(
             "optimizer state allocated",

@@ -64,9 +64,12 @@ def probe():
         inst.uninstall()
 
 
-def model_and_opt(lr: Any = 1e-2, frozen_in_opt: bool = False) -> tuple[nn.Module, torch.optim.Optimizer]:
+def model_and_opt(
+    lr: Any = 1e-2, frozen_in_opt: bool = False, dropout: bool = False
+) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """A small classifier; ``dropout``: one that behaves differently in training mode, so the mode checks apply."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3), *([nn.Dropout(0.1)] if dropout else []))
     model[0].bias.requires_grad_(False)
     params = list(model.parameters()) if frozen_in_opt else [p for p in model.parameters() if p.requires_grad]
     return model, torch.optim.AdamW(params, lr=lr)
@@ -164,8 +167,9 @@ def test_defects_judged_from_outside(probe, tmp_path):
     loop(model, opt, steps=4, eval_mode=False, no_grad=False, between=touch_frozen)
     assert not sink.check("update_first", "frozen parameters unchanged")["ok"]
     assert "0.bias" in sink.check("update_first", "frozen parameters unchanged")["detail"]
+    # 2.bias is held by the optimizer but frozen: no gradient, skipped by the step, as meant; not "unchanged"
     unchanged = sink.check("update_first", "targeted parameters changed")
-    assert unchanged["warn"] and "2.bias" in unchanged["detail"]  # held by the optimizer, no gradient reached it
+    assert unchanged["ok"] and "it also holds 2 frozen" in unchanged["detail"], unchanged
     # no forward in eval mode and none without grad: nothing tells an evaluation from training, so none is measured
     inst.at_exit()
     assert (
@@ -285,7 +289,7 @@ def test_gradients_never_zeroed_between_updates_fail(probe):
 def test_training_left_in_eval_mode_after_an_evaluation_that_a_save_ended(probe, tmp_path):
     """Evaluate, save, train on in eval mode: the evaluation's row says so although the save ended it."""
     _, sink = probe(steps=2)
-    model, opt = model_and_opt()
+    model, opt = model_and_opt(dropout=True)
     crit = nn.CrossEntropyLoss()
     try:
         for step in range(1, 10):
@@ -306,7 +310,7 @@ def test_training_left_in_eval_mode_after_an_evaluation_that_a_save_ended(probe,
 
 def test_a_training_forward_in_eval_mode_right_after_an_evaluation_is_training_not_evaluation(probe):
     _, sink = probe(steps=2, to_end=True)
-    model, opt = model_and_opt()
+    model, opt = model_and_opt(dropout=True)
     crit = nn.CrossEntropyLoss()
     for step in range(1, 5):
         crit(model(torch.randn(4, 8)), torch.randint(0, 3, (4,))).backward()
@@ -344,11 +348,128 @@ def test_a_layer_left_out_of_every_optimizer_fails_but_a_gan_s_two_optimizers_pa
 
 def test_evaluation_in_training_mode_fails(probe):
     _, sink = probe(steps=3, to_end=True)
-    model, opt = model_and_opt()
+    model, opt = model_and_opt(dropout=True)
     loop(model, opt, steps=4, eval_mode=False)
     g = sink.gates["validation"]
     assert g["verdict"] == "fail" and "model.eval()" in sink.check("validation", "eval mode")["detail"]
     assert sink.check("validation", "no grad")["ok"]  # the loss module (no parameters) is not counted
+
+
+def test_a_model_no_module_of_which_reads_the_mode_makes_the_mode_checks_not_applicable(probe):
+    """No dropout, no batch norm: evaluating in training mode (and training on in eval mode) changes nothing."""
+    _, sink = probe(steps=3, to_end=True)
+    model, opt = model_and_opt()
+    loop(model, opt, steps=4, eval_mode=False)
+    c = sink.check("validation", "eval mode")
+    assert c.get("na") and "no dropout, no batch norm" in c["detail"] and "2 of 2" in c["detail"], c
+    assert sink.gates["validation"]["verdict"] == "pass"
+
+
+def test_dropout_of_zero_is_measured_as_changing_nothing_and_the_rerun_leaves_the_script_s_state(probe):
+    """Dropout(p=0.2) in a class of the script's own whose forward reads self.training, set to 0 by the script:
+    the code says the mode may matter, the first training batch run again in eval mode says it does not; the
+    rerun leaves the random stream, the modes and the buffers as they were."""
+
+    class Noisy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin, self.p = nn.Linear(8, 3), 0.0
+            self.register_buffer("calls", torch.zeros(()))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            return nn.functional.dropout(self.lin(x), self.p, self.training)
+
+    _, sink = probe(steps=2, to_end=True)
+    torch.manual_seed(0)
+    model = Noisy()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    crit = nn.CrossEntropyLoss()
+    x, y = torch.randn(4, 8), torch.randint(0, 3, (4,))
+    crit(model(x), y).backward()
+    after = torch.rand(())  # the next draw of the script's own random stream: the rerun must not have moved it
+    torch.manual_seed(0)
+    expected = (Noisy(), torch.randn(4, 8), torch.randint(0, 3, (4,)), torch.rand(()))[3]
+    assert torch.equal(after, expected) and float(model.calls) == 1 and model.training
+    opt.step()
+    opt.zero_grad()
+    with torch.no_grad():
+        model(torch.randn(5, 8))  # evaluated in training mode
+    crit(model(x), y).backward()
+    opt.step()
+    c = sink.check("validation", "eval mode")
+    assert c.get("na") and "the same in eval mode as in training mode" in c["detail"], c
+
+
+def test_sampling_between_steps_is_not_an_evaluation(probe):
+    """Tokens generated one by one under inference_mode with the model in training mode (dropout on): no
+    evaluation, so no eval-mode failure; the real evaluation after it, under model.eval(), is the one measured."""
+    _, sink = probe(steps=2, to_end=True)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(11, 8), nn.Dropout(0.1), nn.Linear(8, 11))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    crit = nn.CrossEntropyLoss()
+    for step in range(1, 7):
+        x = torch.randint(0, 11, (4, 5))
+        crit(model(x).flatten(0, 1), x.flatten()).backward()
+        opt.step()
+        opt.zero_grad()
+        if step == 2:
+            with torch.inference_mode():
+                idx = torch.zeros(1, 1, dtype=torch.long)
+                for _ in range(6):
+                    nxt = model(idx[:, -4:])[:, -1].argmax(-1, keepdim=True)
+                    idx = torch.cat([idx, nxt], dim=1)
+        if step == 4:
+            model.eval()
+            with torch.no_grad():
+                model(torch.randint(0, 11, (4, 5)))
+            model.train()
+    g = sink.gates["validation"]
+    assert g["verdict"] == "pass" and g["inputs"]["step"] == 4 and g["inputs"]["forwards"] == 1, g
+    assert any("6 forward passes generated tokens one by one" in str(m) for m in sink.msgs), "sampling not logged"
+
+
+def bn_net() -> nn.Module:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    for name, p in net.named_parameters():
+        if not name.startswith("1."):  # every layer but the BatchNorm frozen, the head too (pytorch-forum-84911)
+            p.requires_grad_(False)
+    return net
+
+
+def bn_steps(net: nn.Module, opt: torch.optim.Optimizer) -> None:
+    crit = nn.CrossEntropyLoss()
+    for _ in range(3):
+        opt.zero_grad()
+        crit(net(torch.randn(4, 3, 8, 8)), torch.randint(0, 3, (4,))).backward()
+        opt.step()
+
+
+def test_only_batch_norm_training_is_named_with_its_share(probe):
+    """The optimizer handed every parameter, a name filter froze all but BatchNorm: 2 of 6 tensors train."""
+    _, sink = probe(steps=2, to_end=True)
+    net = bn_net()
+    bn_steps(net, torch.optim.Adam(net.parameters(), lr=1e-3))
+    g = sink.gates["update_first"]
+    c = sink.check("update_first", "what trains")
+    assert g["verdict"] == "warn" and c["warn"] and "only the normalisation layers train (BatchNorm2d" in c["detail"]
+    assert "2 of 6 tensors train, 8 of" in c["detail"] and "the last layer (4, Linear) is frozen too" in c["detail"]
+    assert g["message"].startswith("what trains: only the normalisation layers train"), g["message"]
+    t = sink.check("update_first", "targeted parameters changed")  # the frozen ones it holds are not "unchanged"
+    assert t["ok"] and t["detail"].startswith("2/2 trainable tensors") and "also holds 4 frozen" in t["detail"], t
+
+
+def test_an_optimizer_that_holds_only_frozen_tensors_fails(probe):
+    """TrainCheck's own copy of pytorch-forum-84911: the optimizer holds only the (frozen) head."""
+    _, sink = probe(steps=2, to_end=True)
+    net = bn_net()
+    bn_steps(net, torch.optim.Adam(net[4].parameters(), lr=1e-3))
+    t = sink.check("update_first", "targeted parameters changed")
+    assert not t["ok"] and "every one is frozen" in t["detail"] and "can change nothing" in t["detail"], t
+    held = sink.check("update_first", "optimizer holds every parameter with a gradient")
+    assert not held["ok"] and "1.weight" in held["detail"] and "1.bias" in held["detail"], held
 
 
 def test_a_parameter_the_optimizer_does_not_hold(probe):

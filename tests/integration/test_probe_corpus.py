@@ -233,3 +233,24 @@ def test_accelerate_loop_evaluated_in_training_mode(campaign, tmp_path, monkeypa
     p = probe(campaign, capsys, "accelerate_loop.py", tmp_path / "o", "--defect", "no-eval-mode")
     c = p.check("validation", "eval mode")
     assert not c["ok"] and "model.eval()" in c["detail"] and p.summary["status"] == "failed"
+
+
+def test_char_lm_sampled_in_training_mode_between_steps_is_not_an_evaluation(campaign, tmp_path, monkeypatch, capsys):
+    """A public char-level LM script's shape (issue 35): samples under inference_mode with the model in training
+    mode, a real evaluation under model.eval(). Its model has no dropout and no batch norm: the sampling is no
+    validation, and the mode would change nothing anyway."""
+    monkeypatch.chdir(tmp_path)
+    p = same_run(campaign, capsys, tmp_path, "char_lm_sampling.py")
+    assert (p.code, p.summary["status"]) == (0, "passed"), (p.summary, {k: v["checks"] for k, v in p.gates.items()})
+    assert set(p.verdicts.values()) <= {"pass"}, {k: v["checks"] for k, v in p.gates.items()}
+    v = p.gates["validation"]
+    assert v["inputs"]["forwards"] == 4 and v["inputs"]["sampling_forwards"] == 15, v
+    assert p.check("validation", "eval mode")["ok"] and p.check("validation", "training mode restored")["ok"]
+
+
+def test_char_lm_with_dropout_evaluated_in_training_mode(campaign, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    p = probe(campaign, capsys, "char_lm_sampling.py", tmp_path / "o", "--defect", "dropout-eval-train")
+    c = p.check("validation", "eval mode")
+    assert not c["ok"] and "4 of 4" in c["detail"] and "Dropout p=0.2" in c["detail"], c
+    assert "model.eval()" in c["detail"] and p.summary["status"] == "failed"
