@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cockpit.pilot.context import Context  # noqa: E402
 from cockpit.pilot.gate import Gate  # noqa: E402
-from cockpit.pilot.phases import PHASES, optimizing  # noqa: E402
+from cockpit.pilot.phases import PHASES, optimizing, schedules  # noqa: E402
 from cockpit.pilot.phases.augmentation import epochs_differ  # noqa: E402
 from cockpit.pilot.phases.steps import param_fingerprint  # noqa: E402
 from cockpit.pilot.pilot import run_phase  # noqa: E402
@@ -86,8 +86,8 @@ def main() -> None:
             param_fingerprint(tr.model),
             optimizing.stepped_changed(ctx, g, before, after, tr.step),
         ),
-        "schedule steps once per update": lambda: optimizing.schedule_steps(ctx, g, 0, 5),
-        "schedule spans the run": lambda: optimizing.schedule_span(ctx, g),
+        "schedule steps once per update": lambda: schedules.schedule_steps(ctx, g, 0, 5),
+        "schedule spans the run": lambda: schedules.schedule_span(ctx, g),
         "gradient clipping: the pre-hook's norm, once per update (x5)": lambda: [
             optimizing.held_grad_norm(tr.optimizer) for _ in range(5)
         ],

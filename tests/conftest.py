@@ -93,6 +93,15 @@ overfit_steps = 60
 """
 
 
+
+@pytest.fixture(autouse=True)
+def _no_inherited_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands wrap prose at ``COLUMNS`` when it is set (cockpit.termout); pytest-xdist's workers inherit
+    ``COLUMNS=80`` from the runner, so a test that reads whole lines passed alone and failed in the suite. Every
+    test starts without it; a test that wants a width sets it (monkeypatch.setenv, or a subprocess's env)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT

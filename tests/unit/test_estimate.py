@@ -165,7 +165,7 @@ def _campaign(tmp_path: Path, task_text: str) -> nbm.Notebook:
 
 def test_refuses_a_task_that_does_not_import(tmp_path: Path) -> None:
     nb = _campaign(tmp_path, "\nimport no_such_module_here\n")
-    with pytest.raises(UsageError, match=r"gpt_task.py:\d+: importing the task raised ModuleNotFoundError"):
+    with pytest.raises(UsageError, match=r"gpt_task.py:\d+ in <module>: importing the task raised ModuleNotFoundError"):
         campaign.estimate(nb, second=False)
 
 

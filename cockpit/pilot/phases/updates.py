@@ -20,7 +20,7 @@ from ..context import Context
 from ..gate import Gate, Phase
 from ..microsteps import Updated
 from ..stillness import classify
-from . import optimizing
+from . import optimizing, schedules
 from .augmentation import epochs_differ
 from .steps import base_inputs, param_fingerprint, short_names
 
@@ -244,7 +244,7 @@ def update_second(ctx: Context, g: Gate) -> None:
     allocated = [torch.cuda.memory_allocated(ctx.device)] if ctx.device.type == "cuda" else None
     # Read around the timed updates, never inside them: the schedule's count, the scaler's scale, the norm of the
     # gradients the optimizer stepped with, and the parameters before and after the last update.
-    counted = optimizing.schedule_count(tr)
+    counted = schedules.schedule_count(tr)
     scales = [tr.scaler.get_scale()] if tr.scaler is not None else []
     clips: list[optimizing.ClipReading] = []
     last_before: dict[str, tuple[float, ...]] = {}
@@ -275,8 +275,8 @@ def update_second(ctx: Context, g: Gate) -> None:
     skipped_last = len(scales) > 1 and scales[-1] < scales[-2]
     if not skipped_last:
         optimizing.stepped_changed(ctx, g, last_before, param_fingerprint(tr.model), tr.step)
-    optimizing.schedule_steps(ctx, g, counted, k)
-    optimizing.schedule_span(ctx, g)
+    schedules.schedule_steps(ctx, g, counted, k)
+    schedules.schedule_span(ctx, g)
     optimizing.grad_clip(ctx, g, clips)
     optimizing.grad_scaler(ctx, g, scales)
     if ctx.first is not None:
