@@ -230,7 +230,8 @@ def collate_deterministic(ctx: Context, g: Gate, examples: list[Example]) -> Non
             f"collating the same examples twice gave different {', '.join(unseeded)} (ids {ids_text(ids, 3)}) even "
             "from the same random state: the collate draws from a generator of its own that the seed does not "
             "control, so validation, replay and resume are not reproducible; draw from torch's or Python's global "
-            "generator, or seed yours from the example",
+            "generator (the run's seed controls it), or seed yours from it at each call (seeded from the example "
+            "alone, every epoch would repeat the same augmentation)",
             warn=True,
         )
 
