@@ -18,7 +18,7 @@ import pytest
 from cockpit import runs
 from tests.shelf.campaigns import CASES
 from tests.shelf.run import log_tail, run_cases
-from tests.shelf.table import RECALIBRATING, Row, row_of
+from tests.shelf.table import RECALIBRATING, Row, render, row_of
 
 PARALLEL = 3
 DEADLINE_S = 2400
@@ -30,7 +30,12 @@ TWINS = [n for n, c in CASES.items() if c.gate]
 
 @pytest.fixture(scope="module")
 def shelf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, runs.RunState]:
-    return run_cases(tmp_path_factory.mktemp("shelf"), list(CASES), parallel=PARALLEL, deadline_s=DEADLINE_S)
+    root = tmp_path_factory.mktemp("shelf")
+    states = run_cases(root, list(CASES), parallel=PARALLEL, deadline_s=DEADLINE_S)
+    # The table `python -m tests.shelf.table` prints, kept beside the runs: a suite run shows the whole shelf's
+    # verdicts and messages without piloting it a second time.
+    (root / "shelf-table.txt").write_text(render({n: row_of(n, st) for n, st in states.items()}), "utf-8")
+    return states
 
 
 def _row(shelf: dict[str, runs.RunState], name: str) -> Row:
