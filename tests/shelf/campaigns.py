@@ -24,6 +24,7 @@ class Case:
     verdict: str = "fail"  # "fail", or "warn" for a twin that only warns
     words: tuple[str, ...] = ()  # what the check's detail must say
     family: str = ""  # the healthy case a twin breaks (the table's row); a healthy case is its own family
+    folder: Path = SHELF  # where ``entry``'s file is (tests/blind's cases live beside their own runner)
 
 
 BASE_BATCH = {"microbatch": 4, "accumulation": 2, "updates": 200, "eval_microbatch": 8}
@@ -247,11 +248,14 @@ def _join_twins() -> None:
 def write(folder: Path, name: str) -> Path:
     """campaigns/<name>/campaign.toml in ``folder`` for the case; returns the campaign folder."""
     case = CASES[name]
-    camp = folder / "campaigns" / name
+    camp = folder / "campaigns" / name.replace("/", "-")
     camp.mkdir(parents=True, exist_ok=True)
     doc = {
-        "campaign": {"name": name, "question": f"does {name} train as written?", "held_constant": "updates"},
-        "task": {"entry": f"{SHELF / case.entry.split(':')[0]}:{case.entry.split(':')[1]}", "params": case.params},
+        "campaign": {"name": camp.name, "question": f"does {name} train as written?", "held_constant": "updates"},
+        "task": {
+            "entry": f"{case.folder / case.entry.split(':')[0]}:{case.entry.split(':')[1]}",
+            "params": case.params,
+        },
         "batch": {**BASE_BATCH, **case.batch},
         "training": {"lr": 1e-3, "device": "cpu", **case.training},
         "variants": [{"id": "ref", "reference": True}],

@@ -9,6 +9,7 @@ every check that failed or warned, so a reader sees the message without opening 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -121,13 +122,26 @@ def render(rows: dict[str, Row]) -> str:
     return "\n".join(lines)
 
 
+def join_blind() -> None:
+    """tests/blind's cases join the shelf's list as ``blind/NAME`` (their files stay in tests/blind)."""
+    from tests.blind.campaigns import BLIND
+    from tests.blind.campaigns import CASES as BLIND_CASES
+
+    for n, c in BLIND_CASES.items():
+        fam = f"blind/{c.family or n.split('_')[0]}" if c.gate else ""
+        CASES[f"blind/{n}"] = dataclasses.replace(c, folder=BLIND, family=fam)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.shelf.table", description=__doc__.splitlines()[0])
     ap.add_argument("cases", nargs="*", help="cases to run (default: all); a family's name runs its twins too")
     ap.add_argument("--parallel", type=int, default=2)
     ap.add_argument("--keep", type=Path, help="run the pilots in this folder and keep it")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
+    ap.add_argument("--blind", action="store_true", help="add tests/blind's families and twins (as blind/NAME)")
     args = ap.parse_args(argv)
+    if args.blind:
+        join_blind()
     names = [n for n in CASES if not args.cases or n in args.cases or family(n) in args.cases]
     if not names:
         ap.error(f"no such case; the shelf has: {', '.join(CASES)}")
