@@ -248,6 +248,7 @@ class GateExtras(TypedDict, total=False):
     truncation: Truncation  # data
     inspect: Inspected  # data: the inspect file written
     class_counts: JSONObject  # data: per split, per class
+    dependence: JSONObject  # data: what each output depends on (the batch invariants' figures)
     initial_loss: InitialLoss  # forward
     optimizer_state: OptimizerState  # update_first
     step_time: StepTime  # update_second (and a probe's training)
