@@ -110,6 +110,15 @@ def test_a_field_nothing_reads_and_no_argument_names_is_a_warning() -> None:
     assert "'weights'" in c["detail"] and "nothing reads it" in c["detail"], c["detail"]
 
 
+def test_a_mask_the_model_receives_and_does_not_use_is_said_not_held_against_it() -> None:
+    class Unmasked(Masked):
+        def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+            return self.net(x)  # a model whose design makes the mask irrelevant (a causal LM over right padding)
+
+    c = check(gates(regression(build_model=lambda p: Unmasked()))[0]["data"], FIELDS)
+    assert c["ok"] and "receives field 'mask'" in c["detail"], c
+
+
 def test_statistics_of_the_batch_in_forward_mix_examples_and_the_gate_names_the_module() -> None:
     class Standardised(Masked):
         def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -355,6 +355,19 @@ def _verdict(ctx: Context, g: Gate, rel: float, tol: float, found: Found, drops:
         if dec
         else ""
     )
+    mixed = ctx.findings.get("examples mixed")
+    if mixed:  # the cause is measured at the data gate: that check is the finding, this its consequence
+        g.check(
+            name,
+            False,
+            f"differ by {pct} (tolerance {tol:.0e}); loss {how}: the model mixes the examples of a batch (the data "
+            f"gate's check 'examples independent': {mixed}), so a microbatch's outputs are not the whole batch's",
+            warn=True,
+        )
+        g.remedy = (
+            "make each example's output depend on its own inputs only (see the data gate's 'examples independent')"
+        )
+        return
     g.check(
         name,
         False,

@@ -326,6 +326,10 @@ def fields_read(ctx: Context, g: Gate, batch: Batch, model: torch.nn.Module, bas
     _figures(g)["fields"] = {r.what: round(r.out, 8) for r in found}
     strongest = max(r.out for r in found)
     ignored = [r for r in found if r.out <= tol and r.loss <= tol and not r.modules]
+    # a tensor the model receives and does not use (a causal LM's padding mask over right padding, which only
+    # padded positions could feel) is the model's design: said, not held against it
+    unused = [r for r in ignored if r.arrives]
+    ignored = [r for r in ignored if r not in unused]
     inside = [r for r in found if r.out <= tol and r.loss <= tol and r.modules]
     faint = [r for r in found if tol < r.out < UNRESOLVED * strongest or r.stretched >= STRETCHED]
     figures = ", ".join(f"{r.what.split(' (')[0]} {_pct(r.out)}" for r in found)
@@ -341,11 +345,6 @@ def fields_read(ctx: Context, g: Gate, batch: Batch, model: torch.nn.Module, bas
                 "the model's forward takes an argument of that name, but it never arrives, so the model trains "
                 "without it (padding attended as if it were text, a condition left out). Pass it to the model in "
                 "the loss"
-            )
-        elif r.arrives:
-            why = (
-                "the model receives it and its outputs do not depend on it (a padding mask a pooling or an "
-                "attention never applies?). Apply it in the model, or leave it out of the batch"
             )
         else:
             why = "nothing reads it. If it is meant as an input, pass it to the model; else leave it out of the batch"
@@ -381,7 +380,13 @@ def fields_read(ctx: Context, g: Gate, batch: Batch, model: torch.nn.Module, bas
         if inside
         else ""
     )
-    g.check(FIELDS, True, f"every field shuffled across the batch moves the outputs or the loss: {figures}{note}")
+    if unused:
+        note += (
+            f"; the model receives {', '.join(r.what.split(' (')[0] for r in unused)} and its outputs do not depend "
+            "on it here (a causal model's padding mask over right padding; a mask nothing applies would show the "
+            "same)"
+        )
+    g.check(FIELDS, True, f"shuffled across the batch, each field moves the outputs or the loss: {figures}{note}")
 
 
 def _stretched(ctx: Context, model: torch.nn.Module, batch: Batch, base: Base, slot: int | str, out: float) -> float:
