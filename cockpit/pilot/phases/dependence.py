@@ -287,6 +287,7 @@ class Read:
     modules: list[str]
     named: bool  # the model's forward takes an argument of that name
     arrives: bool = False  # the tensor itself is among the model's arguments
+    key: str = ""  # the batch field shuffled ("" for an argument the loss computes)
     stretched: float = 0.0  # a scalar per example: how much more shuffling it moves the outputs at 100x its values
 
 
@@ -300,6 +301,7 @@ def fields_read(ctx: Context, g: Gate, batch: Batch, model: torch.nn.Module, bas
             continue
         p = run_once(ctx, model, {**batch, k: _roll(v)}, base.start, n)
         r = _read(f"field {k!r}", base, p, tol, k in takes)
+        r.key = k
         r.arrives = any(a is v for args, kwargs in base.first.calls for a in (*args, *kwargs.values()))
         if v.is_floating_point() and v.reshape(n, -1).shape[1] == 1 and r.out > tol:
             r.stretched = _stretched(ctx, model, batch, base, k, r.out)
@@ -326,6 +328,9 @@ def fields_read(ctx: Context, g: Gate, batch: Batch, model: torch.nn.Module, bas
     _figures(g)["fields"] = {r.what: round(r.out, 8) for r in found}
     strongest = max(r.out for r in found)
     ignored = [r for r in found if r.out <= tol and r.loss <= tol and not r.modules]
+    # a loss at a stationary value (DPO at init, its reference equal to the policy, is ln 2 whatever the batch) still
+    # reads a field through its gradient at the outputs
+    ignored = [r for r in ignored if not (r.key and _moves_gradient(ctx, model, batch, base, r.key, tol))]
     # a tensor the model receives and does not use (a causal LM's padding mask over right padding, which only
     # padded positions could feel) is the model's design: said, not held against it
     unused = [r for r in ignored if r.arrives]
@@ -426,6 +431,39 @@ def _stretched(ctx: Context, model: torch.nn.Module, batch: Batch, base: Base, s
         near += out_change(one[0], one[1])
         far += out_change(big[0], big[1])
     return far / max(near, 1e-12)
+
+
+def _grad_at_outputs(ctx: Context, model: torch.nn.Module, batch: Batch, start: RngState) -> list[torch.Tensor]:
+    set_rng_state(start)
+    with torch.enable_grad(), outputs.capture(model) as cap:
+        lo = ctx.trainer.loss_call(batch, net=model)
+    outs = [t for o in cap.outputs for t in _graph_tensors(o)]
+    if not outs or not lo.value.requires_grad:
+        return []
+    grads = torch.autograd.grad(lo.value.float().sum(), outs, allow_unused=True)
+    return [torch.zeros_like(o) if gr is None else gr.detach() for o, gr in zip(outs, grads, strict=True)]
+
+
+def _graph_tensors(out: Any, depth: int = 0) -> Iterator[torch.Tensor]:
+    if torch.is_tensor(out):
+        if out.is_floating_point() and out.requires_grad:
+            yield out
+    elif depth < 3 and isinstance(out, Mapping):
+        for v in out.values():
+            yield from _graph_tensors(v, depth + 1)
+    elif depth < 3 and isinstance(out, (tuple, list)):
+        for v in out:
+            yield from _graph_tensors(v, depth + 1)
+
+
+def _moves_gradient(ctx: Context, model: torch.nn.Module, batch: Batch, base: Base, key: str, tol: float) -> bool:
+    """Shuffling ``key`` changes the loss's gradient at the model's outputs (read by the loss, not by the model)."""
+    a = _grad_at_outputs(ctx, model, batch, base.start)
+    b = _grad_at_outputs(ctx, model, {**batch, key: _roll(batch[key])}, base.start)
+    if not a or len(a) != len(b):
+        return False
+    scale = max(max(float(x.abs().max()) for x in a), 1e-30)
+    return any(float((x - y).abs().max()) / scale > tol for x, y in zip(a, b, strict=True) if x.shape == y.shape)
 
 
 def _figures(g: Gate) -> dict[str, Any]:
