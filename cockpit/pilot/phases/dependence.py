@@ -14,8 +14,9 @@ gradients except where the loss's gradient at the outputs is read. Three invaria
 - **examples independent** (``INDEPENDENT``): example j of the batch replaced by another example must leave every
   other example's outputs as they were. A model that mixes examples (a reshape across the batch dimension, an
   LSTM fed (batch, time) without ``batch_first``, statistics of the batch in ``forward``) is named with the rows
-  that changed and the first module whose output mixed them; pairwise scores (in-batch negatives, a (B, B)
-  output) and a declared ``Task.batch_level_loss`` / ``batch_statistics`` are expected.
+  that changed and the first module whose output mixed them; in a (B, B) output (pairwise scores of in-batch
+  negatives) the scores against example j may move, and a declared ``Task.batch_level_loss`` /
+  ``batch_statistics`` or a router's output make a mixing expected.
 - **targets hidden from the model** (``HIDDEN``): changing one target must not change the output it is scored
   against (a labels tensor fed as a feature), a real-valued target must not sit in an input column (the target
   column left in the features), and an output must not read the input token it is asked to predict (a causal LM
@@ -146,17 +147,20 @@ def _scale(t: torch.Tensor) -> float:
     return max(float(t.detach().abs().max()) if t.numel() else 0.0, 1e-12)
 
 
-def out_change(a: Pass, b: Pass, rows: list[int] | None = None, n: int = 0) -> float:
+def out_change(a: Pass, b: Pass, rows: list[int] | None = None, n: int = 0, drop: int | None = None) -> float:
     """The largest change of any output between two passes, relative to that output's largest value
-    (over ``rows`` only, for the outputs laid out one row per example)."""
+    (over ``rows`` only, for the outputs laid out one row per example; a (B, B) output without column ``drop``,
+    the scores against the example that was changed)."""
     worst = 0.0
     for x, y in zip(a.outs, b.outs, strict=False):
         if x.shape != y.shape or x.numel() == 0:
             continue
         if rows is not None:
-            if x.shape[0] != n or pairwise(x, n):
+            if x.shape[0] != n:
                 continue
-            x, y = x[rows], y[rows]
+            x, y = _others(x, rows, n, drop), _others(y, rows, n, drop)
+            if x.numel() == 0:
+                continue
         d = float((x.double() - y.double()).abs().max()) / _scale(x)
         worst = max(worst, d)
     return worst
@@ -177,9 +181,18 @@ def mods_changed(a: Pass, b: Pass, tol: float, rows: list[int] | None = None) ->
     return out
 
 
-def pairwise(t: torch.Tensor, n: int) -> bool:
-    """A (B, B) output scores each example against every other (in-batch negatives): mixing by design."""
-    return t.dim() == 2 and tuple(t.shape) == (n, n)
+def _others(t: torch.Tensor, rows: list[int], n: int, drop: int | None) -> torch.Tensor:
+    """``rows`` of an output; of a (B, B) one (pairwise scores, or logits over as many classes as examples),
+    without the column ``drop``: only the scores against the changed example may move."""
+    t = t[rows]
+    if drop is not None and pairwise_shape(t, n):
+        keep = [c for c in range(n) if c != drop]
+        t = t[:, keep]
+    return t
+
+
+def pairwise_shape(t: torch.Tensor, n: int) -> bool:
+    return t.dim() == 2 and t.shape[1] == n
 
 
 def _differs(v: torch.Tensor) -> bool:
@@ -507,7 +520,7 @@ def _replace_row(batch: Batch, n: int, j: int, k: int) -> Batch:
 
 def independent(ctx: Context, g: Gate, batch: Batch, model: torch.nn.Module, base: Base) -> None:
     task, n = ctx.the_task, base.n
-    per_example = [t for t in base.first.outs if t.shape[0] == n and not pairwise(t, n)]
+    per_example = [t for t in base.first.outs if t.shape[0] == n]
     if not per_example:
         shapes = ", ".join(str(tuple(t.shape)) for t in base.first.outs[:3])
         g.not_applicable(INDEPENDENT, f"no output of the model is laid out one row per example ({shapes})")
@@ -531,7 +544,7 @@ def independent(ctx: Context, g: Gate, batch: Batch, model: torch.nn.Module, bas
     tol = _tolerance(ctx, base.noise_out)
     p = run_once(ctx, model, _replace_row(batch, n, j, k), base.start, n)
     own = out_change(base.first, p, [j], n)
-    leak = out_change(base.first, p, rows, n)
+    leak = out_change(base.first, p, rows, n, drop=j)
     _figures(g)["examples"] = {"own": own, "others": leak}
     who_j = _who(batch, [j])
     if leak <= tol:
@@ -546,9 +559,9 @@ def independent(ctx: Context, g: Gate, batch: Batch, model: torch.nn.Module, bas
         r
         for r in rows
         if any(
-            float((x[r].double() - y[r].double()).abs().max()) / _scale(x) > tol
+            float((_others(x, [r], n, j).double() - _others(y, [r], n, j).double()).abs().max()) / _scale(x) > tol
             for x, y in zip(base.first.outs, p.outs, strict=False)
-            if x.shape == y.shape and x.shape[0] == n and not pairwise(x, n)
+            if x.shape == y.shape and x.shape[0] == n and _others(x, [r], n, j).numel()
         )
     ]
     mixed = mods_changed(base.first, p, tol, rows)
@@ -649,7 +662,7 @@ def _labels_fed(
     upto = t - shift  # the output position the target at t is scored at, and every position before it
     worst = 0.0
     for x, y in zip(base.first.outs, p.outs, strict=False):
-        if x.shape != y.shape or x.shape[0] != n or pairwise(x, n):
+        if x.shape != y.shape or x.shape[0] != n:
             continue
         a, b = x[r].double(), y[r].double()
         if seq and a.dim() >= 1 and a.shape[0] == lab.shape[1]:
