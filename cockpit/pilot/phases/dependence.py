@@ -312,6 +312,10 @@ def fields_read(ctx: Context, g: Gate, batch: Batch, model: torch.nn.Module, bas
     for k, v in batch.items():
         if k == task.label_key or not torch.is_tensor(v) or v.dim() < 1 or v.shape[0] != n or not _differs(v):
             continue
+        if (
+            k == task.loss_mask_key
+        ):  # which positions count: the data gate's instruction checks read it against the labels
+            continue
         p = run_once(ctx, model, {**batch, k: _roll(v)}, base.start, n)
         r = _read(f"field {k!r}", base, p, tol, k in takes)
         r.key = k
