@@ -249,6 +249,7 @@ class GateExtras(TypedDict, total=False):
     inspect: Inspected  # data: the inspect file written
     class_counts: JSONObject  # data: per split, per class
     float_inputs: JSONObject  # data: mean, std, min, max of each float input field, per split
+    dependence: JSONObject  # data: what each output depends on (the batch invariants' figures)
     initial_loss: InitialLoss  # forward
     frozen_modes: list[JSONObject]  # forward: frozen modules that ran in training mode, measured again
     optimizer_state: OptimizerState  # update_first

@@ -93,7 +93,6 @@ overfit_steps = 60
 """
 
 
-
 @pytest.fixture(autouse=True)
 def _no_inherited_width(monkeypatch: pytest.MonkeyPatch) -> None:
     """Commands wrap prose at ``COLUMNS`` when it is set (cockpit.termout); pytest-xdist's workers inherit

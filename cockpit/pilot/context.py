@@ -66,6 +66,7 @@ class Context:
     spawn: Spawn | None = None
     phase: str = ""
     data_revision: dict[str, ev.JSON] = field(default_factory=dict)  # the data gate's hash over every example
+    findings: dict[str, str] = field(default_factory=dict)  # what one gate measured that a later one explains by
 
     # ---- building
 

@@ -72,7 +72,8 @@ Optional:
                     ``gradient_checkpointing_enable()`` (Hugging Face) of its own
 ``control_inputs(params)`` examples to replay after export (default: the first validation examples)
 ``group_unit``      the leakage unit, in words (default "group")
-``batch_statistics`` True when the model uses batch statistics that BatchNorm layers do not show
+``batch_statistics`` True when the model uses batch statistics that BatchNorm layers do not show: the data
+                    gate's "examples independent" then expects one example's outputs to move with the others'
 ``batch_level_loss`` True when the loss has a term over the whole batch (in-batch negatives of a contrastive
                     loss, a router's load-balancing loss): it does not decompose over examples, so an
                     accumulated update optimises another objective than one big batch. A hint: the accumulation

@@ -107,7 +107,11 @@ class Pool(nn.Module):
         self.out = nn.Linear(3, 3)
 
     def forward(self, feats: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> Any:
-        logits = self.out(feats.mean(1))
+        if attention_mask.shape == feats.shape[:2]:  # a mean over the real frames only
+            m = attention_mask[..., None].float()
+            logits = self.out((feats * m).sum(1) / m.sum(1))
+        else:
+            logits = self.out(feats.mean(1))
         return {"logits": logits, "loss": F.cross_entropy(logits, labels)}
 
 

@@ -355,6 +355,19 @@ def _verdict(ctx: Context, g: Gate, rel: float, tol: float, found: Found, drops:
         if dec
         else ""
     )
+    mixed = ctx.findings.get("examples mixed")
+    if mixed:  # the cause is measured at the data gate: that check is the finding, this its consequence
+        g.check(
+            name,
+            False,
+            f"differ by {pct} (tolerance {tol:.0e}); loss {how}: the model mixes the examples of a batch (the data "
+            f"gate's check 'examples independent': {mixed}), so a microbatch's outputs are not the whole batch's",
+            warn=True,
+        )
+        g.remedy = (
+            "make each example's output depend on its own inputs only (see the data gate's 'examples independent')"
+        )
+        return
     g.check(
         name,
         False,
@@ -380,6 +393,19 @@ def batch_level(ctx: Context, g: Gate, name: str, pct: str, dec: ev.Decompositio
     if declared or source:
         cause = (f"{source}; " if source else "") + (f"declared by {declared}" if declared else "")
         g.check(name, True, f"expected for this objective: {words}; the term: {cause.rstrip('; ')}")
+        return
+    mixed = ctx.findings.get("examples mixed")
+    if mixed:  # measured where it happens: the data gate's check is the finding, this is its consequence
+        g.check(
+            name,
+            False,
+            f"{words}; the cause is measured: the model mixes the examples of a batch (the data gate's check "
+            f"'examples independent': {mixed}), so a microbatch sees other neighbours than the whole batch",
+            warn=True,
+        )
+        g.remedy = (
+            "make each example's output depend on its own inputs only (see the data gate's 'examples independent')"
+        )
         return
     g.check(
         name,

@@ -47,7 +47,7 @@ from ..datascan import SCAN_SECONDS, SplitScan, collate, ids_text, scan, share_t
 from ..gate import Gate, Phase
 from ..splits import data_revision
 from ..trainer import Trainer, user
-from . import alignment, labelmap, semantics
+from . import alignment, dependence, labelmap, semantics
 
 
 def run(ctx: Context, g: Gate) -> None:
@@ -69,9 +69,12 @@ def data_gate(ctx: Context, g: Gate) -> None:
     if "ids" not in batch:
         batch["ids"] = [e.get("id", f"train[{i}]") if isinstance(e, dict) else i for i, e in enumerate(first)]
     labelled = torch.is_tensor(batch.get(task.label_key))
-    # the model, built apart, tells an encoder-decoder and where the loss scores each target (alignment.py)
-    probe = alignment.build_probe(ctx) if labelled and task.extras.get("measure_targets", True) else None
-    encdec = semantics.encoder_decoder(probe.model if probe else None, batch, task.input_key, task.label_key)
+    # the model, built apart, tells an encoder-decoder and where the loss scores each target (alignment.py), and
+    # what each output depends on (dependence.py)
+    probe = alignment.build_probe(ctx) if task.extras.get("measure_targets", True) else None
+    encdec = semantics.encoder_decoder(
+        probe.model if probe and labelled else None, batch, task.input_key, task.label_key
+    )
     budget = time.monotonic() + float(task.extras.get("scan_seconds", SCAN_SECONDS))
     order = ["train", *(n for n in splits if n != "train")]  # the training split first: it matters most
     scans = {
@@ -91,11 +94,13 @@ def data_gate(ctx: Context, g: Gate) -> None:
     semantics.collate_deterministic(ctx, g, first)
     semantics.rows_distinct(g, first, batch)
     if probe is not None:
-        scored = alignment.measure(ctx, probe, batch)
+        if labelled:
+            scored = alignment.measure(ctx, probe, batch)
+            alignment.own_example(g, batch, scored)
+            if task.kind == "generation":
+                alignment.targets_aligned(ctx, g, batch, scored, encdec)
+        dependence.measure(ctx, g, batch, probe.model, probe.error)
         alignment.release(probe)
-        alignment.own_example(g, batch, scored)
-        if task.kind == "generation":
-            alignment.targets_aligned(ctx, g, batch, scored, encdec)
     if not all(s.labelled for s in scans.values()):
         _unlabelled(ctx, g)
         return _finish(ctx, g, scans)
@@ -434,6 +439,9 @@ PHASE = Phase(
         "targets scored against their own example",
         "rows differ where examples differ",
         inputrange.NAME,
+        "every input field read",
+        "examples independent",
+        "targets hidden from the model",
         "lengths within maximum",
         "padding not in the loss",
         "instruction not in the loss",
