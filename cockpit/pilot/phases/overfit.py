@@ -50,6 +50,8 @@ from ..gate import Gate, Phase
 from ..rng import rng_state, set_rng_state
 from ..trainer import Trainer
 from ..usercode import is_oom
+from . import lossterms, overfitfloor
+from .overfitfloor import Reading
 from .overfitjudge import (
     Blind,
     Fit,
@@ -81,6 +83,10 @@ class Attempt(TypedDict):
     shares: NotRequired[list[float]]  # the accuracy read every 10 steps
     first_accuracy: NotRequired[float | None]  # before the first update
     paired: NotRequired[tuple[float, float, str] | str | None]  # fitted vs inputs shuffled (paired_losses)
+    passed_at: NotRequired[int | None]  # the step the fit first passed; it ran on from there (overfitfloor)
+    overflow: NotRequired[int | None]  # the run-on's step where the loss stopped being finite
+    before: NotRequired[Reading | None]  # the loss, its output's forms and its terms before the first update
+    after: NotRequired[Reading | None]  # the same after the last
 
 
 def run(ctx: Context, g: Gate) -> None:
@@ -156,7 +162,9 @@ def _verdict(g: Gate, attempt: Attempt, n: int, lr: float, need: float) -> None:
     floor: float | None = attempt["floor"]
     finite = bad_step is None
     every = max(1, len(losses) // 20)
-    j = judge([x for x in losses if math.isfinite(x)] or [math.nan], floor)
+    passed_at = attempt.get("passed_at")
+    fit = losses[:passed_at] if passed_at else losses  # the fit is judged up to where it passed; the run-on apart
+    j = judge([x for x in fit if math.isfinite(x)] or [math.nan], floor)
     g.extra["overfit"] = {
         "losses": [_round(x) for x in losses[::every]] + ([_round(losses[-1])] if (len(losses) - 1) % every else []),
         "steps": len(losses),
@@ -168,6 +176,8 @@ def _verdict(g: Gate, attempt: Attempt, n: int, lr: float, need: float) -> None:
         "threshold": _round(j["threshold"]),
         "noise": _round(j["noise"]),
         "floor": None if floor is None else _round(floor),
+        "passed_at": passed_at,
+        "settled": _round(overfitfloor.windows(losses)[-1]) if len(losses) >= overfitfloor.WINDOW else None,
     }
     retry = g.extra.get("overfit_retry")
     at = f"lr {lr:g}" + (f", a tenth of {retry['lr']:g}, which diverged" if retry else "")
@@ -222,7 +232,7 @@ def _verdict(g: Gate, attempt: Attempt, n: int, lr: float, need: float) -> None:
     )
     how = (
         f"{j['start']:.3f} -> {j['end']:.3f} (its best {max(5, min(20, len(losses) // 5))}-step mean) in "
-        f"{len(losses)} steps on {n} fixed examples, {at}; threshold {j['threshold']:.3f} = "
+        f"{len(fit)} steps on {n} fixed examples, {at}; threshold {j['threshold']:.3f} = "
         f"{'its start' if floor is None or j['ref'] == j['start'] else 'the input-blind loss'} {j['ref']:.3f} less "
         f"3x its noise ({j['noise']:.2g}) or 5%"
     )
@@ -273,6 +283,11 @@ def _verdict(g: Gate, attempt: Attempt, n: int, lr: float, need: float) -> None:
     if acc is None:
         input_matters(g, attempt, j["noise"], slow)
     in_range(g, attempt)
+    if finite:
+        overfitfloor.bounded(g, losses, passed_at, attempt.get("overflow"))
+        settled = overfitfloor.windows(losses)[-1] if len(losses) >= overfitfloor.WINDOW else losses[-1]
+        overfitfloor.floor(g, attempt.get("after"), settled, attempt["discrete"])
+    lossterms.after_fit(g, attempt.get("before"), attempt.get("after"))
     failed = g.failures()
     if failed:
         g.message = (
@@ -374,6 +389,7 @@ def _attempt(
             m.p = 0.0
     blind = blind_floor(tr, examples)
     floor, discrete = blind.floor, blind.discrete
+    before = overfitfloor.read(tr, mbs)  # the loss, its output's own forms and its named terms before any update
     first = accuracy(tr, examples)
     shares = [first.share] if first is not None else []  # the accuracy read every 10 steps: is the ranking rising?
     losses: list[float] = []
@@ -382,9 +398,17 @@ def _attempt(
     at = 0
     ceiling = min(2000, 10 * steps)
     step = 0
+    # the fit passed (memorised, or below its threshold reading its input) at this step; it runs on until its loss
+    # settles or the run-on's budget is spent, so the whole curve is judged (overfitfloor)
+    passed_at: int | None = None
+    until = 0
+    overflow: int | None = None
     while step < ceiling:
         step += 1
         loss = float(tr.accumulate(mbs, check_finite=False)["loss"])
+        if passed_at is not None and not math.isfinite(loss):
+            overflow = step  # a loss that overflows after its fit fell without limit: the run-on's finding
+            break
         losses.append(loss)
         if not math.isfinite(loss):
             bad_step = step
@@ -393,29 +417,52 @@ def _attempt(
             break  # an impossible value: the finding is made (see in_range)
         norm = tr.apply(check_finite=False).get("grad_norm")
         if norm is None and tr.scaler is None:  # with fp16 the scaler skips such a step by design
+            if passed_at is not None:
+                overflow = step
+                break
             bad_step = step
             break
+        if passed_at is not None:
+            run = losses[passed_at - 1 :]
+            if step >= until and overfitfloor.accelerating(run) and step < passed_at + overfitfloor.RUNON_MAX:
+                until = min(ceiling, step + overfitfloor.WINDOW)  # still falling faster: where does it end?
+            if overfitfloor.runaway(run, losses[0]):
+                break  # fell by more than its whole start, faster and faster: the finding is made
+            if step >= until or (
+                len(run) > 2 * overfitfloor.WINDOW
+                and step % overfitfloor.WINDOW == 0
+                and overfitfloor.settled(run, losses[0])
+            ):
+                break
+            continue
         if step % 10 and step != steps:
             continue
         j = judge(losses, floor)
         acc, at = accuracy(tr, examples), step
         if acc is not None:
             shares.append(acc.share)
-        if acc is not None and acc.share >= need:
-            break  # memorised
-        if acc is None and j["end"] < j["threshold"] and _reads_input(paired_losses(tr, mbs), j["noise"]):
-            break  # without predictions: below its threshold, and the output depends on the input
+        passed = (acc is not None and acc.share >= need) or (  # memorised
+            acc is None and j["end"] < j["threshold"] and _reads_input(paired_losses(tr, mbs), j["noise"])
+        )  # without predictions: below its threshold, and the output depends on the input
+        if passed:
+            passed_at, until = step, min(ceiling, step + overfitfloor.runon_steps(step))
+            continue
         # learning goes on while the loss falls or, where predictions exist, while the ranking still improves (a
         # loss held up by its output's scale barely moves while more targets come out right)
         ranking = acc is not None and (new_best(shares) or trend_rises(shares, acc.total))
         if step >= steps and not still_learning(losses) and not ranking:
             break
-    if bad_step is None and at != len(losses):
+    if bad_step is None and overflow is None and at != len(losses):
         acc = accuracy(tr, examples)  # after the last update
         if acc is not None:
             shares.append(acc.share)
-    paired = paired_losses(tr, mbs) if bad_step is None else None
+    paired = paired_losses(tr, mbs) if bad_step is None and overflow is None else None
+    after = overfitfloor.read(tr, mbs) if bad_step is None and overflow is None else None
     return {
+        "passed_at": passed_at,
+        "overflow": overflow,
+        "before": before,
+        "after": after,
         "losses": losses,
         "bad_step": bad_step,
         "accuracy": acc,
@@ -493,6 +540,9 @@ PHASE = Phase(
         "targets recovered",
         "output depends on the input",
         "loss in range",
+        overfitfloor.BOUNDED,
+        overfitfloor.FLOOR,
+        lossterms.FALL,
     ),
     independent=True,
     inputs=inputs,
