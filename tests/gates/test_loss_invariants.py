@@ -184,13 +184,19 @@ def test_terms_are_read_from_a_dict_a_tuple_and_a_model_output() -> None:
     assert outputs.read_loss((t, 4), torch.device("cpu")).form == "sum/count"  # (sum, count) unchanged
 
 
+def _margin(m: nn.Module, b: dict[str, Any]) -> dict[str, torch.Tensor]:
+    logits = m(b["x"])
+    ce, margin = F.cross_entropy(logits, b["labels"]), 0.5 * F.multi_margin_loss(logits, b["labels"])
+    return {"loss": ce + margin, "ce": ce, "margin": margin}
+
+
 def test_terms_that_add_up_are_each_reported_at_init_and_after_the_fit() -> None:
-    gates = through(classifier(loss=_terms(False, 0.01)), "overfit", {"accumulation": 1, "lr": 1e-2})
+    gates = through(classifier(loss=_margin), "overfit", {"accumulation": 1, "lr": 1e-2})
     c = check(gates["forward"], lossterms.AT_INIT)
-    assert c["ok"] and "the terms add up to the loss" in c["detail"] and "weights" in c["detail"], c
+    assert c["ok"] and "the terms add up to the loss" in c["detail"] and "margin" in c["detail"], c
     f = check(gates["overfit"], lossterms.FALL)
     assert f["ok"] and "ce " in f["detail"] and "->" in f["detail"], f
-    assert set(gates["overfit"].extra["loss_terms"]["terms"]) == {"ce", "weights"}
+    assert set(gates["overfit"].extra["loss_terms"]["terms"]) == {"ce", "margin"}
 
 
 def test_a_detached_term_is_named_at_init_and_as_not_falling_after_the_fit() -> None:
