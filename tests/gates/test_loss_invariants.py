@@ -83,6 +83,17 @@ def test_a_scale_inside_the_loss_is_told_from_an_extra_term_by_the_gradient_on_t
     assert "scaled inside" not in extra["detail"], extra
 
 
+def test_a_double_softmax_is_named_at_init_where_the_logits_are_far_enough_from_uniform_to_tell() -> None:
+    def twice(m: nn.Module, b: dict[str, Any]) -> torch.Tensor:
+        probs = F.softmax(m(b["input_ids"]), -1).reshape(-1, VOCAB)
+        return F.cross_entropy(probs, b["labels"].reshape(-1), ignore_index=-100)
+
+    c, _ = forward_check(lm(loss=twice))
+    assert c.get("warn") and not c["ok"] and "a double softmax" in c["detail"], c
+    assert "ln(e + 12 - 1) - 1" in c["detail"], c
+    assert lossinit.AT_INIT == lossterms.AT_INIT
+
+
 def test_a_learned_start_below_uniform_stays_no_defect() -> None:
     class Knows(nn.Module):
         def __init__(self) -> None:

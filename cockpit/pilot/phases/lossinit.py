@@ -26,6 +26,7 @@ from ..trainer import user
 from . import objective
 
 NAME = "initial loss as the objective implies"
+AT_INIT = "loss terms at init"  # lossterms.AT_INIT, named in the extra-term cause
 
 
 def declared_classes(ctx: Context) -> tuple[int | None, str]:
@@ -38,14 +39,20 @@ def declared_classes(ctx: Context) -> tuple[int | None, str]:
 
 
 def check(
-    ctx: Context, g: Gate, loss: float, batch: dict[str, object], logits: torch.Tensor | None, value: torch.Tensor
+    ctx: Context,
+    g: Gate,
+    loss: float,
+    batch: dict[str, object],
+    logits: torch.Tensor | None,
+    value: torch.Tensor,
+    terms: list[str] | None = None,
 ) -> objective.Implied | None:
     """Record the check (see the module's docstring) for the first microbatch's mean loss (``value``: the same,
     still a tensor in the graph); returns the standard losses of the model's output it measured against."""
     im = objective.implied(ctx.the_task, logits, batch)
     rel = 2e-3 if ctx.trainer.precision == "fp32" else 3e-2
     if im is not None and im.ce is not None and im.classes:
-        _cross_entropy(g, loss, im, rel, ctx.the_task, logits, batch, value)
+        _cross_entropy(g, loss, im, rel, ctx.the_task, logits, batch, value, terms or [])
     elif im is not None and im.mse is not None and im.variance is not None and im.variance > 1e-12:
         _squared_error(g, loss, im, rel)
     else:
@@ -86,6 +93,7 @@ def _cross_entropy(
     logits: torch.Tensor | None,
     batch: dict[str, object],
     value: torch.Tensor,
+    terms: list[str],
 ) -> None:
     assert im.ce is not None and im.classes and im.ce_softmaxed is not None
     scale: float | None = None
@@ -96,7 +104,7 @@ def _cross_entropy(
         form = "the mean cross-entropy of the logits"
     elif factor is not None:
         form = f"{factor[0]:g} x the mean cross-entropy of the logits"
-    elif objective.close(loss, im.ce_softmaxed, rel) and not objective.close(im.ce, im.ce_softmaxed, 0.1):
+    elif objective.softmaxed(loss, im.ce, im.ce_softmaxed, rel / 10):
         form = "the cross-entropy of softmax(logits)"
     elif (found := objective.logit_scale(task, logits, batch, loss)) is not None and objective.gradient_is_ce(
         task, logits, batch, value, found
@@ -116,6 +124,18 @@ def _cross_entropy(
     if ratio < 0.5:
         g.check(NAME, True, head + ": below uniform, the model starts from learned weights")
         return
+    double = form.startswith("the cross-entropy of softmax")
+    if ratio <= 2.0 and double:
+        g.check(
+            NAME,
+            False,
+            head + f": a double softmax: your loss equals the cross-entropy of softmax(logits) ({im.ce_softmaxed:.3f})"
+            f", not of the logits ({im.ce:.3f}); cross_entropy applies log_softmax itself, so the loss can never go "
+            f"below ln(e + {c} - 1) - 1 = {objective.double_softmax_floor(c):.3f} and its gradient flattens as "
+            "the model learns: give cross_entropy the logits",
+            warn=True,
+        )
+        return
     if ratio <= 2.0:
         g.check(NAME, True, head)
         return
@@ -126,7 +146,7 @@ def _cross_entropy(
             f"({factor[0]:g} = the {factor[1]}); return the mean (reduction='mean'), or (sum, count) so Cockpit "
             "and your loop divide by the count"
         )
-    elif form.startswith("the cross-entropy of softmax"):
+    elif double:
         causes.append(
             "a double softmax: the loss equals the cross-entropy of softmax(logits); give cross_entropy the logits"
         )
@@ -140,6 +160,7 @@ def _cross_entropy(
         causes.append(
             f"an extra term: {loss - im.ce:.3f} nats beyond the mean cross-entropy of the logits ({im.ce:.3f}); an "
             "auxiliary loss or regulariser with too large a weight, or a term added twice"
+            + (f" (the terms the loss names: {', '.join(terms)}; see '{AT_INIT}')" if terms else "")
         )
     base = im.ce
     if base > 2 * uniform and im.ce_unit is not None and im.spread is not None and im.ce_unit <= 1.5 * uniform:

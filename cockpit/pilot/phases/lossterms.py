@@ -143,7 +143,8 @@ def after_fit(g: Gate, before: Reading | None, after: Reading | None) -> None:
     problems = [
         f"{k} did not fall ({v0:.4g} -> {v1:.4g}) while the fit lowered the loss through the other terms: a term "
         "meant to be minimised is then not trained by the loss (detached, computed on a frozen part, its sign or "
-        "weight wrong); a regulariser traded against the objective may rise, which is expected"
+        "weight wrong); a term already at its floor (a balancing loss at perfect balance) or a regulariser traded "
+        "against the objective does not, which is expected"
         for k, v0, v1 in stuck
     ]
     if problems:

@@ -125,6 +125,13 @@ def close(a: float, b: float, rel: float) -> bool:
     return abs(a - b) <= rel * max(abs(a), abs(b), 1e-3)
 
 
+def softmaxed(loss: float, ce: float, ce_softmaxed: float, rel: float) -> bool:
+    """The loss is the cross-entropy of ``softmax(logits)`` and clearly not of the logits: it matches the first
+    within ``rel`` and is at least 20 times (and 0.05 nats) further from the second."""
+    gap = abs(loss - ce_softmaxed)
+    return close(loss, ce_softmaxed, rel) and abs(loss - ce) > max(0.05, 20 * gap)
+
+
 def multiple(loss: float, base: float, im: Implied, rel: float) -> tuple[float, str] | None:
     """(the factor, what it counts) when ``loss`` is ``base`` times the targets, rows or targets per row."""
     if base <= 0 or loss <= 0:

@@ -210,11 +210,7 @@ def floor(g: Gate, end: Reading | None, settled_loss: float, discrete: bool) -> 
         f"softmax(logits) {end.ce_softmaxed:.4f}; a cross-entropy over probabilities cannot go below "
         f"ln(e + {c} - 1) - 1 = {ds:.4f}"
     )
-    measured = (
-        objective.close(end.loss, end.ce_softmaxed, 0.02)
-        and not objective.close(end.ce, end.ce_softmaxed, 0.1)
-        and end.ce < end.ce_softmaxed
-    )
+    measured = objective.softmaxed(end.loss, end.ce, end.ce_softmaxed, 2e-3) and end.ce < end.ce_softmaxed
     if measured:
         g.check(
             FLOOR,

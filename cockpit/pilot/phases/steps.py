@@ -94,7 +94,7 @@ def initial_loss(ctx: Context, g: Gate, lo: LossOut, loss: float, batch: Batch, 
     """The loss at initialisation against what the objective implies (:mod:`.lossinit`), and each of its named
     terms on its own (:mod:`.lossterms`)."""
     mean = lo.value / lo.count if lo.count is not None else lo.value
-    im = lossinit.check(ctx, g, loss, batch, logits, mean)
+    im = lossinit.check(ctx, g, loss, batch, logits, mean, sorted(lo.terms))
     lossterms.at_init(g, lo, loss, im.main if im is not None else None)
 
 
