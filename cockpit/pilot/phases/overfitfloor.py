@@ -37,9 +37,9 @@ FLOOR = "settled loss above its floor"
 
 
 def runon_steps(passed_at: int) -> int:
-    """Extra steps after the fit first passes: half as many as it took, between 40 and :data:`RUNON_MAX`
+    """Extra steps after the fit first passes: a quarter as many as it took, between 40 and :data:`RUNON_MAX`
     (one still falling faster and faster at the end goes on to that many)."""
-    return min(RUNON_MAX, max(40, passed_at // 2))
+    return min(RUNON_MAX, max(40, passed_at // 4))
 
 
 def windows(values: list[float]) -> list[float]:
