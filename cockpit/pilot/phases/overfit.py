@@ -61,6 +61,8 @@ from .overfitjudge import (
     capped,
     judge,
     new_best,
+    paired_losses,
+    reads_input,
     still_learning,
     trend_falls,
     trend_rises,
@@ -199,7 +201,7 @@ def _verdict(g: Gate, attempt: Attempt, n: int, lr: float, need: float) -> None:
     why_above = capped(j, acc, first, blind_ref) if finite and not fell else None
     # the budget ran out while the model was still clearly learning: a slow rate, not a defect it can see
     paired = attempt.get("paired")
-    blind_output = isinstance(paired, tuple) and not _reads_input(paired, j["noise"])
+    blind_output = isinstance(paired, tuple) and not reads_input(paired, j["noise"])
     if acc is not None and blind_ref.majority is not None and above_chance(acc.share, blind_ref.majority, acc.total):
         # predictions clearly better than a model that ignores its input can get (its most frequent target) read
         # the input, whatever the paired losses say (they differ little where the output's scale is bounded)
@@ -282,7 +284,7 @@ def _verdict(g: Gate, attempt: Attempt, n: int, lr: float, need: float) -> None:
         )
     if acc is None:
         input_matters(g, attempt, j["noise"], slow)
-    in_range(g, attempt)
+    overfitfloor.in_range(g, attempt["losses"], attempt["discrete"])
     if finite:
         overfitfloor.bounded(g, losses, passed_at, attempt.get("overflow"))
         settled = overfitfloor.windows(losses)[-1] if len(losses) >= overfitfloor.WINDOW else losses[-1]
@@ -309,7 +311,7 @@ def input_matters(g: Gate, attempt: Attempt, noise: float, slow: bool = False) -
         g.not_applicable(name, paired)
         return
     fitted, shuffled, moved = paired
-    ok = _reads_input(paired, noise)
+    ok = reads_input(paired, noise)
     g.check(
         name,
         ok,
@@ -326,45 +328,6 @@ def input_matters(g: Gate, attempt: Attempt, noise: float, slow: bool = False) -
             "cannot fit the examples it sees at every step"
         ),
         warn=slow,
-    )
-
-
-def in_range(g: Gate, attempt: Attempt) -> None:
-    """A loss over discrete targets that starts at or above 0 never goes below it: a negative value is impossible."""
-    losses = [x for x in attempt["losses"] if math.isfinite(x)]
-    name = "loss in range"
-    if not attempt["discrete"]:
-        g.not_applicable(
-            name,
-            "the batch has no integer targets (class or token ids), so the loss need not be a negative "
-            "log-likelihood over a discrete distribution, and a negative value can be legitimate",
-        )
-        return
-    if not losses:
-        g.not_applicable(name, "no finite loss to read")
-        return
-    if losses[0] < 0:
-        g.check(
-            name,
-            False,
-            f"negative from the start ({losses[0]:.4g}) for a loss over integer targets: not a negative "
-            "log-likelihood, or one over log-probabilities that are not normalised (scores or probabilities given "
-            "where log_softmax belongs); if the objective is meant to go below 0, this is expected",
-            warn=True,
-        )
-        return
-    low = min(losses)
-    step = losses.index(low) + 1
-    ok = low >= -1e-6 * max(1.0, abs(losses[0]))
-    g.check(
-        name,
-        ok,
-        f"never below 0 (lowest {low:.4g}) for a loss over integer targets"
-        if ok
-        else f"the loss went negative ({low:.4g} at overfit step {step}, from {losses[0]:.4g}): a negative "
-        "log-likelihood over discrete targets (cross-entropy, CTC) cannot be below 0, so this value is impossible: "
-        "look for log-probabilities that are not normalised (a missing log_softmax), a sign or a reduction "
-        "that divides by the wrong count, or lengths that do not match the targets",
     )
 
 
@@ -442,7 +405,7 @@ def _attempt(
         if acc is not None:
             shares.append(acc.share)
         passed = (acc is not None and acc.share >= need) or (  # memorised
-            acc is None and j["end"] < j["threshold"] and _reads_input(paired_losses(tr, mbs), j["noise"])
+            acc is None and j["end"] < j["threshold"] and reads_input(paired_losses(tr, mbs), j["noise"])
         )  # without predictions: below its threshold, and the output depends on the input
         if passed:
             passed_at, until = step, min(ceiling, step + overfitfloor.runon_steps(step))
@@ -473,49 +436,6 @@ def _attempt(
         "first_accuracy": first.share if first is not None else None,
         "paired": paired,
     }
-
-
-@torch.no_grad()
-def paired_losses(tr: Trainer, mbs: list[list[Example]]) -> tuple[float, float, str] | str:
-    """(the fitted loss, the loss with each row's input paired with the next row's everything else, the keys moved),
-    under one replayed RNG state; or why it cannot be measured. A model whose output ignores its input gives the
-    same for both (a contrastive model collapsed to uniform scores, a pooled token that is the same in every row)."""
-    key = tr.task.input_key
-    fitted = shuffled = 0.0
-    moved: list[str] = []
-    for mb in mbs:
-        batch = tr.collate(mb)
-        x = batch.get(key)
-        if not torch.is_tensor(x) or x.dim() == 0 or x.shape[0] < 2:
-            return f"no batch[{key!r}] with two rows or more to pair with other rows (Task.input_key)"
-        moved = [k for k, v in batch.items() if torch.is_tensor(v) and tuple(v.shape) == tuple(x.shape)]
-        rest = [k for k, v in batch.items() if torch.is_tensor(v) and v.dim() and v.shape[0] == x.shape[0]]
-        if not set(rest) - set(moved):
-            return (
-                f"every tensor of the batch is shaped like batch[{key!r}]: nothing else (a target, another view) "
-                "to pair the input with"
-            )
-        start = rng_state()
-        for rolled, into in ((False, "fitted"), (True, "shuffled")):
-            b = dict(batch)
-            if rolled:
-                b.update({k: torch.roll(batch[k], 1, dims=0) for k in moved})
-            set_rng_state(start)
-            value, count = tr.loss_of(b)
-            v = float(value) / float(count) if count is not None else float(value)
-            if into == "fitted":
-                fitted += v / len(mbs)
-            else:
-                shuffled += v / len(mbs)
-    return fitted, shuffled, ", ".join(moved)
-
-
-def _reads_input(paired: tuple[float, float, str] | str, noise: float) -> bool:
-    """The fitted loss is clearly lower than with inputs paired to other rows (or that cannot be measured)."""
-    if isinstance(paired, str):
-        return True
-    fitted, shuffled, _ = paired
-    return shuffled - fitted > max(3 * noise, 0.05 * abs(fitted), 1e-6)
 
 
 def _round(x: float) -> float | None:

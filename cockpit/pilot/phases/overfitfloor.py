@@ -232,3 +232,42 @@ def floor(g: Gate, end: Reading | None, settled_loss: float, discrete: bool) -> 
         )
         return
     g.check(FLOOR, True, head)
+
+
+def in_range(g: Gate, curve: list[float], discrete: bool) -> None:
+    """A loss over discrete targets that starts at or above 0 never goes below it: a negative value is impossible."""
+    losses = [x for x in curve if math.isfinite(x)]
+    name = "loss in range"
+    if not discrete:
+        g.not_applicable(
+            name,
+            "the batch has no integer targets (class or token ids), so the loss need not be a negative "
+            "log-likelihood over a discrete distribution, and a negative value can be legitimate",
+        )
+        return
+    if not losses:
+        g.not_applicable(name, "no finite loss to read")
+        return
+    if losses[0] < 0:
+        g.check(
+            name,
+            False,
+            f"negative from the start ({losses[0]:.4g}) for a loss over integer targets: not a negative "
+            "log-likelihood, or one over log-probabilities that are not normalised (scores or probabilities given "
+            "where log_softmax belongs); if the objective is meant to go below 0, this is expected",
+            warn=True,
+        )
+        return
+    low = min(losses)
+    step = losses.index(low) + 1
+    ok = low >= -1e-6 * max(1.0, abs(losses[0]))
+    g.check(
+        name,
+        ok,
+        f"never below 0 (lowest {low:.4g}) for a loss over integer targets"
+        if ok
+        else f"the loss went negative ({low:.4g} at overfit step {step}, from {losses[0]:.4g}): a negative "
+        "log-likelihood over discrete targets (cross-entropy, CTC) cannot be below 0, so this value is impossible: "
+        "look for log-probabilities that are not normalised (a missing log_softmax), a sign or a reduction "
+        "that divides by the wrong count, or lengths that do not match the targets",
+    )
