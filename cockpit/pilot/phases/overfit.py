@@ -291,7 +291,13 @@ def _verdict(g: Gate, attempt: Attempt, n: int, lr: float, need: float) -> None:
         overfitfloor.floor(g, attempt.get("after"), settled, attempt["discrete"])
     lossterms.after_fit(g, attempt.get("before"), attempt.get("after"))
     failed = g.failures()
-    if failed:
+    objective = {overfitfloor.BOUNDED, overfitfloor.FLOOR}
+    if failed and all(c["name"] in objective for c in failed):
+        g.message = (  # the fit worked; what the loss did past it says the objective is not the one meant
+            f"overfit failed: {'; '.join(c['name'] + ': ' + c['detail'] for c in failed)}. The model fits; the loss "
+            "it minimises is not the objective meant, and the long run would optimise it as written"
+        )
+    elif failed:
         g.message = (
             f"overfit failed: {'; '.join(c['name'] + ': ' + c['detail'] for c in failed)}. "
             f"A model that cannot memorise {n} fixed examples will not learn the full data set: check that "
