@@ -98,10 +98,24 @@ class Check(TypedDict):
 
 
 class InitialLoss(TypedDict):
+    """The first microbatch's loss against what its objective implies (``cockpit.pilot.phases.lossinit``): the
+    reference (ln C, or the targets' variance), what it is, the ratio and the excess in nats, the form the loss
+    was recognised as; for a cross-entropy ln C, the class count, the targets' entropy, the logits' own
+    cross-entropy and spread; for a squared error, the output's own and the targets' mean."""
+
     loss: float
-    uniform: float
-    classes: int
+    reference: float
+    what: str
     ratio: float
+    excess: float
+    form: str
+    uniform: NotRequired[float]
+    classes: NotRequired[int]
+    entropy: NotRequired[float | None]
+    ce: NotRequired[float]
+    spread: NotRequired[float | None]
+    mse: NotRequired[float]
+    mean: NotRequired[float]
 
 
 class StepTime(TypedDict):
@@ -252,6 +266,7 @@ class GateExtras(TypedDict, total=False):
     dependence: JSONObject  # data: what each output depends on (the batch invariants' figures)
     initial_loss: InitialLoss  # forward
     frozen_modes: list[JSONObject]  # forward: frozen modules that ran in training mode, measured again
+    loss_terms: JSONObject  # forward, overfit: the loss's named terms, each at init (and after the overfit)
     optimizer_state: OptimizerState  # update_first
     step_time: StepTime  # update_second (and a probe's training)
     first_step_peak: int | None  # update_second

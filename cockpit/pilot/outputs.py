@@ -1,7 +1,9 @@
 """What the user's loss and model give back, read the way the user's own training step reads it.
 
 The task's ``loss(model, batch)`` may return the mean loss, ``(sum, count)``, a
-Hugging Face model output with ``.loss``, or nanoGPT's ``(logits, loss)``;
+Hugging Face model output with ``.loss`` (or a dict with ``"loss"``), nanoGPT's
+``(logits, loss)`` or ``(loss, terms)``, terms a dict of named scalars (their
+other scalars, and a model output's ``aux_loss``, are the loss's named terms);
 without a ``loss`` the model is called with the batch's tensors and its
 ``.loss`` is used. The model's *outputs* (its logits) are captured by a forward
 hook on the model itself, whatever the loss function does with them, so
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -26,7 +28,10 @@ from .usercode import UserCodeError
 class LossOut:
     value: torch.Tensor  # a mean when count is None, else a sum over ``count`` items
     count: torch.Tensor | None
-    form: str  # "mean", "sum/count", "model output .loss", "(logits, loss)"
+    form: str  # "mean", "sum/count", "model output .loss", "(logits, loss)", "(loss, terms)"
+    # named terms the loss or the model's output exposes beside the total (a dict's other scalars, a Hugging Face
+    # output's aux_loss, the mapping of a returned (loss, terms)): each a scalar, as given (not weighted)
+    terms: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def model_inputs(batch: Batch) -> dict[str, torch.Tensor]:
@@ -53,9 +58,13 @@ def read_loss(out: Any, device: torch.device) -> LossOut:
                     "in Task.loss"
                 ),
             )
-        return LossOut(loss, None, "model output .loss")
+        return LossOut(loss, None, "model output .loss", terms_of(out))
     if isinstance(out, (tuple, list)) and len(out) == 2:
         a, b = out
+        if torch.is_tensor(a) and a.dim() == 0 and isinstance(b, Mapping):
+            terms = terms_of(b)
+            if terms or not b:
+                return LossOut(a, None, "(loss, terms)", terms)
         if torch.is_tensor(a) and a.dim() >= 1 and (b is None or (torch.is_tensor(b) and b.dim() == 0)):
             if b is None:
                 raise UserCodeError(
@@ -75,6 +84,16 @@ def read_loss(out: Any, device: torch.device) -> LossOut:
 
 
 _MISSING = object()
+
+
+def terms_of(out: Any) -> dict[str, torch.Tensor]:
+    """The named scalar terms beside ``loss`` in a mapping (a dict, a Hugging Face output: ``aux_loss``), or on
+    an output's attributes named like a loss (``aux_loss``, ``router_aux_loss``)."""
+    if isinstance(out, Mapping):
+        items = [(k, v) for k, v in out.items() if isinstance(k, str)]
+    else:
+        items = [(k, v) for k, v in getattr(out, "__dict__", {}).items() if k.endswith("_loss")]
+    return {k: v for k, v in items if k != "loss" and torch.is_tensor(v) and v.dim() == 0 and v.is_floating_point()}
 
 
 def _attr_loss(out: Any) -> Any:
@@ -108,6 +127,17 @@ class Capture:
 
     def __init__(self) -> None:
         self.outputs: list[Any] = []
+
+    @property
+    def terms(self) -> dict[str, torch.Tensor]:
+        """The named loss terms of the last output that has some (a Hugging Face output's ``aux_loss``)."""
+        for out in reversed(self.outputs):
+            if isinstance(out, (tuple, list)) or torch.is_tensor(out):
+                continue
+            found = terms_of(out)
+            if found:
+                return found
+        return {}
 
     @property
     def logits(self) -> torch.Tensor | None:

@@ -32,7 +32,10 @@ the setting had no effect instead of passing it.
     loss (a scalar tensor); ``(sum, count)``, the sum of per-item losses and
     the number of items that count (with it Cockpit normalises over the whole
     accumulated update, which is what one large batch would give); a model
-    output with ``.loss`` (Hugging Face); or ``(logits, loss)`` (nanoGPT).
+    output with ``.loss`` (Hugging Face) or a dict with ``"loss"``; ``(logits, loss)``
+    (nanoGPT); or ``(loss, terms)``. Named scalar terms beside the total (a dict's
+    other entries, ``terms``, a model output's ``aux_loss``) are read one by one at
+    init and after the overfit.
     Left out, the model is called with the batch's tensors as keywords and its
     ``.loss`` is used (Hugging Face models given ``labels``).
 

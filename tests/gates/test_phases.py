@@ -445,7 +445,7 @@ def test_a_pretrained_start_below_uniform_is_no_warning() -> None:
             return 5 * F.one_hot(y, 3).float() + 0 * self.lin(x)
 
     g = through(classifier(build_model=lambda p: Knows()), "forward")["forward"]
-    c = check(g, "initial loss near uniform")
+    c = check(g, "initial loss as the objective implies")
     assert c["ok"] and "learned weights" in c["detail"], c
 
 

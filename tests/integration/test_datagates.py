@@ -279,7 +279,7 @@ def test_initial_loss_far_from_uniform_is_a_warning_with_figures(results: dict[s
     r = results["hot_init"]
     g = r.gate("forward")
     assert g["verdict"] == "warn"
-    c = r.check("forward", "initial loss near uniform")
+    c = r.check("forward", "initial loss as the objective implies")
     assert c.get("warn") and not c["ok"]
     assert "ln 4 = 1.386" in c["detail"] and "far above uniform" in c["detail"]
     assert g["initial_loss"]["ratio"] > 2

@@ -50,6 +50,8 @@ from ..gate import Gate, Phase
 from ..rng import rng_state, set_rng_state
 from ..trainer import Trainer
 from ..usercode import is_oom
+from . import lossterms, overfitfloor
+from .overfitfloor import Reading
 from .overfitjudge import (
     Blind,
     Fit,
@@ -59,6 +61,8 @@ from .overfitjudge import (
     capped,
     judge,
     new_best,
+    paired_losses,
+    reads_input,
     still_learning,
     trend_falls,
     trend_rises,
@@ -81,6 +85,10 @@ class Attempt(TypedDict):
     shares: NotRequired[list[float]]  # the accuracy read every 10 steps
     first_accuracy: NotRequired[float | None]  # before the first update
     paired: NotRequired[tuple[float, float, str] | str | None]  # fitted vs inputs shuffled (paired_losses)
+    passed_at: NotRequired[int | None]  # the step the fit first passed; it ran on from there (overfitfloor)
+    overflow: NotRequired[int | None]  # the run-on's step where the loss stopped being finite
+    before: NotRequired[Reading | None]  # the loss, its output's forms and its terms before the first update
+    after: NotRequired[Reading | None]  # the same after the last
 
 
 def run(ctx: Context, g: Gate) -> None:
@@ -156,7 +164,9 @@ def _verdict(g: Gate, attempt: Attempt, n: int, lr: float, need: float) -> None:
     floor: float | None = attempt["floor"]
     finite = bad_step is None
     every = max(1, len(losses) // 20)
-    j = judge([x for x in losses if math.isfinite(x)] or [math.nan], floor)
+    passed_at = attempt.get("passed_at")
+    fit = losses[:passed_at] if passed_at else losses  # the fit is judged up to where it passed; the run-on apart
+    j = judge([x for x in fit if math.isfinite(x)] or [math.nan], floor)
     g.extra["overfit"] = {
         "losses": [_round(x) for x in losses[::every]] + ([_round(losses[-1])] if (len(losses) - 1) % every else []),
         "steps": len(losses),
@@ -168,6 +178,8 @@ def _verdict(g: Gate, attempt: Attempt, n: int, lr: float, need: float) -> None:
         "threshold": _round(j["threshold"]),
         "noise": _round(j["noise"]),
         "floor": None if floor is None else _round(floor),
+        "passed_at": passed_at,
+        "settled": _round(overfitfloor.windows(losses)[-1]) if len(losses) >= overfitfloor.WINDOW else None,
     }
     retry = g.extra.get("overfit_retry")
     at = f"lr {lr:g}" + (f", a tenth of {retry['lr']:g}, which diverged" if retry else "")
@@ -189,7 +201,7 @@ def _verdict(g: Gate, attempt: Attempt, n: int, lr: float, need: float) -> None:
     why_above = capped(j, acc, first, blind_ref) if finite and not fell else None
     # the budget ran out while the model was still clearly learning: a slow rate, not a defect it can see
     paired = attempt.get("paired")
-    blind_output = isinstance(paired, tuple) and not _reads_input(paired, j["noise"])
+    blind_output = isinstance(paired, tuple) and not reads_input(paired, j["noise"])
     if acc is not None and blind_ref.majority is not None and above_chance(acc.share, blind_ref.majority, acc.total):
         # predictions clearly better than a model that ignores its input can get (its most frequent target) read
         # the input, whatever the paired losses say (they differ little where the output's scale is bounded)
@@ -222,7 +234,7 @@ def _verdict(g: Gate, attempt: Attempt, n: int, lr: float, need: float) -> None:
     )
     how = (
         f"{j['start']:.3f} -> {j['end']:.3f} (its best {max(5, min(20, len(losses) // 5))}-step mean) in "
-        f"{len(losses)} steps on {n} fixed examples, {at}; threshold {j['threshold']:.3f} = "
+        f"{len(fit)} steps on {n} fixed examples, {at}; threshold {j['threshold']:.3f} = "
         f"{'its start' if floor is None or j['ref'] == j['start'] else 'the input-blind loss'} {j['ref']:.3f} less "
         f"3x its noise ({j['noise']:.2g}) or 5%"
     )
@@ -272,9 +284,20 @@ def _verdict(g: Gate, attempt: Attempt, n: int, lr: float, need: float) -> None:
         )
     if acc is None:
         input_matters(g, attempt, j["noise"], slow)
-    in_range(g, attempt)
+    overfitfloor.in_range(g, attempt["losses"], attempt["discrete"])
+    if finite:
+        overfitfloor.bounded(g, losses, passed_at, attempt.get("overflow"))
+        settled = overfitfloor.windows(losses)[-1] if len(losses) >= overfitfloor.WINDOW else losses[-1]
+        overfitfloor.floor(g, attempt.get("after"), settled, attempt["discrete"])
+    lossterms.after_fit(g, attempt.get("before"), attempt.get("after"))
     failed = g.failures()
-    if failed:
+    objective = {overfitfloor.BOUNDED, overfitfloor.FLOOR}
+    if failed and all(c["name"] in objective for c in failed):
+        g.message = (  # the fit worked; what the loss did past it says the objective is not the one meant
+            f"overfit failed: {'; '.join(c['name'] + ': ' + c['detail'] for c in failed)}. The model fits; the loss "
+            "it minimises is not the objective meant, and the long run would optimise it as written"
+        )
+    elif failed:
         g.message = (
             f"overfit failed: {'; '.join(c['name'] + ': ' + c['detail'] for c in failed)}. "
             f"A model that cannot memorise {n} fixed examples will not learn the full data set: check that "
@@ -294,7 +317,7 @@ def input_matters(g: Gate, attempt: Attempt, noise: float, slow: bool = False) -
         g.not_applicable(name, paired)
         return
     fitted, shuffled, moved = paired
-    ok = _reads_input(paired, noise)
+    ok = reads_input(paired, noise)
     g.check(
         name,
         ok,
@@ -311,45 +334,6 @@ def input_matters(g: Gate, attempt: Attempt, noise: float, slow: bool = False) -
             "cannot fit the examples it sees at every step"
         ),
         warn=slow,
-    )
-
-
-def in_range(g: Gate, attempt: Attempt) -> None:
-    """A loss over discrete targets that starts at or above 0 never goes below it: a negative value is impossible."""
-    losses = [x for x in attempt["losses"] if math.isfinite(x)]
-    name = "loss in range"
-    if not attempt["discrete"]:
-        g.not_applicable(
-            name,
-            "the batch has no integer targets (class or token ids), so the loss need not be a negative "
-            "log-likelihood over a discrete distribution, and a negative value can be legitimate",
-        )
-        return
-    if not losses:
-        g.not_applicable(name, "no finite loss to read")
-        return
-    if losses[0] < 0:
-        g.check(
-            name,
-            False,
-            f"negative from the start ({losses[0]:.4g}) for a loss over integer targets: not a negative "
-            "log-likelihood, or one over log-probabilities that are not normalised (scores or probabilities given "
-            "where log_softmax belongs); if the objective is meant to go below 0, this is expected",
-            warn=True,
-        )
-        return
-    low = min(losses)
-    step = losses.index(low) + 1
-    ok = low >= -1e-6 * max(1.0, abs(losses[0]))
-    g.check(
-        name,
-        ok,
-        f"never below 0 (lowest {low:.4g}) for a loss over integer targets"
-        if ok
-        else f"the loss went negative ({low:.4g} at overfit step {step}, from {losses[0]:.4g}): a negative "
-        "log-likelihood over discrete targets (cross-entropy, CTC) cannot be below 0, so this value is impossible: "
-        "look for log-probabilities that are not normalised (a missing log_softmax), a sign or a reduction "
-        "that divides by the wrong count, or lengths that do not match the targets",
     )
 
 
@@ -374,6 +358,7 @@ def _attempt(
             m.p = 0.0
     blind = blind_floor(tr, examples)
     floor, discrete = blind.floor, blind.discrete
+    before = overfitfloor.read(tr, mbs)  # the loss, its output's own forms and its named terms before any update
     first = accuracy(tr, examples)
     shares = [first.share] if first is not None else []  # the accuracy read every 10 steps: is the ranking rising?
     losses: list[float] = []
@@ -382,9 +367,17 @@ def _attempt(
     at = 0
     ceiling = min(2000, 10 * steps)
     step = 0
+    # the fit passed (memorised, or below its threshold reading its input) at this step; it runs on until its loss
+    # settles or the run-on's budget is spent, so the whole curve is judged (overfitfloor)
+    passed_at: int | None = None
+    until = 0
+    overflow: int | None = None
     while step < ceiling:
         step += 1
         loss = float(tr.accumulate(mbs, check_finite=False)["loss"])
+        if passed_at is not None and not math.isfinite(loss):
+            overflow = step  # a loss that overflows after its fit fell without limit: the run-on's finding
+            break
         losses.append(loss)
         if not math.isfinite(loss):
             bad_step = step
@@ -393,29 +386,52 @@ def _attempt(
             break  # an impossible value: the finding is made (see in_range)
         norm = tr.apply(check_finite=False).get("grad_norm")
         if norm is None and tr.scaler is None:  # with fp16 the scaler skips such a step by design
+            if passed_at is not None:
+                overflow = step
+                break
             bad_step = step
             break
+        if passed_at is not None:
+            run = losses[passed_at - 1 :]
+            if step >= until and overfitfloor.accelerating(run) and step < passed_at + overfitfloor.RUNON_MAX:
+                until = min(ceiling, step + overfitfloor.WINDOW)  # still falling faster: where does it end?
+            if overfitfloor.runaway(run, losses[0]):
+                break  # fell by more than its whole start, faster and faster: the finding is made
+            if step >= until or (
+                len(run) > 2 * overfitfloor.WINDOW
+                and step % overfitfloor.WINDOW == 0
+                and overfitfloor.settled(run, losses[0])
+            ):
+                break
+            continue
         if step % 10 and step != steps:
             continue
         j = judge(losses, floor)
         acc, at = accuracy(tr, examples), step
         if acc is not None:
             shares.append(acc.share)
-        if acc is not None and acc.share >= need:
-            break  # memorised
-        if acc is None and j["end"] < j["threshold"] and _reads_input(paired_losses(tr, mbs), j["noise"]):
-            break  # without predictions: below its threshold, and the output depends on the input
+        passed = (acc is not None and acc.share >= need) or (  # memorised
+            acc is None and j["end"] < j["threshold"] and reads_input(paired_losses(tr, mbs), j["noise"])
+        )  # without predictions: below its threshold, and the output depends on the input
+        if passed:
+            passed_at, until = step, min(ceiling, step + overfitfloor.runon_steps(step))
+            continue
         # learning goes on while the loss falls or, where predictions exist, while the ranking still improves (a
         # loss held up by its output's scale barely moves while more targets come out right)
         ranking = acc is not None and (new_best(shares) or trend_rises(shares, acc.total))
         if step >= steps and not still_learning(losses) and not ranking:
             break
-    if bad_step is None and at != len(losses):
+    if bad_step is None and overflow is None and at != len(losses):
         acc = accuracy(tr, examples)  # after the last update
         if acc is not None:
             shares.append(acc.share)
-    paired = paired_losses(tr, mbs) if bad_step is None else None
+    paired = paired_losses(tr, mbs) if bad_step is None and overflow is None else None
+    after = overfitfloor.read(tr, mbs) if bad_step is None and overflow is None else None
     return {
+        "passed_at": passed_at,
+        "overflow": overflow,
+        "before": before,
+        "after": after,
         "losses": losses,
         "bad_step": bad_step,
         "accuracy": acc,
@@ -426,49 +442,6 @@ def _attempt(
         "first_accuracy": first.share if first is not None else None,
         "paired": paired,
     }
-
-
-@torch.no_grad()
-def paired_losses(tr: Trainer, mbs: list[list[Example]]) -> tuple[float, float, str] | str:
-    """(the fitted loss, the loss with each row's input paired with the next row's everything else, the keys moved),
-    under one replayed RNG state; or why it cannot be measured. A model whose output ignores its input gives the
-    same for both (a contrastive model collapsed to uniform scores, a pooled token that is the same in every row)."""
-    key = tr.task.input_key
-    fitted = shuffled = 0.0
-    moved: list[str] = []
-    for mb in mbs:
-        batch = tr.collate(mb)
-        x = batch.get(key)
-        if not torch.is_tensor(x) or x.dim() == 0 or x.shape[0] < 2:
-            return f"no batch[{key!r}] with two rows or more to pair with other rows (Task.input_key)"
-        moved = [k for k, v in batch.items() if torch.is_tensor(v) and tuple(v.shape) == tuple(x.shape)]
-        rest = [k for k, v in batch.items() if torch.is_tensor(v) and v.dim() and v.shape[0] == x.shape[0]]
-        if not set(rest) - set(moved):
-            return (
-                f"every tensor of the batch is shaped like batch[{key!r}]: nothing else (a target, another view) "
-                "to pair the input with"
-            )
-        start = rng_state()
-        for rolled, into in ((False, "fitted"), (True, "shuffled")):
-            b = dict(batch)
-            if rolled:
-                b.update({k: torch.roll(batch[k], 1, dims=0) for k in moved})
-            set_rng_state(start)
-            value, count = tr.loss_of(b)
-            v = float(value) / float(count) if count is not None else float(value)
-            if into == "fitted":
-                fitted += v / len(mbs)
-            else:
-                shuffled += v / len(mbs)
-    return fitted, shuffled, ", ".join(moved)
-
-
-def _reads_input(paired: tuple[float, float, str] | str, noise: float) -> bool:
-    """The fitted loss is clearly lower than with inputs paired to other rows (or that cannot be measured)."""
-    if isinstance(paired, str):
-        return True
-    fitted, shuffled, _ = paired
-    return shuffled - fitted > max(3 * noise, 0.05 * abs(fitted), 1e-6)
 
 
 def _round(x: float) -> float | None:
@@ -493,6 +466,9 @@ PHASE = Phase(
         "targets recovered",
         "output depends on the input",
         "loss in range",
+        overfitfloor.BOUNDED,
+        overfitfloor.FLOOR,
+        lossterms.FALL,
     ),
     independent=True,
     inputs=inputs,

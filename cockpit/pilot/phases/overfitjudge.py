@@ -20,6 +20,7 @@ import torch
 from ...contract import Example
 from .. import outputs
 from ..datascan import rows
+from ..rng import rng_state, set_rng_state
 from ..trainer import Trainer
 
 
@@ -226,3 +227,46 @@ def accuracy(tr: Trainer, examples: list[Example]) -> Fit | None:
     if total == 0:
         return None
     return Fit(right / total, total, wrong, None if top_sum is None else top_sum / total)
+
+
+@torch.no_grad()
+def paired_losses(tr: Trainer, mbs: list[list[Example]]) -> tuple[float, float, str] | str:
+    """(the fitted loss, the loss with each row's input paired with the next row's everything else, the keys moved),
+    under one replayed RNG state; or why it cannot be measured. A model whose output ignores its input gives the
+    same for both (a contrastive model collapsed to uniform scores, a pooled token that is the same in every row)."""
+    key = tr.task.input_key
+    fitted = shuffled = 0.0
+    moved: list[str] = []
+    for mb in mbs:
+        batch = tr.collate(mb)
+        x = batch.get(key)
+        if not torch.is_tensor(x) or x.dim() == 0 or x.shape[0] < 2:
+            return f"no batch[{key!r}] with two rows or more to pair with other rows (Task.input_key)"
+        moved = [k for k, v in batch.items() if torch.is_tensor(v) and tuple(v.shape) == tuple(x.shape)]
+        rest = [k for k, v in batch.items() if torch.is_tensor(v) and v.dim() and v.shape[0] == x.shape[0]]
+        if not set(rest) - set(moved):
+            return (
+                f"every tensor of the batch is shaped like batch[{key!r}]: nothing else (a target, another view) "
+                "to pair the input with"
+            )
+        start = rng_state()
+        for rolled, into in ((False, "fitted"), (True, "shuffled")):
+            b = dict(batch)
+            if rolled:
+                b.update({k: torch.roll(batch[k], 1, dims=0) for k in moved})
+            set_rng_state(start)
+            value, count = tr.loss_of(b)
+            v = float(value) / float(count) if count is not None else float(value)
+            if into == "fitted":
+                fitted += v / len(mbs)
+            else:
+                shuffled += v / len(mbs)
+    return fitted, shuffled, ", ".join(moved)
+
+
+def reads_input(paired: tuple[float, float, str] | str, noise: float) -> bool:
+    """The fitted loss is clearly lower than with inputs paired to other rows (or that cannot be measured)."""
+    if isinstance(paired, str):
+        return True
+    fitted, shuffled, _ = paired
+    return shuffled - fitted > max(3 * noise, 0.05 * abs(fitted), 1e-6)

@@ -16,12 +16,14 @@ import math
 import torch
 
 from ... import events as ev
+from ...contract import Batch
 from .. import frozenmode, outputs, tensorscan
 from ..context import Context
 from ..gate import Gate, Phase
 from ..microsteps import Accumulation, FirstUpdate
+from ..outputs import LossOut
 from ..trainer import NonFinite, user
-from . import semantics
+from . import lossinit, lossterms, semantics
 
 
 def param_fingerprint(model: torch.nn.Module, chunk: int = tensorscan.CHUNK) -> dict[str, tuple[float, ...]]:
@@ -87,7 +89,9 @@ def forward(ctx: Context, g: Gate) -> None:
         lab = batch[task.label_key]
         shape = tuple(pred.shape) if torch.is_tensor(pred) else type(pred).__name__
         g.check("prediction shape", shape == tuple(lab.shape), f"predictions {shape} vs targets {tuple(lab.shape)}")
-    initial_loss(ctx, g, mean)
+    if not lo.terms:
+        lo.terms = cap.terms  # the model's output names them where the loss returned only the total
+    initial_loss(ctx, g, lo, mean, batch, cap.logits)
     semantics.settings_applied(ctx, g, dtypes)
     semantics.outputs_are_logits(ctx, g, cap.logits)
     semantics.causal_mask(ctx, g, batch)
@@ -104,36 +108,12 @@ def not_scalar(value: torch.Tensor) -> str:
     )
 
 
-def initial_loss(ctx: Context, g: Gate, loss: float) -> None:
-    task = ctx.the_task
-    classes, what = None, ""
-    if task.kind == "classification" and task.label_names:
-        classes, what = len(task.label_names), "classes"
-    elif task.kind == "generation" and task.vocab_size:
-        classes, what = int(user("vocab_size", task.vocab_size, ctx.params)), "vocabulary"
-    if not classes or classes < 2:
-        return
-    uniform = math.log(classes)
-    ratio = loss / uniform
-    # Far above uniform: an over-confident start (logits too large, a wrong reduction). Far below: the model
-    # already knows the task (fine-tuning learned weights), which is no defect.
-    ok = ratio <= 2.0
-    learned = ratio < 0.5
-    g.extra["initial_loss"] = {"loss": loss, "uniform": uniform, "classes": classes, "ratio": ratio}
-    g.check(
-        "initial loss near uniform",
-        ok,
-        f"{loss:.3f} vs ln {classes} = {uniform:.3f} for uniform predictions over the {what} ({ratio:.2f}x)"
-        + (
-            ": below uniform, the model starts from learned weights"
-            if learned
-            else ""
-            if ok
-            else ": far above uniform: an over-confident start; check the output layer's size and initialisation "
-            "(logits too large), the loss's reduction and what it is averaged over"
-        ),
-        warn=True,
-    )
+def initial_loss(ctx: Context, g: Gate, lo: LossOut, loss: float, batch: Batch, logits: torch.Tensor | None) -> None:
+    """The loss at initialisation against what the objective implies (:mod:`.lossinit`), and each of its named
+    terms on its own (:mod:`.lossterms`)."""
+    mean = lo.value / lo.count if lo.count is not None else lo.value
+    im = lossinit.check(ctx, g, loss, batch, logits, mean, sorted(lo.terms))
+    lossterms.at_init(g, lo, loss, im.main if im is not None else None)
 
 
 # --------------------------------------------------------------------------- backward
@@ -242,11 +222,12 @@ FORWARD = Phase(
         "count",
         "finite loss",
         "prediction shape",
-        "initial loss near uniform",
+        lossinit.NAME,
+        lossterms.AT_INIT,
         frozenmode.NAME,
     ),
     inputs=base_inputs,
-    doc="shapes, finite loss, initial loss vs uniform",
+    doc="shapes, finite loss, initial loss vs what the objective implies",
 )
 BACKWARD = Phase(
     "backward",
