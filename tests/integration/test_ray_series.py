@@ -1,0 +1,122 @@
+"""``cockpit series --ray``: a series spread over a real Ray cluster of three nodes on this machine.
+
+Slow: it starts a Ray cluster (a head and two workers, each a ``ray start`` with its own temp dir, one CPU each,
+with declared fake GPUs and a custom resource for their GPU model) and trains real runs on its nodes. The cluster is
+stopped by the fixture, process by process, by the temp dirs it made; never a broad ``ray stop``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray", reason="ray is not installed (pip install 'cockpit[ray]'): the Ray series is not tested")
+
+from cockpit import events as ev  # noqa: E402
+from cockpit import launch, runs  # noqa: E402
+from cockpit import notebook as nbm  # noqa: E402
+from cockpit import series as sr  # noqa: E402
+from cockpit.cli import main as cli  # noqa: E402
+from tests.integration.ray_cluster import LocalCluster, cluster_env  # noqa: E402
+from tests.integration.test_series import tiny_campaign  # noqa: E402
+
+pytestmark = pytest.mark.slow  # starts a Ray cluster of three nodes and trains runs on them
+
+UPDATES = "4"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    root = tmp_path_factory.mktemp("raycl")
+    cl = LocalCluster(root, cluster_env())
+    try:
+        cl.start([("wa", 2, "FAKE"), ("wb", 2, "FAKE")])
+        yield cl
+    finally:
+        cl.stop()
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def _curve(rdir: Path) -> list[tuple[str, str]]:
+    with open(rdir / runs.CURVE_FILE, newline="") as fh:
+        return [(r["step"], r["loss"]) for r in csv.DictReader(fh)]
+
+
+def test_series_spreads_over_the_nodes_and_the_head_sees_every_run(
+    ray_cluster: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    camp = tiny_campaign(tmp_path, "camp")
+    nbm.mutate(camp, lambda nb: setattr(nb.validation, "every_updates", 2))
+    code = cli(
+        [
+            "series",
+            str(camp),
+            "--ray",
+            ray_cluster.address,
+            "--variants",
+            "lr1e-4,lr5e-5,lr2e-4",
+            "--seeds",
+            "0,1",
+            "--updates",
+            UPDATES,
+            "--without-pilot",
+            "a test of the Ray series",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "on the Ray cluster at" in err and "1 CPU (no passed pilot" in err
+    nb = nbm.load(camp)
+    rows = [r for r in nb.runs if r.kind == "train"]
+    assert sorted((r.variant, r.seed) for r in rows) == sorted(
+        (v, s) for v in ("lr1e-4", "lr5e-5", "lr2e-4") for s in (0, 1)
+    )  # every run in the notebook once
+    assert {r.status for r in rows} == {"completed"}
+    nodes = {n.name: n.temp for n in ray_cluster.nodes}
+    used = set()
+    for r in rows:
+        rdir = runs.run_dir(camp, r.id)
+        info = runs.remote_info(rdir)
+        assert info is not None and info.get("ended") is True and not info.get("reason")
+        assert not (rdir / runs.PROCESS_FILE).exists()  # no local pid decides a remote run's liveness
+        node_dir = Path(str(info["node_dir"]))
+        # The run went on in a node-local copy under that node's Ray temp dir, never in the head's folder.
+        owner = [name for name, temp in nodes.items() if node_dir.is_relative_to(temp)]
+        assert len(owner) == 1, node_dir
+        used.add(owner[0])
+        assert not node_dir.is_relative_to(camp)
+        # What the head holds is what the node wrote, byte for byte (events, curve, metrics), relayed through Ray.
+        for name in (ev.EVENTS_FILE, runs.CURVE_FILE, runs.EVALS_FILE, runs.METRICS_FILE):
+            assert (rdir / name).read_bytes() == (node_dir / name).read_bytes(), name
+        st = runs.state(rdir)
+        assert st.status == "completed" and st.stop_reason.startswith("budget reached")
+        assert runs.read_metrics(rdir)["updates"] == int(UPDATES)
+        assert (rdir / runs.ARTIFACT_DIR).is_dir()
+    assert used == set(nodes)  # one CPU per node and six runs submitted at once: every node trained
+    # the head's readers see the remote runs as local ones
+    assert cli(["runs", str(camp), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert sorted((x["id"], x["status"]) for x in listed if x["kind"] == "train") == sorted(
+        (r.id, "completed") for r in rows
+    )
+    assert cli(["compare", str(camp)]) == 0
+    # A remote run trains exactly as a local one: the same curve, bit for bit, on the CPU.
+    first = next(r for r in rows if (r.variant, r.seed) == ("lr1e-4", 0))
+    _, local = launch.new_run(
+        camp,
+        "lr1e-4",
+        0,
+        kind="train",
+        overrides=sr.budget_overrides(int(UPDATES)).flat(),
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    assert launch.wait(local, timeout=300)
+    assert runs.state(local).status == "completed"
+    assert _curve(local) == _curve(runs.run_dir(camp, first.id))
