@@ -44,6 +44,7 @@ import ray
 
 from .. import fsutil, launch, runs
 from .mirror import NODE_ONLY, BadChunk, Chunk, Mirror, apply
+from .nodes import NodeFacts
 
 BEAT_S = 2.0  # the head refreshes each held run's heartbeat this often; the node says it is there as often
 SCAN_S = 0.5  # the node looks at its run folder this often
@@ -180,6 +181,19 @@ class Cluster:
         self.demands: dict[str, Demand] = {k: v for k, v in (demands or {}).items() if isinstance(v, Demand)}
         self.held: dict[Path, Held] = {}
         connect(address, self.campaign.parent)
+        from .nodes import judge, versions_here
+
+        found = survey()
+        verdict = judge(found, self.demands, versions_here())  # raises when a variant fits on no usable node
+        self.notes = verdict.notes
+        self.usable = verdict.usable
+        self.strategy: object = "DEFAULT"
+        if len(verdict.usable) < len(found):  # only these nodes: the others were refused by name
+            from ray.util.scheduling_strategies import In, NodeLabelSchedulingStrategy
+
+            self.strategy = NodeLabelSchedulingStrategy(
+                hard={"ray.io/node-id": In(*(n.node_id for n in verdict.usable))}
+            )
 
     def new_run(self, campaign: Path | str, variant: str | None, seed: int, **kw: Any) -> tuple[str, Path]:
         """A series' run created on the head as always (id, run.toml, row), then submitted to the cluster."""
@@ -214,6 +228,7 @@ class Cluster:
             num_cpus=d.num_cpus,
             num_gpus=d.num_gpus,
             resources=dict(d.resources) or None,
+            scheduling_strategy=self.strategy,
             name=f"cockpit:{self.campaign.parent.name}:{rdir.name}",
         ).remote(spec)
         info: runs.RemoteInfo = {"address": self.address, "submitted": runs.now(), "beat": time.time(), "ended": False}
@@ -301,6 +316,48 @@ def _folder(rdir: Path) -> dict[str, bytes]:
                 continue
             with fsutil.open_regular(path) as fh:
                 out[rel] = fh.read()
+    return out
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def node_versions() -> dict[str, str]:
+    """What must be the head's on a node: read there, from its installed metadata."""
+    from .nodes import versions_here
+
+    return versions_here()
+
+
+def survey(timeout_s: float = 120.0) -> list[NodeFacts]:
+    """Every live node: its resources and the versions a task pinned to it read there."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    live = [n for n in ray.nodes() if n.get("Alive")]
+    refs = {
+        n["NodeID"]: node_versions.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        ).remote()
+        for n in live
+    }
+    out = []
+    for n in live:
+        versions: dict[str, str] = {}
+        error = ""
+        try:
+            versions = ray.get(refs[n["NodeID"]], timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            error = f"no answer within {timeout_s:g} s"
+        except ray.exceptions.RayError as exc:
+            error = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]
+        out.append(
+            NodeFacts(
+                node_id=n["NodeID"],
+                hostname=str(n.get("NodeName") or n.get("NodeManagerHostname") or "?"),
+                ip=str(n.get("NodeManagerAddress") or "?"),
+                resources={k: float(v) for k, v in (n.get("Resources") or {}).items()},
+                versions=versions,
+                error=error,
+            )
+        )
     return out
 
 

@@ -188,19 +188,27 @@ def _go(
     print(f"series of {len(items)} runs on {path.parent}, {budget}, {args.parallel} at a time:", file=out)
     for i in items:
         print(f"  {i.label()}", file=out)
-    if args.dry_run:
-        if args.json:
-            print(json.dumps([i.__dict__ for i in items], indent=2, default=str))
-        return 0
-    if args.detach:
-        return _detach(path, args)
-    sr.record_decisions(path, decisions or [])
-
     held = None
     if address is not None:
         from ..cluster import onray
 
-        held = onray.Cluster(path, address, dict(demands))
+        held = onray.Cluster(path, address, dict(demands))  # refuses here when a variant fits on no usable node
+        for n in held.notes:
+            print(n, file=out)
+        print(f"{len(held.usable)} node{'s' if len(held.usable) != 1 else ''} of the cluster used", file=out)
+    if args.dry_run:
+        if held is not None:
+            held.close()
+        if args.json:
+            print(json.dumps([i.__dict__ for i in items], indent=2, default=str))
+        return 0
+    if args.detach:
+        if held is not None:
+            held.close()
+        return _detach(path, args)
+    sr.record_decisions(path, decisions or [])
+
+    if held is not None:
         series = sr.Series(
             path,
             items,

@@ -73,14 +73,14 @@ class LocalCluster:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def _start(self, name: str, *args: str) -> Node:
+    def _start(self, name: str, *args: str, env: dict[str, str] | None = None) -> Node:
         temp = self.root / name
         temp.mkdir(parents=True, exist_ok=True)
         node = Node(name, temp)
         self.nodes.append(node)  # before it starts: a failed start is still stopped
         cmd = [str(RAY), "start", f"--temp-dir={temp}", "--num-cpus=1", "--disable-usage-stats"]
         cmd += ["--object-store-memory=100000000", *args]
-        out = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(cmd, env=env or self.env, capture_output=True, text=True, timeout=120)
         if out.returncode != 0:
             raise RuntimeError(f"ray start {name} failed:\n{out.stdout}\n{out.stderr}")
         return node
@@ -94,10 +94,11 @@ class LocalCluster:
             self._start(name, f"--address={self.address}", f"--num-gpus={gpus}", f"--resources={res}")
         self.wait_nodes(len(self.nodes))
 
-    def add(self, name: str, gpus: int, model: str) -> Node:
+    def add(self, name: str, gpus: int, model: str, env: dict[str, str] | None = None) -> Node:
+        """One more worker node, joined to the running cluster (``env``: its own environment)."""
         res = json.dumps({f"gpu_model:{model}": gpus}) if model else "{}"
-        node = self._start(name, f"--address={self.address}", f"--num-gpus={gpus}", f"--resources={res}")
-        self.wait_nodes(sum(1 for n in self.nodes if n.processes()))
+        node = self._start(name, f"--address={self.address}", f"--num-gpus={gpus}", f"--resources={res}", env=env)
+        self.wait_nodes(len(self.nodes))
         return node
 
     def wait_nodes(self, n: int, timeout: float = 120) -> None:

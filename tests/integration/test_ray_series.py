@@ -21,6 +21,7 @@ from cockpit import launch, runs  # noqa: E402
 from cockpit import notebook as nbm  # noqa: E402
 from cockpit import series as sr  # noqa: E402
 from cockpit.cli import main as cli  # noqa: E402
+from tests.fake_runs import gpu_stack, standard_gates, write_run  # noqa: E402
 from tests.integration.ray_cluster import LocalCluster, cluster_env  # noqa: E402
 from tests.integration.test_series import tiny_campaign  # noqa: E402
 
@@ -120,3 +121,43 @@ def test_series_spreads_over_the_nodes_and_the_head_sees_every_run(
     assert launch.wait(local, timeout=300)
     assert runs.state(local).status == "completed"
     assert _curve(local) == _curve(runs.run_dir(camp, first.id))
+
+
+def test_mixed_cluster_refuses_nodes_by_name_and_places_runs_by_gpu_model(
+    ray_cluster: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # wc: GPUs of a model no pilot passed on; wd: the right GPU model, but another torch (its metadata says 9.9.9)
+    fake = tmp_path / "faketorch" / "torch-9.9.9.dist-info"
+    fake.mkdir(parents=True)
+    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 9.9.9\n")
+    (fake / "RECORD").write_text("")
+    ray_cluster.add("wc", 2, "OTHER")
+    ray_cluster.add("wd", 2, "FAKE", env=cluster_env([fake.parent]))
+    camp = tiny_campaign(tmp_path, "mixed")
+    # A passed pilot on the FAKE GPU model (fabricated: this machine has no GPU): 30,000 MiB peak + a CUDA context
+    # fit twice in 81,920 MiB, so each run asks Ray for half a FAKE GPU.
+    write_run(camp, variant="lr1e-4", stack=gpu_stack("NVIDIA FAKE", 81_920), gates=standard_gates(30_000, 30_000))
+    args = ["series", str(camp), "--ray", ray_cluster.address, "--variants", "lr1e-4", "--seeds", "0,1"]
+    code = cli([*args, "--updates", UPDATES, "--without-pilot", "a fabricated GPU pilot"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "lr1e-4: 0.5 GPU FAKE (pilot r0001: 30,000 MiB torch peak reserved + 600 MiB CUDA context, 2 per" in err
+    by_name = {n.name: n for n in ray_cluster.nodes}
+    wd_id = next(line for line in err.splitlines() if "torch 9.9.9 there" in line)
+    assert wd_id.startswith("node ") and "not used: torch 9.9.9 there, " in wd_id
+    assert "its GPUs (gpu_model:OTHER) have no passed pilot in this series (pilots passed on: FAKE)" in err
+    trained = [r for r in nbm.load(camp).runs if r.kind == "train"]
+    assert len(trained) == 2 and {r.status for r in trained} == {"completed"}
+    for r in trained:
+        node_dir = Path(str((runs.remote_info(runs.run_dir(camp, r.id)) or {})["node_dir"]))
+        where = [name for name, n in by_name.items() if node_dir.is_relative_to(n.temp)]
+        assert where and where[0] in ("wa", "wb"), (r.id, node_dir)  # never the head (no GPU), wc or wd
+
+    # a pilot on a GPU model no node has: refused before any run is created
+    other = tiny_campaign(tmp_path, "h200")
+    write_run(other, variant="lr1e-4", stack=gpu_stack("NVIDIA H200", 143_771), gates=standard_gates(30_000, 30_000))
+    code = cli(["series", str(other), "--ray", ray_cluster.address, "--variants", "lr1e-4", "--seeds", "0"])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "no usable node of the cluster can hold a run of lr1e-4, which asks for" in err and "gpu_model:H200" in err
+    assert [r.kind for r in nbm.load(other).runs] == ["pilot"]

@@ -14,6 +14,7 @@ import pytest
 from cockpit import cluster, runs
 from cockpit import events as ev
 from cockpit import notebook as nbm
+from cockpit.cluster import nodes
 from cockpit.cluster.mirror import BadChunk, Chunk, Mirror, apply
 from cockpit.errors import UsageError
 from tests.fake_runs import cpu_stack, gpu_stack, make_campaign, standard_gates, write_run
@@ -200,3 +201,48 @@ def test_nothing_imports_ray_until_a_series_goes_to_ray() -> None:
         [sys.executable, "-c", "import json;" + code], capture_output=True, text=True, env=env, check=True
     )
     assert json.loads(out.stdout) == []
+
+
+def _node(name: str, resources: dict[str, float], torch: str = "2.13.0", error: str = "") -> nodes.NodeFacts:
+    return nodes.NodeFacts(
+        node_id=name * 28,
+        hostname=name,
+        ip="10.0.0.1",
+        resources=resources,
+        versions={"cockpit": "0.1.0", "torch": torch},
+        error=error,
+    )
+
+
+HEAD = {"cockpit": "0.1.0", "torch": "2.13.0"}
+
+
+def test_nodes_refused_by_name_for_versions_and_unpiloted_gpu_models() -> None:
+    demands = {"v": cluster.Demand(1.0, 0.5, {"gpu_model:H200": 0.5}, "pilot r0001")}
+    found = [
+        _node("aa", {"CPU": 8, "GPU": 8, "gpu_model:H200": 8}),
+        _node("bb", {"CPU": 8, "GPU": 8, "gpu_model:H200": 8}, torch="2.9.0"),
+        _node("cc", {"CPU": 8, "GPU": 4, "gpu_model:A100": 4}),
+        _node("dd", {"CPU": 8}, error="ModuleNotFoundError: No module named 'cockpit'"),
+    ]
+    v = nodes.judge(found, demands, HEAD)
+    assert [n.hostname for n in v.usable] == ["aa", "cc"]
+    text = "\n".join(v.notes)
+    assert "node bb 10.0.0.1 (bbbbbbbbbbbb): not used: torch 2.9.0 there, 2.13.0 on the head" in text
+    assert "node cc 10.0.0.1 (cccccccccccc): its GPUs (gpu_model:A100) have no passed pilot in this series" in text
+    assert "pilots passed on: H200" in text
+    assert "node dd" in text and "No module named 'cockpit'" in text
+
+
+def test_a_variant_no_usable_node_can_hold_refuses_the_series() -> None:
+    demands = {"v": cluster.Demand(1.0, 0.5, {"gpu_model:H200": 0.5}, "pilot r0001")}
+    found = [
+        _node("aa", {"CPU": 8, "GPU": 4, "gpu_model:A100": 4}),
+        _node("bb", {"CPU": 8, "GPU": 8, "gpu_model:H200": 8}, torch="2.9.0"),
+    ]
+    with pytest.raises(
+        UsageError, match=r"no usable node of the cluster can hold a run of v, which asks for 0.5 GPU H200"
+    ):
+        nodes.judge(found, demands, HEAD)
+    # a CPU series runs on any node of the head's versions
+    assert len(nodes.judge(found, {"v": cluster.Demand()}, HEAD).usable) == 1
