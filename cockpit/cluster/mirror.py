@@ -15,7 +15,8 @@ report read a remote run like a local one, from its own folder.
   with the last part: a reader never sees half a checkpoint. A file the run
   removed (an old checkpoint past ``keep``) is removed on the head too.
 - What only makes sense on the node never travels: ``process.json`` (a local
-  pid), ``summary.json`` (it names the node's inode), temporaries.
+  pid), ``summary.json`` (it names the node's inode), temporaries; nor, towards
+  the head, its own records (``remote.json``, ``stop.json``).
 
 The head checks every path it is sent: relative, inside the run folder, made of
 plain names, never through a link, never one of the head's own records.
@@ -34,7 +35,7 @@ from .. import fsutil, runs
 
 PART = 8 << 20  # the largest piece of one file in one chunk
 APPENDED = {ev.EVENTS_FILE: True, runs.LOG_FILE: False, runs.CURVE_FILE: True, runs.EVALS_FILE: True}  # name: lines
-NODE_ONLY = frozenset({runs.PROCESS_FILE, runs.REMOTE_FILE, runs.SUMMARY_FILE})
+NODE_ONLY = frozenset({runs.PROCESS_FILE, runs.REMOTE_FILE, runs.STOP_FILE, runs.SUMMARY_FILE})
 
 
 @dataclass(frozen=True)

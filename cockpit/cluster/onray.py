@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import ray
 
@@ -48,6 +48,7 @@ from .nodes import NodeFacts
 
 BEAT_S = 2.0  # the head refreshes each held run's heartbeat this often; the node says it is there as often
 SCAN_S = 0.5  # the node looks at its run folder this often
+FORCE_AFTER_S = 45.0  # beyond a stop's grace: the run did not end on its node, its task is cancelled by force
 EXCLUDES = ["/runs/", "/campaign.toml", "/.campaign*"]  # the notebook and the runs stay on the head
 
 
@@ -124,9 +125,35 @@ def _prepare(spec: NodeSpec) -> Path:
     return rdir
 
 
+@ray.remote(num_cpus=0)
+class Stops:
+    """The stops the head's series asks of its runs (an actor on the head): each run's task asks it as it goes."""
+
+    def __init__(self) -> None:
+        self.asked: dict[str, float] = {}
+
+    def ask(self, rid: str, grace_s: float) -> None:
+        self.asked[rid] = grace_s
+
+    def grace(self, rid: str) -> float | None:
+        return self.asked.get(rid)
+
+
+def _asked(stops: object, rid: str) -> float | None:
+    """The grace of a stop the head asked of this run, or None (also when the head cannot be asked right now)."""
+    try:
+        got = ray.get(cast(Any, stops).grace.remote(rid), timeout=10)
+    except ray.exceptions.RayError:
+        return None
+    return float(got) if isinstance(got, (int, float)) else None
+
+
 @ray.remote(num_returns="streaming", max_retries=0)
-def run_on_node(spec: NodeSpec) -> Iterator[Placed | Chunk | Beat | Ended]:
-    """A series' run on this node: Cockpit's run process in a node-local folder, its files streamed to the head."""
+def run_on_node(spec: NodeSpec, stops: object = None) -> Iterator[Placed | Chunk | Beat | Ended]:
+    """A series' run on this node: Cockpit's run process in a node-local folder, its files streamed to the head.
+
+    A stop the head asks (``stops``) stops exactly this run's process, as ``launch.stop`` does on one box; the
+    task then goes on to send the run's end and its last files, like any run that ended."""
     rdir = _prepare(spec)
     mirror = Mirror(rdir)
     mirror.prime()
@@ -137,8 +164,14 @@ def run_on_node(spec: NodeSpec) -> Iterator[Placed | Chunk | Beat | Ended]:
         ctx.get_task_id() or "", ctx.get_node_id(), socket.gethostname(), ray.util.get_node_ip_address(), str(rdir), pid
     )
     last = time.monotonic()
+    stopping = False
     try:
         while runs.is_alive(rdir):
+            grace = _asked(stops, spec.rid) if stops is not None and not stopping else None
+            if grace is not None:
+                stopping = True
+                launch.stop(rdir, grace_s=grace)  # blocks until it ended (or was killed after the grace)
+                continue
             sent = False
             for chunk in mirror.scan():
                 sent = True
@@ -168,6 +201,8 @@ class Held:
     gen: ray.ObjectRefGenerator
     info: runs.RemoteInfo
     beat_t: float = 0.0
+    stop_t: float | None = None  # when the stop was passed to its task
+    stop_grace: float = 0.0
 
 
 class Cluster:
@@ -181,6 +216,12 @@ class Cluster:
         self.demands: dict[str, Demand] = {k: v for k, v in (demands or {}).items() if isinstance(v, Demand)}
         self.held: dict[Path, Held] = {}
         connect(address, self.campaign.parent)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = ray.get_runtime_context().get_node_id()  # the node this series joined through: the head
+        self.stops: Any = (
+            cast(Any, Stops).options(scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote()
+        )
         from .nodes import judge, versions_here
 
         found = survey()
@@ -224,13 +265,17 @@ class Cluster:
             env=node_env,
             resume=resume,
         )
-        gen = run_on_node.options(
-            num_cpus=d.num_cpus,
-            num_gpus=d.num_gpus,
-            resources=dict(d.resources) or None,
-            scheduling_strategy=self.strategy,
-            name=f"cockpit:{self.campaign.parent.name}:{rdir.name}",
-        ).remote(spec)
+        gen = (
+            cast(Any, run_on_node)
+            .options(
+                num_cpus=d.num_cpus,
+                num_gpus=d.num_gpus,
+                resources=dict(d.resources) or None,
+                scheduling_strategy=self.strategy,
+                name=f"cockpit:{self.campaign.parent.name}:{rdir.name}",
+            )
+            .remote(spec, self.stops)
+        )
         info: runs.RemoteInfo = {"address": self.address, "submitted": runs.now(), "beat": time.time(), "ended": False}
         runs.write_remote(rdir, info)
         self.held[rdir] = Held(rdir, gen, info, time.monotonic())
@@ -239,11 +284,23 @@ class Cluster:
     def pump(self) -> None:
         """Write what every held run streamed back, end the ones that ended, refresh the others' heartbeat."""
         for rdir, h in list(self.held.items()):
+            self._stop_if_asked(h)
             self._drain(h)
             if rdir in self.held and time.monotonic() - h.beat_t >= BEAT_S:
                 h.beat_t = time.monotonic()
                 h.info["beat"] = time.time()
                 runs.write_remote(rdir, h.info)
+
+    def _stop_if_asked(self, h: Held) -> None:
+        """Pass a ``cockpit stop`` to exactly that run's task; cancel the task by force if its run outlives the grace."""
+        if h.stop_t is None:
+            grace = runs.stop_requested(h.rdir)
+            if grace is not None:
+                h.stop_t, h.stop_grace = time.monotonic(), grace
+                self.stops.ask.remote(h.rdir.name, grace)
+        elif time.monotonic() - h.stop_t > h.stop_grace + FORCE_AFTER_S:
+            ray.cancel(h.gen, force=True)
+            h.stop_t = float("inf")  # once
 
     def _drain(self, h: Held, most: int = 1000) -> None:
         for _ in range(most):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypedDict, cast
 
 from .. import fsutil
-from .files import PROCESS_FILE, REMOTE_FILE, now
+from .files import PROCESS_FILE, REMOTE_FILE, STOP_FILE, now
 
 
 class ProcessInfo(TypedDict, total=False):
@@ -201,3 +201,20 @@ def _ours(cmdline: Any, rdir: Path) -> bool:
         return False
     args = cmdline[:-1] if cmdline[-1:] == ["--resume"] else cmdline
     return len(args) >= 3 and args[-1] == str(rdir) and args[-3:-1] == ["-m", "cockpit.pilot"]
+
+
+def request_stop(rdir: Path | str, grace_s: float) -> None:
+    """Ask the head's series to stop a remote run (``cockpit stop``, the TUI's stop): it alone holds the Ray task."""
+    fsutil.write_text(Path(rdir) / STOP_FILE, json.dumps({"grace_s": float(grace_s), "asked": now()}))
+
+
+def stop_requested(rdir: Path | str) -> float | None:
+    """The grace of a stop asked of a remote run, or None when none was asked."""
+    try:
+        info = json.loads(fsutil.read_regular(Path(rdir) / STOP_FILE, 4096))
+    except (OSError, ValueError, RecursionError):
+        return None
+    grace = info.get("grace_s") if isinstance(info, dict) else None
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace < 1e6:
+        return 10.0
+    return float(grace)

@@ -141,7 +141,17 @@ class Series:
     def stop(self) -> list[str]:
         """Stop the runs still alive (SIGTERM, then SIGKILL) and drop the ones not started."""
         self.pending.clear()
-        return [f"{s.run_id}: {launch.stop(s.dir)}" for s in self.active]
+        if self._pump is None:
+            return [f"{s.run_id}: {launch.stop(s.dir)}" for s in self.active]
+        # Runs on a Ray cluster: this series holds their tasks, so it asks each to stop and brings their ends back.
+        active = self.active
+        for s in active:
+            runs.request_stop(s.dir, 10.0)
+        deadline = time.monotonic() + 10.0 + launch.REMOTE_STOP_MARGIN_S
+        while any(runs.is_alive(s.dir) for s in active) and time.monotonic() < deadline:
+            self._pump()
+            time.sleep(0.2)
+        return [f"{s.run_id}: {runs.state(s.dir).status}" for s in active]
 
     def run(
         self,

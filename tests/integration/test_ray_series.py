@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 pytest.importorskip("ray", reason="ray is not installed (pip install 'cockpit[ray]'): the Ray series is not tested")
@@ -22,7 +26,7 @@ from cockpit import notebook as nbm  # noqa: E402
 from cockpit import series as sr  # noqa: E402
 from cockpit.cli import main as cli  # noqa: E402
 from tests.fake_runs import gpu_stack, standard_gates, write_run  # noqa: E402
-from tests.integration.ray_cluster import LocalCluster, cluster_env  # noqa: E402
+from tests.integration.ray_cluster import ROOT, LocalCluster, cluster_env  # noqa: E402
 from tests.integration.test_series import tiny_campaign  # noqa: E402
 
 pytestmark = pytest.mark.slow  # starts a Ray cluster of three nodes and trains runs on them
@@ -161,3 +165,42 @@ def test_mixed_cluster_refuses_nodes_by_name_and_places_runs_by_gpu_model(
     assert code != 0
     assert "no usable node of the cluster can hold a run of lr1e-4, which asks for" in err and "gpu_model:H200" in err
     assert [r.kind for r in nbm.load(other).runs] == ["pilot"]
+
+
+def test_stop_of_one_remote_run_stops_that_task_and_nothing_else(
+    ray_cluster: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    camp = tiny_campaign(tmp_path, "stopping")
+    nbm.mutate(camp, lambda nb: setattr(nb.validation, "every_updates", 10))
+    env = {**cluster_env(), "PYTHONPATH": str(ROOT)}
+    args = [sys.executable, "-m", "cockpit", "series", str(camp), "--ray", ray_cluster.address, "--variants", "lr1e-4"]
+    args += ["--seeds", "0,1", "--updates", "40", "--without-pilot", "a test of stop"]
+    series = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    try:
+        rdirs: list[Path] = []
+        deadline = time.monotonic() + 300
+        # the first run to have trained an update on its node, as the head sees it (its events relayed through Ray)
+        while time.monotonic() < deadline:
+            rdirs = runs.run_dirs(camp)
+            moving = [d for d in rdirs if runs.summary(d).counts.get(ev.STEP, 0) > 0]
+            if moving:
+                break
+            time.sleep(0.5)
+        assert moving, "no remote run reached its first update"
+        victim = moving[0]
+        node_dir = str((runs.remote_info(victim) or {})["node_dir"])
+        assert cli(["stop", str(camp), victim.name, "--grace", "20"]) == 0
+        said = capsys.readouterr().out
+        assert f"{victim.name}: stopped (its Ray task on node " in said, said
+        out, _ = series.communicate(timeout=400)
+    finally:
+        if series.poll() is None:
+            series.kill()
+    st = runs.state(victim)
+    assert st.status == "stopped" and st.stop_reason.startswith("stopped by signal"), st.stop_reason
+    assert any(e.get("kind") == ev.RUN_END for e in runs.read_events(victim))  # its end came back to the head
+    # its process on the node is gone; the other run went on and completed, never signalled
+    assert not [p for p in psutil.process_iter(["cmdline"]) if node_dir in " ".join(p.info["cmdline"] or [])]
+    other = next(d for d in runs.run_dirs(camp) if d != victim)
+    assert runs.state(other).status == "completed", out
+    assert {r.id: r.status for r in nbm.load(camp).runs} == {victim.name: "stopped", other.name: "completed"}
