@@ -252,6 +252,8 @@ class Cluster:
         from . import Demand
 
         rdir = Path(rdir).resolve()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(rdir / runs.STOP_FILE)  # a stop asked of an earlier process of the run (a resume) is done
         variant = str(runs.run_meta(rdir).get("variant", ""))
         d = self.demands.get(variant, Demand())
         # Ray sets each task's OMP_NUM_THREADS from the CPUs it was given; the head's own share means nothing there.

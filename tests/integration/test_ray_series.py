@@ -204,3 +204,60 @@ def test_stop_of_one_remote_run_stops_that_task_and_nothing_else(
     other = next(d for d in runs.run_dirs(camp) if d != victim)
     assert runs.state(other).status == "completed", out
     assert {r.id: r.status for r in nbm.load(camp).runs} == {victim.name: "stopped", other.name: "completed"}
+
+
+def test_a_lost_node_crashes_its_run_and_resume_goes_on_elsewhere_with_the_same_curve(
+    ray_cluster: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    camp = tiny_campaign(tmp_path, "lost")
+
+    def often(nb: nbm.Notebook) -> None:
+        nb.validation.every_updates = 10
+        nb.checkpoints.every_updates = 4
+        nb.checkpoints.every_minutes = 0
+
+    nbm.mutate(camp, often)
+    # a GPU pilot of the FAKE model: the run goes to a worker with FAKE GPUs, never to the head (whose loss is the cluster's)
+    write_run(camp, variant="lr1e-4", stack=gpu_stack("NVIDIA FAKE", 81_920), gates=standard_gates(30_000, 30_000))
+    env = {**cluster_env(), "PYTHONPATH": str(ROOT)}
+    args = [sys.executable, "-m", "cockpit", "series", str(camp), "--ray", ray_cluster.address, "--variants", "lr1e-4"]
+    args += ["--seeds", "0", "--updates", "40", "--without-pilot", "a test of a lost node"]
+    series = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 300
+        rdir = None
+        while time.monotonic() < deadline:
+            found = [d for d in runs.run_dirs(camp) if runs.run_meta(d).get("kind") == "train"]
+            if found and list((found[0] / runs.CHECKPOINTS_DIR).glob("update-00000008.pt")):
+                rdir = found[0]
+                break
+            time.sleep(0.3)
+        assert rdir is not None, "the remote run wrote no checkpoint at update 8 to the head"
+        node_dir = Path(str((runs.remote_info(rdir) or {})["node_dir"]))
+        lost = next(n for n in ray_cluster.nodes if node_dir.is_relative_to(n.temp))
+        assert lost.name != "head"
+        lost.kill()  # the box went away: its raylet, its workers and the run's process, all at once
+        out, _ = series.communicate(timeout=300)
+    finally:
+        if series.poll() is None:
+            series.kill()
+    st = runs.state(rdir)
+    assert st.status == "crashed", (st.status, st.stop_reason, out)
+    assert "remote run on node " in st.stop_reason and "was lost" in st.stop_reason, st.stop_reason
+    # --resume goes on from the last checkpoint that came back to the head, on a node still there
+    code = cli(["series", str(camp), "--resume", "--ray", ray_cluster.address])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    st = runs.state(rdir)
+    assert st.status == "completed", st.stop_reason
+    again = Path(str((runs.remote_info(rdir) or {})["node_dir"]))
+    assert not again.is_relative_to(lost.temp)
+    assert "from update" in nbm.load(camp).run(rdir.name).resumed
+    # the same curve as an uninterrupted run of that variant and seed, on the CPU
+    _, local = launch.new_run(
+        camp, "lr1e-4", 0, kind="train", overrides=sr.budget_overrides(40).flat(), env={"OMP_NUM_THREADS": "1"}
+    )
+    assert launch.wait(local, timeout=400)
+    assert runs.state(local).status == "completed"
+    assert _curve(local) == _curve(rdir)
+    assert len(_curve(rdir)) == 40
