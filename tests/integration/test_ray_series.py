@@ -29,7 +29,8 @@ from tests.fake_runs import gpu_stack, standard_gates, write_run  # noqa: E402
 from tests.integration.ray_cluster import ROOT, LocalCluster, cluster_env  # noqa: E402
 from tests.integration.test_series import tiny_campaign  # noqa: E402
 
-pytestmark = pytest.mark.slow  # starts a Ray cluster of three nodes and trains runs on them
+# starts a Ray cluster of three nodes (a minute on 2 shared cores) and trains runs on them: minutes, not seconds
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 UPDATES = "4"
 
