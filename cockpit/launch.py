@@ -63,6 +63,8 @@ def start(
     child_env["PYTHONPATH"] = os.pathsep.join(paths)
     if env:
         child_env.update(env)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(rdir / runs.REMOTE_FILE)  # an earlier process ran on a Ray node: this one lives by its local pid
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
     fd = os.open(rdir / runs.LOG_FILE, flags, 0o644)
     argv = command(rdir, nproc, nnodes, rdzv, resume)
