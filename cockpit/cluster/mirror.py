@@ -1,7 +1,7 @@
 """A run folder mirrored from a Ray node to the head, in chunks that travel through Ray. No torch, no ray.
 
 The node side (:class:`Mirror`) scans the node-local run folder and says what
-changed since its last scan; the head side (:func:`apply`) writes each chunk
+changed since its last scan; the head side (:class:`Receiver`) writes each chunk
 into the head's run folder, so ``cockpit runs``, ``compare``, the TUI and the
 report read a remote run like a local one, from its own folder.
 
@@ -18,7 +18,7 @@ report read a remote run like a local one, from its own folder.
   pid), ``summary.json`` (it names the node's inode), temporaries; nor, towards
   the head, its own records (``remote.json``, ``stop.json``).
 
-The head checks every path it is sent: relative, inside the run folder, made of
+The head (:class:`Receiver`) checks every path it is sent: relative, inside the run folder, made of
 plain names, never through a link, never one of the head's own records.
 """
 
@@ -29,6 +29,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from .. import events as ev
 from .. import fsutil, runs
@@ -158,34 +159,55 @@ def target(rdir: Path, rel: str) -> Path:
     return out
 
 
-def apply(rdir: Path, chunk: Chunk) -> None:
-    """Write one chunk into the head's run folder (the series on the head is its only writer)."""
-    path = target(rdir, chunk.path)
-    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    if chunk.op == "rm":
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        return
-    if chunk.op == "append":
-        fd = os.open(path, flags, 0o644)
-        try:
-            if os.fstat(fd).st_size > chunk.offset:  # a part the node sent again: it replaces what follows it
-                os.ftruncate(fd, chunk.offset)
-            os.pwrite(fd, chunk.data, chunk.offset)
-        finally:
-            os.close(fd)
-        return
-    if chunk.op != "put":
-        raise BadChunk(f"refused a chunk from the node: unknown operation {chunk.op!r}")
-    tmp = path.parent / f"{fsutil.temp_prefix(path.name)}relay.tmp"
-    if tmp.is_symlink():
-        raise BadChunk(f"refused a file from the node: {tmp} is a link")
-    fd = os.open(tmp, flags | (os.O_TRUNC if chunk.offset == 0 else 0), 0o644)
-    try:
-        os.pwrite(fd, chunk.data, chunk.offset)
+class Receiver:
+    """The head's side of one run's mirror: writes each chunk into the run's folder (the series is its only writer).
+
+    A file sent whole in several parts is written through :func:`cockpit.fsutil.atomic_writer`, held open from its
+    first part to its last: it appears whole under its name or not at all, and a series killed in between leaves
+    only a temporary that the next sweep removes.
+    """
+
+    def __init__(self, rdir: Path) -> None:
+        self.rdir = Path(rdir)
+        self.open: dict[str, tuple[contextlib.AbstractContextManager[IO[bytes]], IO[bytes]]] = {}
+
+    def apply(self, chunk: Chunk) -> None:
+        path = target(self.rdir, chunk.path)
+        if chunk.op == "rm":
+            self._drop(chunk.path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return
+        if chunk.op == "append":
+            flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+            fd = os.open(path, flags, 0o644)
+            try:
+                if os.fstat(fd).st_size > chunk.offset:  # a part the node sent again: it replaces what follows it
+                    os.ftruncate(fd, chunk.offset)
+                os.pwrite(fd, chunk.data, chunk.offset)
+            finally:
+                os.close(fd)
+            return
+        if chunk.op != "put":
+            raise BadChunk(f"refused a chunk from the node: unknown operation {chunk.op!r}")
+        if chunk.offset == 0:
+            self._drop(chunk.path)
+            cm: contextlib.AbstractContextManager[IO[bytes]] = fsutil.atomic_writer(path)
+            self.open[chunk.path] = (cm, cm.__enter__())
+        elif chunk.path not in self.open:
+            raise BadChunk(f"refused a part of {chunk.path!r} at {chunk.offset}: its first part never came")
+        cm, fh = self.open[chunk.path]
+        fh.write(chunk.data)
         if chunk.last:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    if chunk.last:
-        os.replace(tmp, path)
+            del self.open[chunk.path]
+            cm.__exit__(None, None, None)  # fsync and rename into place
+
+    def _drop(self, rel: str) -> None:
+        held = self.open.pop(rel, None)
+        if held is not None:  # a file the node sent again from its start: the half written is thrown away
+            held[0].__exit__(BadChunk, BadChunk("superseded"), None)
+
+    def close(self) -> None:
+        """Throw away the files still half received (their node was lost mid-file)."""
+        for rel in list(self.open):
+            self._drop(rel)

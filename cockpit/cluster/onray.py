@@ -43,7 +43,7 @@ from typing import Any, cast
 import ray
 
 from .. import fsutil, launch, runs
-from .mirror import NODE_ONLY, BadChunk, Chunk, Mirror, apply
+from .mirror import NODE_ONLY, BadChunk, Chunk, Mirror, Receiver
 from .nodes import NodeFacts
 
 BEAT_S = 2.0  # the head refreshes each held run's heartbeat this often; the node says it is there as often
@@ -121,7 +121,7 @@ def _prepare(spec: NodeSpec) -> Path:
     for rel, data in spec.files.items():
         path = rdir / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        fsutil.write_bytes(path, data)
     return rdir
 
 
@@ -201,6 +201,7 @@ class Held:
     gen: ray.ObjectRefGenerator
     info: runs.RemoteInfo
     beat_t: float = 0.0
+    receiver: Receiver | None = None
     stop_t: float | None = None  # when the stop was passed to its task
     stop_grace: float = 0.0
 
@@ -280,7 +281,7 @@ class Cluster:
         )
         info: runs.RemoteInfo = {"address": self.address, "submitted": runs.now(), "beat": time.time(), "ended": False}
         runs.write_remote(rdir, info)
-        self.held[rdir] = Held(rdir, gen, info, time.monotonic())
+        self.held[rdir] = Held(rdir, gen, info, time.monotonic(), Receiver(rdir))
         return 0
 
     def pump(self) -> None:
@@ -321,7 +322,8 @@ class Cluster:
                 return
             if isinstance(item, Chunk):
                 try:
-                    apply(h.rdir, item)
+                    if h.receiver is not None:
+                        h.receiver.apply(item)
                 except BadChunk as exc:
                     print(f"{h.rdir.name}: {exc}", flush=True)
             elif isinstance(item, Placed):
@@ -339,6 +341,8 @@ class Cluster:
     def _end(self, h: Held, reason: str) -> None:
         """The task is over: its record says so (and why, when it ended without its files), the row is settled."""
         del self.held[h.rdir]
+        if h.receiver is not None:
+            h.receiver.close()
         h.info["ended"] = True
         h.info["beat"] = time.time()
         if reason:

@@ -15,7 +15,7 @@ from cockpit import cluster, runs
 from cockpit import events as ev
 from cockpit import notebook as nbm
 from cockpit.cluster import nodes
-from cockpit.cluster.mirror import BadChunk, Chunk, Mirror, apply
+from cockpit.cluster.mirror import BadChunk, Chunk, Mirror, Receiver
 from cockpit.errors import UsageError
 from tests.fake_runs import cpu_stack, gpu_stack, make_campaign, standard_gates, write_run
 
@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _sync(m: Mirror, head: Path) -> list[Chunk]:
     chunks = list(m.scan())
+    r = Receiver(head)
     for c in chunks:
-        apply(head, c)
+        r.apply(c)
     return chunks
 
 
@@ -75,10 +76,11 @@ def test_large_file_travels_in_parts_and_lands_whole(tmp_path: Path, monkeypatch
     m = Mirror(node)
     chunks = list(m.scan())
     assert [c.last for c in chunks] == [False, False, False, True]
+    r = Receiver(head)
     for c in chunks[:-1]:
-        apply(head, c)
+        r.apply(c)
         assert not (head / "checkpoint.pt").exists()  # a reader never sees half of it
-    apply(head, chunks[-1])
+    r.apply(chunks[-1])
     assert (head / "checkpoint.pt").read_bytes() == data
     assert not [p for p in head.iterdir() if p.name.startswith(".")]
 
@@ -86,7 +88,7 @@ def test_large_file_travels_in_parts_and_lands_whole(tmp_path: Path, monkeypatch
 @pytest.mark.parametrize("path", ["../x", "/etc/passwd", ".hidden", "a/../b", runs.PROCESS_FILE, runs.REMOTE_FILE, ""])
 def test_head_refuses_paths_outside_the_run_or_its_records(tmp_path: Path, path: str) -> None:
     with pytest.raises(BadChunk):
-        apply(tmp_path, Chunk("put", path, 0, b"x"))
+        Receiver(tmp_path).apply(Chunk("put", path, 0, b"x"))
 
 
 def test_head_refuses_a_path_through_a_link(tmp_path: Path) -> None:
@@ -96,7 +98,7 @@ def test_head_refuses_a_path_through_a_link(tmp_path: Path) -> None:
     rdir.mkdir()
     (rdir / "checkpoints").symlink_to(outside)
     with pytest.raises(BadChunk, match="not a folder of the run"):
-        apply(rdir, Chunk("put", "checkpoints/update-1.pt", 0, b"x"))
+        Receiver(rdir).apply(Chunk("put", "checkpoints/update-1.pt", 0, b"x"))
     assert not list(outside.iterdir())
 
 
