@@ -63,6 +63,8 @@ def start(
     child_env["PYTHONPATH"] = os.pathsep.join(paths)
     if env:
         child_env.update(env)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(rdir / runs.REMOTE_FILE)  # an earlier process ran on a Ray node: this one lives by its local pid
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
     fd = os.open(rdir / runs.LOG_FILE, flags, 0o644)
     argv = command(rdir, nproc, nnodes, rdzv, resume)
@@ -218,6 +220,9 @@ def stop(rdir: Path, grace_s: float = 10.0) -> str:
     still the one Cockpit started for this run folder (pid, start time and
     command line): a stale or planted file never makes Cockpit kill another process.
     """
+    remote = runs.remote_info(rdir)
+    if remote is not None:
+        return _stop_remote(Path(rdir), remote, grace_s)
     proc = runs.owned(rdir)
     if proc is None:
         return "not running" if not runs.is_alive(rdir) else "not stopped: the recorded process is not this run's"
@@ -245,6 +250,30 @@ def stop(rdir: Path, grace_s: float = 10.0) -> str:
         return "stopped (SIGTERM)"
     reap()
     return f"killed (SIGKILL after {grace_s:g} s)"
+
+
+# How long a stop of a remote run waits, beyond its grace, for the series to bring back the run's end.
+REMOTE_STOP_MARGIN_S = 60.0
+
+
+def _stop_remote(rdir: Path, remote: runs.RemoteInfo, grace_s: float) -> str:
+    """A run on a Ray node: ask the head's series, which alone holds its task, and wait for its end to come back.
+
+    The series passes the stop to exactly that task, which stops exactly its run's process on the node (as
+    :func:`stop` does on one box: SIGTERM, SIGKILL after the grace); a task whose run does not end by then is
+    cancelled by force. Nothing else is signalled, here or there.
+    """
+    if not runs.remote_alive(remote):
+        return "not running"
+    runs.request_stop(rdir, grace_s)
+    where = f"on node {remote.get('hostname')} ({str(remote.get('node_id', ''))[:12]})" if remote.get("node_id") else ""
+    deadline = time.monotonic() + grace_s + REMOTE_STOP_MARGIN_S
+    while time.monotonic() < deadline:
+        if not runs.is_alive(rdir):
+            st = runs.state(rdir)
+            return f"{st.status} (its Ray task {where} ended: {st.stop_reason})".replace("  ", " ")
+        time.sleep(0.2)
+    return f"stop asked of the series that holds its Ray task {where}; it has not ended yet".replace("  ", " ")
 
 
 def _signal(pid: int, pgid: int, sig: signal.Signals) -> None:

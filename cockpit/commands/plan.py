@@ -36,6 +36,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="GPUs on the rented box: runs go side by side (default: as many as the reference's pilot saw)",
     )
     p.add_argument(
+        "--boxes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N such boxes joined in a Ray cluster (`cockpit series --ray`): what they buy against one",
+    )
+    p.add_argument(
         "--updates",
         type=int,
         default=None,
@@ -68,12 +75,27 @@ def run(args: argparse.Namespace) -> int:
             )
         if args.updates < 1:
             raise UsageError(f"--updates {args.updates}: give the script's optimizer steps, a whole number >= 1")
+    if args.boxes < 1:
+        raise UsageError(f"--boxes {args.boxes}: give a whole number >= 1")
     p = pl.build(
-        nb, days=args.days, seeds=args.seeds, reserve_hours=args.reserve_hours, gpus=args.gpus, updates=args.updates
+        nb,
+        days=args.days,
+        seeds=args.seeds,
+        reserve_hours=args.reserve_hours,
+        gpus=args.gpus,
+        updates=args.updates,
+        boxes=args.boxes,
     )
     from ..termout import console, print_lines
 
-    print_lines(console(), pl.render(p))
+    out = console()
+    print_lines(out, pl.render(p))
+    if args.boxes > 1:
+        one = pl.build(
+            nb, days=args.days, seeds=args.seeds, reserve_hours=args.reserve_hours, gpus=args.gpus, updates=args.updates
+        )
+        print()
+        print_lines(out, pl.boxes_against_one(p, one))
     if args.write:
         pkg = pl.choose(p, args.choose)
         if pkg is None:

@@ -19,8 +19,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     nb = nbm.load(args.campaign)
     rows = runs.view(nb)  # each unfinished row as its folder says now (a killed run: crashed); nothing is written
+    nodes = _nodes(nb, [r.id for r in rows])  # the runs a Ray series placed on another node: which
     if args.json:
-        print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
+        print(
+            json.dumps(
+                [{**dataclasses.asdict(r), **({"node": nodes[r.id]} if r.id in nodes else {})} for r in rows], indent=2
+            )
+        )
         return 0
     from rich import box
     from rich.markup import escape
@@ -42,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
     for col in ("run", "variant", "seed", "kind", "status", "phase", "peak MiB", "time s", "follows"):
         tab.add_column(col, justify="right" if col in ("seed", "peak MiB", "time s") else "left")
+    if nodes:
+        tab.add_column("node")
     if wide:
         tab.add_column("stop reason", overflow="fold")
     for r in rows:
@@ -56,10 +63,11 @@ def run(args: argparse.Namespace) -> int:
             _num(r.peak_mib, "{:,.0f}"),
             _num(r.duration_s, "{:.1f}"),
             escape(r.follows),
+            *([escape(nodes.get(r.id, ""))] if nodes else []),
         ]
         tab.add_row(*cells, *([escape(r.stop_reason)] if wide else []))
     # ids, variants, statuses and numbers stay whole; at 80 columns these go first, the least needed first
-    print_table(console, tab, drop=["follows", "kind", "time s", "phase", "seed"])
+    print_table(console, tab, drop=["follows", "kind", "time s", "phase", "seed", *(["node"] if nodes else [])])
     if not wide:
         for r in rows:
             if r.stop_reason:
@@ -73,3 +81,16 @@ def run(args: argparse.Namespace) -> int:
 
 def _num(x: float | None, fmt: str) -> str:
     return "" if x is None else fmt.format(x)
+
+
+def _nodes(nb: nbm.Notebook, ids: list[str]) -> dict[str, str]:
+    """Where each run of a Ray series ran: its node's hostname and id, from its remote.json (none for a local run)."""
+    out: dict[str, str] = {}
+    for rid in ids:
+        try:
+            info = runs.remote_info(runs.run_dir(nb.directory, rid))
+        except runs.BadRunId:
+            continue
+        if info is not None:
+            out[rid] = f"{info.get('hostname', '?')} ({str(info.get('node_id', ''))[:12] or 'not placed yet'})"
+    return out

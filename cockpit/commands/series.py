@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import launch, runs
+from .. import cluster, launch, runs
 from .. import notebook as nbm
 from .. import series as sr
 from ..errors import UsageError
@@ -85,6 +85,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="REASON",
         default=None,
         help="run a configuration that already diverged, failed or ran out of memory once more (recorded)",
+    )
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=None,
+        help="spread the runs over the nodes of a Ray cluster (the head's HOST:PORT, or auto for RAY_ADDRESS; "
+        "default: the notebook's [cluster] ray); each run asks Ray for what its pilot measured "
+        "(needs `pip install 'cockpit[ray]'`, docs/ray.md)",
     )
     p.add_argument("--dry-run", action="store_true", help="print the plan and start nothing")
     p.add_argument(
@@ -155,11 +163,23 @@ def _go(
         print(n, file=out)
     from .. import gpus as gpus_
 
-    box = gpus_.visible()
-    nproc = launch.nproc_for(nbm.load(path))
-    notes, per_gpu = sr.fit_parallel(path, [i.variant for i in items], args.parallel, nproc, box)
-    for n in notes:
-        print(n, file=out)
+    nb = nbm.load(path)
+    nproc = launch.nproc_for(nb)
+    address = cluster.address(nb, getattr(args, "ray", None))
+    demands: dict[str, cluster.Demand] = {}
+    if address is not None:
+        cluster.need_ray()
+        box: list[gpus_.Gpu] = []  # Ray places the runs: this box's GPUs are not the series'
+        per_gpu = 1
+        demands = _demands(nb, path, items, nproc)
+        print(f"on the Ray cluster at {address}, each run asking Ray for what its pilot measured:", file=out)
+        for vid, d in demands.items():
+            print(f"  {vid}: {d.label()} ({d.why})", file=out)
+    else:
+        box = gpus_.visible()
+        notes, per_gpu = sr.fit_parallel(path, [i.variant for i in items], args.parallel, nproc, box)
+        for n in notes:
+            print(n, file=out)
     budget = (
         f"{args.updates} updates (--updates: a quick look, not the notebook's budget)"
         if args.updates
@@ -168,22 +188,45 @@ def _go(
     print(f"series of {len(items)} runs on {path.parent}, {budget}, {args.parallel} at a time:", file=out)
     for i in items:
         print(f"  {i.label()}", file=out)
+    held = None
+    if address is not None:
+        from ..cluster import onray
+
+        held = onray.Cluster(path, address, dict(demands))  # refuses here when a variant fits on no usable node
+        for n in held.notes:
+            print(n, file=out)
+        print(f"{len(held.usable)} node{'s' if len(held.usable) != 1 else ''} of the cluster used", file=out)
     if args.dry_run:
+        if held is not None:
+            held.close()
         if args.json:
             print(json.dumps([i.__dict__ for i in items], indent=2, default=str))
         return 0
     if args.detach:
+        if held is not None:
+            held.close()
         return _detach(path, args)
     sr.record_decisions(path, decisions or [])
 
-    placement = gpus_.Placement(box, per_gpu) if box else None
-    series = sr.Series(path, items, parallel=args.parallel, placement=placement, nproc=nproc)
+    if held is not None:
+        series = sr.Series(
+            path,
+            items,
+            parallel=len(items),  # every run is submitted at once; Ray starts each when a node has what it asks
+            starter=held.new_run,
+            resumer=held.resume_run,
+            pump=held.pump,
+            nproc=nproc,
+        )
+    else:
+        placement = gpus_.Placement(box, per_gpu) if box else None
+        series = sr.Series(path, items, parallel=args.parallel, placement=placement, nproc=nproc)
     t0 = time.monotonic()
 
     def on_change(what: str, s: sr.Started) -> None:
         el = time.monotonic() - t0
         if what == "started":
-            gpu = f" on GPU {','.join(map(str, s.gpus))}" if s.gpus else ""
+            gpu = f" on GPU {','.join(map(str, s.gpus))}" if s.gpus else (" on the Ray cluster" if held else "")
             print(f"{el:7.1f}s {s.run_id} started: {s.item.label()}{gpu} in {s.dir}", file=out, flush=True)
         else:
             st = s.state or runs.state(s.dir)
@@ -216,6 +259,16 @@ def _go(
         alive = [s.run_id for s in series.active]
         left = [i.label() for i in series.pending]
         how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted"
+        if held is not None:  # Ray ends the tasks of a driver that leaves: the runs do not go on without it
+            held.close()
+            print(
+                f"\nseries {how}: its Ray tasks end with it ({', '.join(alive) or 'no run'} crashed; "
+                f"`cockpit series {path.parent} --resume --ray {address}` goes on from their last checkpoints); "
+                f"not started ({len(left)}): {', '.join(left) or 'none'}",
+                file=out,
+                flush=True,
+            )
+            return 143 if isinstance(exc, Terminated) else 130
         print(
             f"\nseries {how}: {', '.join(alive) or 'no run'} still running detached "
             f"(`cockpit stop {path.parent} RUN` to stop); not started ({len(left)}): {', '.join(left) or 'none'}",
@@ -225,6 +278,8 @@ def _go(
         return 143 if isinstance(exc, Terminated) else 130
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if held is not None:
+        held.close()
     results = [sr.result(s) for s in started]
     wall = time.monotonic() - t0
     if args.json:
@@ -235,6 +290,18 @@ def _go(
     if not bad:
         return 0
     return int(runs.state(Path(bad[0]["dir"])).exit_code)
+
+
+def _demands(nb: nbm.Notebook, path: Path, items: list[sr.Item], nproc: int) -> dict[str, cluster.Demand]:
+    """What a run of each variant asks Ray for, from the pilot that vouches for it (the guard's)."""
+    all_runs = runs.campaign_runs(path.parent)
+    out: dict[str, cluster.Demand] = {}
+    for vid in dict.fromkeys(i.variant for i in items):
+        pilot = runs.latest_passed_pilot(all_runs, vid)
+        if pilot is None:
+            pilot, _ = sr.pilot_for(nb, all_runs, vid, sr.intended_params(nb, vid, {}))
+        out[vid] = cluster.demand(pilot, nproc)
+    return out
 
 
 def print_results(results: Sequence[Mapping[str, object]], wall: float, path: Path) -> None:
@@ -333,4 +400,6 @@ def _rebuild(args: argparse.Namespace) -> list[str]:
         out += ["--without-pilot", args.without_pilot]
     if args.again is not None:
         out += ["--again", args.again]
+    if getattr(args, "ray", None) is not None:
+        out += ["--ray", args.ray]
     return out

@@ -259,6 +259,12 @@ def _rest(nb: Notebook, bad: Callable[[str, str], None], num: Callable[..., None
     whole("pilot.timed_updates", p.timed_updates, 1, 1_000)
     if nb.probe is not None:
         _probe(nb, bad, whole)
+    if nb.cluster is not None:
+        addr = nb.cluster.ray
+        if not isinstance(addr, str) or any(c.isspace() for c in addr) or len(addr) > 300:
+            bad("cluster.ray", f"is {_show(addr)}; give the head's address (HOST:PORT or ray://HOST:PORT) or auto")
+        if not isinstance(nb.cluster.storage, str) or len(nb.cluster.storage) > 4096:
+            bad("cluster.storage", "give a folder path every node and the head reach, or leave it empty")
     ck = nb.checkpoints
     whole("checkpoints.every_updates", ck.every_updates, 0, 10**10)
     num("checkpoints.every_minutes", ck.every_minutes, 0, 1e7)

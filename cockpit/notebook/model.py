@@ -140,6 +140,15 @@ class CheckpointSpec:
 
 
 @dataclass
+class ClusterSpec:
+    """A series spread over a Ray cluster's nodes (``cockpit series --ray``); absent: runs on this box."""
+
+    ray: str = ""  # the head's address (HOST:PORT, ray://HOST:PORT) or "auto" for RAY_ADDRESS
+    storage: str = ""  # a folder every node and the head reach, for checkpoints (empty: streamed back to the head)
+    notes: str = ""
+
+
+@dataclass
 class PilotSpec:
     updates_after_resume: int = 2
     overfit_examples: int = 16
@@ -233,6 +242,7 @@ class Notebook:
     checkpoints: CheckpointSpec = field(default_factory=CheckpointSpec)
     pilot: PilotSpec = field(default_factory=PilotSpec)
     probe: ProbeSpec | None = None  # written only once a probe was set up
+    cluster: ClusterSpec | None = None  # written only once a Ray cluster was named
     runs: list[RunRow] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
     selection: Selection = field(default_factory=Selection)
@@ -339,6 +349,7 @@ SECTIONS: dict[str, object] = {  # each section's type hint, as parse converts a
     "checkpoints": CheckpointSpec,
     "pilot": PilotSpec,
     "probe": ProbeSpec | None,
+    "cluster": ClusterSpec | None,
     "runs": list[RunRow],
     "decisions": list[Decision],
     "selection": Selection,

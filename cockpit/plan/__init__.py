@@ -45,6 +45,7 @@ __all__ = [
     "Plan",
     "RunCost",
     "Timing",
+    "boxes_against_one",
     "build",
     "choose",
     "cost",
@@ -111,6 +112,17 @@ class Plan:
     disk: Disk | None = None  # for every planned run of the largest package
     memory: list[str] = field(default_factory=list)  # saved estimates beside measured pilots (the GPU to rent)
     measured_by: str = "pilot"  # "probe" in a probe campaign: its times are the script's own
+    boxes: int = 1  # boxes of ``gpus`` GPUs each, joined in a Ray cluster (``cockpit plan --boxes N``)
+
+    def wall_h(self) -> float:
+        """Hours from the first run to the last for every planned run, each taken by the lane free first."""
+        busy = [0.0] * self.lanes
+        for v, _ in self.order:
+            h = self.costs[v].hours
+            if h is not None:
+                lane = min(range(self.lanes), key=lambda i: busy[i])
+                busy[lane] += h
+        return max(busy)
 
 
 def _dataset_size(all_runs: list[sh.RunFiles]) -> int | None:
@@ -179,9 +191,11 @@ def build(
     all_runs: list[sh.RunFiles] | None = None,
     gpus: int | None = None,
     updates: int | None = None,
+    boxes: int = 1,
 ) -> Plan:
     """``gpus``: how many the rented box has (default: as many as the reference's pilot saw, 1 without any);
-    runs go side by side, one per ``nproc`` GPUs."""
+    runs go side by side, one per ``nproc`` GPUs; ``boxes`` such boxes joined in a Ray cluster hold that many
+    times the runs side by side (``cockpit series --ray``: the runs of a series do not talk to each other)."""
     all_runs = sh.campaign_runs(nb.directory) if all_runs is None else all_runs
     ref = nb.reference.id
     # the runs a rental pays for are the series: quality variants (memory variants are
@@ -236,7 +250,7 @@ def build(
         gpus = len((ref_pilot.stack.get("gpus") if ref_pilot else None) or []) or 1
     from ..launch import nproc_for
 
-    lanes = max(1, gpus // nproc_for(nb))
+    lanes = max(1, gpus // nproc_for(nb)) * max(1, boxes)
     packages = []
     for d in days:
         total = 24.0 * d
@@ -275,6 +289,7 @@ def build(
     most = max((len(k.fits) for k in packages), default=0)
     disk = disk_for(nb, list(timings.values()), most, lanes)
     plan = Plan(nb.campaign.name, seeds, costs, order, packages, unplanned, overrides, checks, gpus, lanes, disk)
+    plan.boxes = max(1, boxes)
     plan.measured_by = "probe" if nb.is_probe else "pilot"
     plan.memory = _estimates_beside_pilots(nb, all_runs)
     return plan
@@ -356,11 +371,18 @@ def render(p: Plan) -> list[str]:
             "machine run the pilot there first, the plan does not scale times between devices."
         )
     out += [f"- memory, {line}" for line in p.memory]
-    out.append(
-        "- runs run one after another on one machine"
-        if p.lanes == 1
-        else f"- {p.lanes} runs side by side on {p.gpus} GPUs (each on GPUs of its own), one after another on each"
-    )
+    if p.boxes > 1:
+        out.append(
+            f"- {p.lanes} runs side by side on {p.boxes} boxes of {p.gpus} GPU{'s' if p.gpus != 1 else ''} each "
+            "(a Ray cluster, `cockpit series --ray`; every box priced like the one the pilot ran on), one after "
+            "another on each"
+        )
+    else:
+        out.append(
+            "- runs run one after another on one machine"
+            if p.lanes == 1
+            else f"- {p.lanes} runs side by side on {p.gpus} GPUs (each on GPUs of its own), one after another on each"
+        )
     out.append("")
     order = ", ".join(f"{v} s{s}" for v, s in p.order if p.costs[v].hours is not None)
     out.append(
@@ -400,6 +422,31 @@ def render(p: Plan) -> list[str]:
         if unmeasured:
             verb = "Probe" if p.measured_by == "probe" else "Pilot"
             out.append(f"Not planned (not measured): {', '.join(unmeasured)}. {verb} them to plan them.")
+    return out
+
+
+def boxes_against_one(many: Plan, one: Plan) -> list[str]:
+    """What ``many.boxes`` boxes buy against one: the same planned runs, their wall time and the box-hours paid."""
+    n = many.boxes
+    t1, tn = one.wall_h(), many.wall_h()
+    if not t1:
+        return ["Nothing measured to compare boxes with."]
+    out = [
+        f"{n} boxes against one, for every planned run ({sum(1 for v, _ in one.order if one.costs[v].hours is not None)}"
+        f" runs): {_h(tn)} from the first run to the last instead of {_h(t1)} ({t1 / tn:.2f}x sooner), "
+        f"{_h(tn * n)} of box time paid instead of {_h(t1)} ({tn * n / t1:.2f}x)"
+        + (": the same money, sooner" if tn * n <= t1 * 1.01 else ": boxes idle while the longest runs finish")
+        + "."
+    ]
+    for a, b in zip(one.packages, many.packages, strict=True):
+        out.append(
+            f"- {a.days} day{'s' if a.days != 1 else ''}: one box fits {len(a.fits)} run{'s' if len(a.fits) != 1 else ''}, "
+            f"{n} boxes fit {len(b.fits)} (for {n}x the rent)"
+        )
+    out.append(
+        "Every box needs its own passed pilot's GPU model and the head's Cockpit and torch (docs/ray.md); the head's "
+        "disk holds every run's checkpoints, which stream back to it."
+    )
     return out
 
 

@@ -1,7 +1,8 @@
 """Run folders: the one place that knows them. No torch.
 
 - :mod:`.files`   every file name of a run, how each is read, run-id order and validation
-- :mod:`.process` ``process.json``: whether the run's process lives and is ours to signal
+- :mod:`.process` ``process.json``: whether the run's process lives and is ours to signal; ``remote.json``: a
+                  run on a Ray node, alive by its series' heartbeat
 - :mod:`.state`   status derived from events, the one rule for "the peak", a run read as one record,
                   "the latest passed pilot of a variant"
 - :mod:`.brief`   the events' summary: what readers need from events.jsonl, bounded, cached in summary.json
@@ -27,11 +28,13 @@ from .files import (
     METRICS_FILE,
     PREDICTIONS_FILE,
     PROCESS_FILE,
+    REMOTE_FILE,
     REPLAY_FILE,
     RESUME_FILE,
     RUN_FILE,
     RUN_ID,
     RUNS_DIR,
+    STOP_FILE,
     BadRunId,
     Revisions,
     RunTable,
@@ -53,7 +56,19 @@ from .files import (
     run_meta,
     runs_dir,
 )
-from .process import is_alive, owned, process_info, write_process
+from .process import (
+    REMOTE_STALE_S,
+    RemoteInfo,
+    is_alive,
+    owned,
+    process_info,
+    remote_alive,
+    remote_info,
+    request_stop,
+    stop_requested,
+    write_process,
+    write_remote,
+)
 from .rows import (
     apply_state,
     create_run,
@@ -106,6 +121,10 @@ __all__ = [
     "METRICS_FILE",
     "PREDICTIONS_FILE",
     "PROCESS_FILE",
+    "REMOTE_FILE",
+    "REMOTE_STALE_S",
+    "STOP_FILE",
+    "RemoteInfo",
     "REPLAY_FILE",
     "RESUME_FILE",
     "RUNS_DIR",
@@ -139,6 +158,10 @@ __all__ = [
     "package_versions",
     "peak_of",
     "process_info",
+    "remote_alive",
+    "remote_info",
+    "request_stop",
+    "stop_requested",
     "read_csv_rows",
     "read_events",
     "read_inspect",
@@ -160,4 +183,5 @@ __all__ = [
     "training_runs",
     "view",
     "write_process",
+    "write_remote",
 ]

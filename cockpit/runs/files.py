@@ -25,6 +25,8 @@ from ..notebook.settings import TomlValue
 RUNS_DIR = "runs"
 RUN_FILE = "run.toml"  # frozen at creation: task, variant, parameters, seed, stack, command
 PROCESS_FILE = "process.json"  # the detached process: pid, start time, command line
+REMOTE_FILE = "remote.json"  # a run on another node (a Ray task): its task, node, heartbeat, how it ended
+STOP_FILE = "stop.json"  # a remote run: `cockpit stop` asks the head's series to stop it (its grace)
 LOG_FILE = "output.log"  # the run's stdout and stderr
 EVENTS_FILE = ev.EVENTS_FILE  # append-only events: the source of truth
 CURVE_FILE = "curve.csv"  # training run: one row per update

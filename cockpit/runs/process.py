@@ -5,6 +5,12 @@ is never mistaken for the run) and its command line. A process counts as the
 run's only when all three still match; anything that signals a run (``cockpit
 stop``, the TUI's ``x``, a series) asks :func:`owned` first, so a planted or
 stale file never makes Cockpit signal a process it did not start.
+
+A run placed on another node by a Ray series has no local process: instead of
+``process.json`` its folder holds ``remote.json``, written only by the head's
+series (``cockpit.cluster``): the Ray task, the node it runs on, a heartbeat the
+series refreshes while it holds the task, and, once the task ended, how. Its
+liveness is that record's word (:func:`remote_alive`), never a local pid.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypedDict, cast
 
 from .. import fsutil
-from .files import PROCESS_FILE, now
+from .files import PROCESS_FILE, REMOTE_FILE, STOP_FILE, now
 
 
 class ProcessInfo(TypedDict, total=False):
@@ -100,9 +106,59 @@ def is_alive(rdir: Path | str) -> bool:
 
     A planted ``process.json`` naming some other live process (or one with an
     unknown start time) makes the run look ended, never running: it is then
-    settled as crashed instead of showing "running" for ever.
+    settled as crashed instead of showing "running" for ever. A run on another
+    node (``remote.json``) lives by its record, :func:`remote_alive`.
     """
+    remote = remote_info(rdir)
+    if remote is not None:
+        return remote_alive(remote)
     return owned(rdir, wait_s=1.0) is not None
+
+
+class RemoteInfo(TypedDict, total=False):
+    """``remote.json``: a run that a series placed on a node of a Ray cluster (written by the head's series only)."""
+
+    address: str  # the Ray cluster's address, as the series connected to it
+    task_id: str  # the Ray task that runs it (hex)
+    submitted: str
+    node_id: str  # the Ray node it runs on (hex), once it started there
+    hostname: str
+    node_ip: str
+    node_dir: str  # its run folder on that node (node-local, never the head's)
+    beat: float  # the head's clock when the series last held the task (seconds since the epoch)
+    ended: bool  # the task is over (its files are back, or its node was lost)
+    reason: str  # why it ended without a final event: the node lost, the task cancelled
+
+
+# A series refreshes the heartbeat of every run it holds every couple of seconds; a record this old means no
+# series holds the task any more (the head's series was killed): Ray ends the tasks of a driver that is gone.
+REMOTE_STALE_S = 30.0
+
+
+def remote_info(rdir: Path | str) -> RemoteInfo | None:
+    """The run's ``remote.json``, or None: no such file, a link, not a small JSON object."""
+    try:
+        info = json.loads(fsutil.read_regular(Path(rdir) / REMOTE_FILE, 65536))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return cast(RemoteInfo, info) if isinstance(info, dict) else None
+
+
+def remote_alive(info: RemoteInfo, now_t: float | None = None) -> bool:
+    """A remote run lives while its task has not ended and a series still holds it (a fresh heartbeat)."""
+    import time
+
+    if info.get("ended"):
+        return False
+    beat = info.get("beat")
+    if isinstance(beat, bool) or not isinstance(beat, (int, float)):
+        return False
+    return (time.time() if now_t is None else now_t) - float(beat) < REMOTE_STALE_S
+
+
+def write_remote(rdir: Path | str, info: RemoteInfo) -> None:
+    """Record (or update) the run's Ray task: the head's series is this file's only writer."""
+    fsutil.write_text(Path(rdir) / REMOTE_FILE, json.dumps(info))
 
 
 def owned(rdir: Path | str, wait_s: float = 2.0) -> Any:
@@ -145,3 +201,20 @@ def _ours(cmdline: Any, rdir: Path) -> bool:
         return False
     args = cmdline[:-1] if cmdline[-1:] == ["--resume"] else cmdline
     return len(args) >= 3 and args[-1] == str(rdir) and args[-3:-1] == ["-m", "cockpit.pilot"]
+
+
+def request_stop(rdir: Path | str, grace_s: float) -> None:
+    """Ask the head's series to stop a remote run (``cockpit stop``, the TUI's stop): it alone holds the Ray task."""
+    fsutil.write_text(Path(rdir) / STOP_FILE, json.dumps({"grace_s": float(grace_s), "asked": now()}))
+
+
+def stop_requested(rdir: Path | str) -> float | None:
+    """The grace of a stop asked of a remote run, or None when none was asked."""
+    try:
+        info = json.loads(fsutil.read_regular(Path(rdir) / STOP_FILE, 4096))
+    except (OSError, ValueError, RecursionError):
+        return None
+    grace = info.get("grace_s") if isinstance(info, dict) else None
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace < 1e6:
+        return 10.0
+    return float(grace)

@@ -26,7 +26,7 @@ from ..contract import Params
 from .brief import Summary
 from .brief import summary as run_summary
 from .files import RUN_FILE, RunToml, read_metrics, read_run_toml, run_dirs
-from .process import is_alive, process_info
+from .process import is_alive, process_info, remote_info
 
 # The pilot's phases that run only Cockpit's own checks: the data gate builds a second model to measure which output
 # each target is scored against, and the overfit gate trains a fresh model beside the piloted one. The long run does
@@ -182,6 +182,19 @@ def state(rdir: Path | str, evs: list[ev.Event] | None = None) -> RunState:
         phase = end.get("phase") or phase
     elif is_alive(rdir):
         status, reason = ev.Status.RUNNING.value, ""
+    elif (remote := remote_info(rdir)) is not None:  # a Ray task on another node: its record says how it ended
+        status = ev.Status.CRASHED.value
+        lost = str(remote.get("reason") or "") or (
+            "its task ended without a final event"
+            if remote.get("ended")
+            else "no series holds its Ray task any more (the head's series ended)"
+        )
+        where = (
+            f" on node {remote.get('hostname')} ({str(remote.get('node_id', ''))[:12]})"
+            if remote.get("node_id")
+            else ""
+        )
+        reason = f"remote run{where}: {lost}, during phase {phase or 'start-up'}"
     elif process_info(rdir) is None and start is None and not never_started(rdir):
         status, reason = ev.Status.CREATED.value, ""
     elif process_info(rdir) is None and start is None:

@@ -49,8 +49,12 @@ class Series:
         resumer: Callable[..., Path] | None = None,
         placement: Placement | None = None,
         nproc: int = 1,
+        pump: Callable[[], None] | None = None,
     ):
-        """``placement`` (a ``cockpit.gpus.Placement``) lends each run GPUs of its own, ``nproc`` per run."""
+        """``placement`` (a ``cockpit.gpus.Placement``) lends each run GPUs of its own, ``nproc`` per run.
+
+        ``pump`` is called first on every poll: a series on a Ray cluster brings its runs' files back to their
+        folders there (``cockpit.cluster.onray.Cluster.pump``), so everything after it reads them as local runs."""
         if parallel < 1:
             raise UsageError(f"--parallel {parallel}: give a whole number >= 1")
         self.placement = placement
@@ -64,6 +68,7 @@ class Series:
             self.env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // parallel))
         self._start: Callable[..., tuple[str, Path]] = starter or launch.new_run
         self._resume = resumer or launch.resume_run
+        self._pump = pump
         self.started: list[Started] = []
         self.t0 = time.monotonic()
 
@@ -78,6 +83,8 @@ class Series:
     def poll(self) -> list[tuple[str, Started]]:
         """Reap finished runs, start the next ones; returns ("finished"|"started", run) changes."""
         changes: list[tuple[str, Started]] = []
+        if self._pump is not None:
+            self._pump()
         launch.reap()
         for s in self.active:
             if not runs.is_alive(s.dir):
@@ -134,7 +141,17 @@ class Series:
     def stop(self) -> list[str]:
         """Stop the runs still alive (SIGTERM, then SIGKILL) and drop the ones not started."""
         self.pending.clear()
-        return [f"{s.run_id}: {launch.stop(s.dir)}" for s in self.active]
+        if self._pump is None:
+            return [f"{s.run_id}: {launch.stop(s.dir)}" for s in self.active]
+        # Runs on a Ray cluster: this series holds their tasks, so it asks each to stop and brings their ends back.
+        active = self.active
+        for s in active:
+            runs.request_stop(s.dir, 10.0)
+        deadline = time.monotonic() + 10.0 + launch.REMOTE_STOP_MARGIN_S
+        while any(runs.is_alive(s.dir) for s in active) and time.monotonic() < deadline:
+            self._pump()
+            time.sleep(0.2)
+        return [f"{s.run_id}: {runs.state(s.dir).status}" for s in active]
 
     def run(
         self,

@@ -304,3 +304,16 @@ def test_no_torch_in_orchestration() -> None:
     code = "import sys, cockpit.series, cockpit.compare, cockpit.commands.series, cockpit.commands.compare; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ}, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_run_resumed_here_after_its_ray_node_was_lost_lives_by_its_local_pid(tmp_path: Path) -> None:
+    camp = tiny_campaign(tmp_path, "was_remote")
+    _, rdir = runs.create_run(camp, "lr1e-4", 0, kind="train")
+    runs.write_remote(rdir, {"beat": time.time(), "ended": True, "reason": "its node was lost (a test)"})
+    assert runs.state(rdir).status == "crashed"
+    launch.start(rdir, env={"OMP_NUM_THREADS": "1"})
+    try:
+        assert runs.remote_info(rdir) is None  # the Ray record of its earlier process no longer decides
+        assert runs.is_alive(rdir)
+    finally:
+        assert launch.stop(rdir, grace_s=20).startswith(("stopped", "killed"))

@@ -158,3 +158,21 @@ def test_a_probed_script_s_validations_are_counted_as_the_script_runs_them(tmp_p
     text = "\n".join(pl.render(p))
     assert "+ 3 validations x" in text
     assert f"validations counted: 3 in 300 steps: probe {rid}: the script evaluated every 100 steps" in text
+
+
+def test_boxes_say_what_n_boxes_buy_against_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    camp = make_campaign(tmp_path, updates=200_000)  # 280 h per run, 3 variants x 3 seeds: 9 runs
+    _pilot(camp, step_s=5.0)
+    nb = nbm.load(camp)
+    one, three = pl.build(nb, gpus=1), pl.build(nb, gpus=1, boxes=3)
+    assert (one.lanes, three.lanes, three.boxes) == (1, 3, 3)
+    h = one.costs["lr1e-4"].hours
+    assert one.wall_h() == pytest.approx(9 * h) and three.wall_h() == pytest.approx(3 * h)
+    assert [len(p.fits) for p in three.packages] == [0, 0, 6]  # 648 h on each of 3 boxes: two runs each
+    assert main(["plan", str(camp), "--gpus", "1", "--boxes", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "3 runs side by side on 3 boxes of 1 GPU each (a Ray cluster" in out
+    assert "3 boxes against one, for every planned run (9 runs):" in out and "(3.00x sooner)" in out
+    assert "the same money, sooner" in out
+    assert "- 30 days: one box fits 2 runs, 3 boxes fit 6 (for 3x the rent)" in out
+    assert main(["plan", str(camp), "--boxes", "0"]) != 0
