@@ -174,7 +174,8 @@ def frame_words(f: traceback.FrameSummary) -> str:
 
 
 def _library_words(f: traceback.FrameSummary) -> str:
-    """A library frame from its package on ('transformers/modeling_utils.py:12 in forward')."""
+    """A library frame from its package on: for transformers' modeling_utils.py at line 12, its package's folder
+    and then 'modeling_utils.py:12 in forward'."""
     parts = os.path.realpath(f.filename).split(os.sep)
     for i, part in enumerate(parts[:-1]):
         if part in _LIBRARY_DIRS:

@@ -281,6 +281,19 @@ def finite_or_none(x: float | None) -> float | None:
     return x
 
 
+def finite_figures(obj: Any) -> Any:
+    """A gate's figures with every non-finite float replaced by None (JSON has none), through dicts and lists: a
+    phase that measured an infinity (a loss that overflowed inside a check) keeps its gate, and the check's detail
+    says what the value was."""
+    if isinstance(obj, float):
+        return finite_or_none(obj)
+    if isinstance(obj, dict):
+        return {k: finite_figures(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_figures(v) for v in obj]
+    return obj
+
+
 # A line longer than this is not an event Cockpit wrote (a gate with all its inputs is a few KiB):
 # it is skipped whole, counted as bad, and never held in memory.
 MAX_LINE = 1 << 20

@@ -260,22 +260,27 @@ def lightning_task(
 
         b = lightning_batch(batch)
         model._cockpit_logged.clear()
-        if torch.is_grad_enabled() or not _overrides(model, "validation_step"):
-            out = model.training_step(b, 0)
-            where = "training_step"
-        else:
-            out = model.validation_step(b, 0)
-            where = "validation_step"
-        if out is None:
-            logged = model._cockpit_logged
-            key = "val_loss" if "val_loss" in logged else next((k for k in logged if "loss" in k), None)
-            if key is None:
-                raise LightningHelperError(
-                    f"{where} returned nothing and logged no loss (logged: {', '.join(logged) or 'nothing'}); return "
-                    "the loss, or self.log('val_loss', loss)"
-                )
-            out = logged[key]
-        return out
+        try:
+            if torch.is_grad_enabled() or not _overrides(model, "validation_step"):
+                out = model.training_step(b, 0)
+                where = "training_step"
+            else:
+                out = model.validation_step(b, 0)
+                where = "validation_step"
+            if out is None:
+                logged = model._cockpit_logged
+                key = "val_loss" if "val_loss" in logged else next((k for k in logged if "loss" in k), None)
+                if key is None:
+                    raise LightningHelperError(
+                        f"{where} returned nothing and logged no loss (logged: {', '.join(logged) or 'nothing'}); "
+                        "return the loss, or self.log('val_loss', loss)"
+                    )
+                out = logged[key]
+            return out
+        finally:
+            # Lightning detaches what it logs; kept here, the step's values would hold its graph until the next
+            # call (the update gate's attached-state check found it)
+            model._cockpit_logged.clear()
 
     def optimizer(model: Any, params: Params) -> Any:
         opt, sched, interval, freq = _read_optimizers(model.configure_optimizers())

@@ -258,7 +258,7 @@ def run_phase(ctx: Context, phase: Phase) -> tuple[Gate, PhaseEnded | None]:
         "message": g.message,
         "duration_s": duration,
         "mem": mem,
-        **g.extra,
+        **ev.finite_figures(g.extra),
     }
     ctx.emit(ev.GATE, **gate)
     peak = runs.mem_peak(mem)[0]

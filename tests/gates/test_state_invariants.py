@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cockpit.pilot import attached, frozenmode, inputrange
+from cockpit.pilot.phases import ranges
 from cockpit.pilot.task import Task
 from tests.gates.test_phases import _cls_collate, _cls_data, check, classifier, through
 
@@ -309,8 +310,8 @@ def test_an_image_size_is_a_hint_only_where_someone_chose_it() -> None:
             super().__init__()
             self.config = config
 
-    assert inputrange.declared(None, Model(ConvNextConfig())).image_size is None  # the class's default, unused
-    assert inputrange.declared(None, Model(ViTConfig(image_size=8))).image_size == 8
+    assert ranges.declared(None, Model(ConvNextConfig())).image_size is None  # the class's default, unused
+    assert ranges.declared(None, Model(ViTConfig(image_size=8))).image_size == 8
     stats = inputrange.FieldStats()
     stats.add(torch.rand(4, 3, 64, 64) * 2 - 1, None)
-    assert "resized far" in " ".join(inputrange.size_causes("pixel_values", stats, inputrange.Declared(image_size=8)))
+    assert "resized far" in " ".join(ranges.size_causes("pixel_values", stats, ranges.Declared(image_size=8)))

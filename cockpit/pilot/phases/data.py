@@ -41,13 +41,13 @@ from typing import Any
 import torch
 
 from ... import events as ev
-from .. import inputrange, inspection
+from .. import inspection
 from ..context import Context
 from ..datascan import SCAN_SECONDS, SplitScan, collate, ids_text, scan, share_text
 from ..gate import Gate, Phase
 from ..splits import data_revision
 from ..trainer import Trainer, user
-from . import alignment, dependence, labelmap, semantics
+from . import alignment, dependence, labelmap, ranges, semantics
 
 
 def run(ctx: Context, g: Gate) -> None:
@@ -89,8 +89,8 @@ def data_gate(ctx: Context, g: Gate) -> None:
         again = time.monotonic() + float(task.extras.get("scan_seconds", SCAN_SECONDS))  # a budget of its own
         dense = labelmap.dense_targets(ctx, scans, splits, targets, again)
     _batch_checks(ctx, g, scans, ml, encdec)
-    hints = inputrange.declared(task, probe.model if probe else None)
-    inputrange.judge(g, {n: s.floats for n, s in scans.items()}, hints)
+    hints = ranges.declared(task, probe.model if probe else None)
+    ranges.judge(g, {n: s.floats for n, s in scans.items()}, hints)
     semantics.collate_deterministic(ctx, g, first)
     semantics.rows_distinct(g, first, batch)
     if probe is not None:
@@ -438,7 +438,7 @@ PHASE = Phase(
         "targets aligned as declared",
         "targets scored against their own example",
         "rows differ where examples differ",
-        inputrange.NAME,
+        ranges.NAME,
         "every input field read",
         "examples independent",
         "targets hidden from the model",
