@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,8 +39,11 @@ LONG = 120  # updates of the run whose node is lost: it is still training when a
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    root = tmp_path_factory.mktemp("raycl")
+def ray_cluster() -> Iterator[LocalCluster]:
+    # Ray puts AF_UNIX sockets under each node's temp dir, and a socket path is at most 107 bytes: under pytest's
+    # tmp path (/tmp/pytest-of-root/pytest-139/popen-gw1/raycl0/head/session_<time>_<pid>/sockets/plasma_store)
+    # it did not fit in CI. A short folder of the test's own, removed afterwards.
+    root = Path(tempfile.mkdtemp(prefix="cr", dir="/tmp"))
     cl = LocalCluster(root, cluster_env())
     try:
         cl.start([("wa", 2, "FAKE"), ("wb", 2, "FAKE")])
@@ -49,6 +54,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClust
 
         if ray.is_initialized():
             ray.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _curve(rdir: Path) -> list[tuple[str, str]]:
