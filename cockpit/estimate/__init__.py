@@ -38,7 +38,7 @@ Feasibility (spike on torch 2.13.0+cpu, 2 shared CPU cores, December 2026)
 Result (bench/estimate.py, same box)
 ------------------------------------
 ``cockpit estimate`` on that campaign takes 11 s wall here for the two GPU traces (the campaign's microbatch and half
-of it, for the table) and 17 s with the third, CPU-semantics trace shown beside (2 shared CPUs), and predicts 8,271 MiB peak allocated in ``update_second`` (= ``worst_case``, every example is
+of it, for the table) and 17 s with the third, CPU-semantics trace shown beside (2 shared CPUs), and predicts 8,275 MiB peak allocated in ``update_second`` (= ``worst_case``, every example is
 1,024 long): 0.997x the H200's 8,300 MiB. What closed the gap is one GPU semantic: CUDA's autocast lists do not
 include ``cross_entropy`` (CPU's float32 list does), so on CUDA ``log_softmax`` runs in bfloat16 and only
 ``nll_loss`` works on a float32 copy; CPU's way holds one more float32 (N x V) tensor at the start of backward

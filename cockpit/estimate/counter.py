@@ -32,6 +32,8 @@ from torch.utils._pytree import tree_flatten, tree_map_only
 from .allocator import CachingAllocator
 
 SCALAR = torch.ops.aten._local_scalar_dense.default
+PIN = torch.ops.aten._pin_memory.default  # fake tensors have no kernel for it; pinned memory is the host's
+MARK = "cockpit-estimate:"  # the profiler ranges that mark a phase's start and end
 GRAD_SCALER = "amp/grad_scaler.py"  # where torch's GradScaler reads found_inf
 
 
@@ -65,6 +67,7 @@ class Segment:
     peak_allocated: int = 0
     end_allocated: int = 0
     peak_reserved: int = 0
+    peak_bytes: int = 0  # the peak of the storages' own sizes, unrounded (what a CPU allocator is asked for)
 
 
 @dataclass(eq=False)
@@ -76,6 +79,11 @@ class Counter(TorchDispatchMode):
     invented: dict[str, int] = field(default_factory=dict)  # where a value was read -> how often
     fallbacks: dict[str, Fallback] = field(default_factory=dict)
     _refs: dict[int, Any] = field(default_factory=dict)
+    _host: dict[int, Any] = field(default_factory=dict)  # storages made on the host (not the device's): weak refs
+    _host_depth: int = 0
+    _sizes: dict[int, int] = field(default_factory=dict)  # token -> the storage's own bytes
+    live_bytes: int = 0  # live storages' own bytes, unrounded
+    mark: bool = False  # put each phase's start and end in torch's profiler (what :mod:`.measure` reads)
     _next: int = 0
     current: Segment | None = None
     on_op: Any = None  # called before every operation (the trace uses it to cut phases at backward's edges)
@@ -88,7 +96,8 @@ class Counter(TorchDispatchMode):
     def begin(self, name: str) -> Segment:
         """Start a new stretch: its peak starts at what is live now (the pilot resets its peak counters so)."""
         a = self.allocator
-        seg = Segment(name, a.allocated, a.allocated, a.allocated, a.reserved)
+        seg = Segment(name, a.allocated, a.allocated, a.allocated, a.reserved, self.live_bytes)
+        self._mark("begin", name)
         self.segments.append(seg)
         self.current = seg
         return seg
@@ -97,7 +106,13 @@ class Counter(TorchDispatchMode):
         if self.current is not None:
             self.current.end_allocated = self.allocator.allocated
             self.current.peak_reserved = self.allocator.reserved
+            self._mark("end", self.current.name)
         self.current = None
+
+    def _mark(self, what: str, name: str) -> None:
+        if self.mark:
+            with torch.profiler.record_function(f"{MARK}{what}:{name}"):
+                pass
 
     @contextmanager
     def segment(self, name: str) -> Iterator[Segment]:
@@ -112,6 +127,43 @@ class Counter(TorchDispatchMode):
     def live(self) -> int:
         return self.allocator.allocated
 
+    # ---- the host and the device
+
+    @contextmanager
+    def host(self) -> Iterator[None]:
+        """What runs here runs on the host (the task's collate, the model's construction before ``.to(device)``):
+        the storages it makes are not the device's and are never counted, nor later when an op returns them."""
+        self._host_depth += 1
+        try:
+            yield
+        finally:
+            self._host_depth -= 1
+
+    @contextmanager
+    def device(self) -> Iterator[None]:
+        """Inside :meth:`host`, a stretch that runs on the device again (the copy of a batch to it)."""
+        depth, self._host_depth = self._host_depth, 0
+        try:
+            yield
+        finally:
+            self._host_depth = depth
+
+    def on_host(self, t: torch.Tensor) -> bool:
+        """Whether a tensor's storage is the host's: made in :meth:`host`, or before the trace (the task's data)."""
+        if t.layout != torch.strided:
+            return False
+        if self.fake_mode is not None and not isinstance(t, FakeTensor):
+            return True
+        return id(t.untyped_storage()) in self._host
+
+    def _mark_host(self, st: Any) -> None:
+        key = id(st)
+        if key not in self._host and key not in self._refs:
+            self._host[key] = weakref.ref(st, functools.partial(self._host_freed, key))
+
+    def _host_freed(self, key: int, _ref: Any = None) -> None:
+        self._host.pop(key, None)
+
     # ---- tracking
 
     def see(self, tree: Any) -> None:
@@ -122,11 +174,14 @@ class Counter(TorchDispatchMode):
             if isinstance(t, torch.Tensor) and t.layout == torch.strided:
                 if self.fake_mode is not None and not isinstance(t, FakeTensor):
                     continue
-                self._storage(t.untyped_storage())
+                if self._host_depth:
+                    self._mark_host(t.untyped_storage())
+                else:
+                    self._storage(t.untyped_storage())
 
     def _storage(self, st: Any) -> None:
         key = id(st)
-        if key in self._refs:
+        if key in self._refs or key in self._host:
             return
         nbytes = st.nbytes()
         if nbytes == 0:
@@ -134,12 +189,16 @@ class Counter(TorchDispatchMode):
         self._next += 1
         token = self._next
         self.allocator.malloc(token, nbytes)
-        if self.current is not None and self.allocator.allocated > self.current.peak_allocated:
-            self.current.peak_allocated = self.allocator.allocated
+        self._sizes[token] = nbytes
+        self.live_bytes += nbytes
+        if self.current is not None:
+            self.current.peak_allocated = max(self.current.peak_allocated, self.allocator.allocated)
+            self.current.peak_bytes = max(self.current.peak_bytes, self.live_bytes)
         self._refs[key] = weakref.ref(st, functools.partial(self._freed, key, token))
 
     def _freed(self, key: int, token: int, _ref: Any = None) -> None:
         self._refs.pop(key, None)
+        self.live_bytes -= self._sizes.pop(token, 0)
         self.allocator.free(token)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -157,6 +216,10 @@ class Counter(TorchDispatchMode):
             if t.dtype.is_floating_point:
                 return 0.0 if where == GRAD_SCALER else 1.0
             return 1
+        if func is PIN:
+            # pinned host memory: page-locked RAM, never the device's (and no CPU-only build can pin any), so the
+            # tensor stands for its pinned copy; the copy to the device that follows is counted as any other
+            return args[0]
         if self.fake_mode is None:
             out = func(*args, **kwargs)
         else:

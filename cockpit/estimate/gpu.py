@@ -12,6 +12,9 @@
   memory-efficient, then math, as enabled by ``torch.backends.cuda``): flash and memory-efficient keep O(T) memory
   (the output and its log-sum-exp; in backward the gradients and the kernel's float32 accumulators), math
   materialises the T x T scores.
+* **The host and the device**: the task's collate and the model's construction run on the host; what the device
+  holds is their copy (:func:`device_copy`), made as ``Tensor.to`` makes it, so a sliced batch arrives contiguous and
+  the model's construction temporaries are never the device's.
 * **Optimizer defaults**: a torch optimizer left at ``foreach=None`` runs its foreach implementation on CUDA.
 * **Memory outside torch's allocator**: the CUDA context and the kernels and library state the first training step
   loads (:data:`CONTEXT_MIB`, :data:`LIBRARIES_MIB`), and cuBLAS's workspace, which torch allocates through its
@@ -324,6 +327,15 @@ def _math_attention(
     if dropout_p > 0:
         attn = F.dropout(attn, dropout_p)
     return attn @ v
+
+
+def device_copy(t: torch.Tensor) -> torch.Tensor:
+    """A host tensor copied to the GPU as ``Tensor.to("cuda")`` holds it there: ``_to_copy`` with
+    ``preserve_format`` keeps the strides of a dense, non-overlapping tensor and lays any other out afresh in the
+    format ``suggest_memory_format`` names (contiguous; channels-last stays so), copying only the elements it views,
+    never the rest of a larger storage (``t[:, 1:]`` of a (B, T + 1) tensor arrives as a contiguous (B, T) one).
+    ``non_blocking`` changes when the copy happens, not what it holds; pinned host memory is the host's."""
+    return t.to(copy=True)
 
 
 def optimizer_defaults(optimizer: Any) -> list[str]:

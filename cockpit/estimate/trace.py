@@ -19,6 +19,7 @@ allocated and every further one repeats its memory.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -45,6 +46,7 @@ class PhaseMemory:
     peak_allocated: int  # bytes, as torch.cuda.max_memory_allocated() would say over the phase
     reserved: int  # bytes, the caching allocator model's reserved at the phase's end (it only grows)
     resident: int  # bytes allocated when the phase ends
+    peak_bytes: int = 0  # the peak of the live storages' own sizes, unrounded (what the CPU check compares)
 
 
 @dataclass
@@ -72,9 +74,44 @@ class Trace:
 
 
 class _Trainer(Trainer):
-    """The pilot's trainer; under GPU semantics its autocast region is CUDA's policy, not the CPU's."""
+    """The pilot's trainer; under GPU semantics its autocast region is CUDA's policy, not the CPU's, and the batch
+    and the model are made on the host and copied to the device as ``.to("cuda")`` copies them (the trace's CPU is
+    both, and ``.to("cpu")`` copies nothing)."""
 
     semantics: gpu.CudaSemantics | None = None
+    counter: Counter | None = None
+
+    def collate(self, examples: list[Example]) -> Any:
+        if self.semantics is None or self.counter is None:
+            return super().collate(examples)
+        with self.counter.host():  # the task's collate runs on the host; to_device copies its tensors
+            return super().collate(examples)
+
+    def to_device(self, t: torch.Tensor) -> torch.Tensor:
+        counter = self.counter
+        if self.semantics is None or counter is None:
+            return super().to_device(t)
+        with counter.device():
+            return gpu.device_copy(t) if counter.on_host(t) else t
+
+    def build(self, allow_frozen: bool = False) -> None:
+        counter = self.counter
+        if self.semantics is None or counter is None:
+            return super().build(allow_frozen)
+        task = self.task
+
+        def build_model(p: Params) -> Any:
+            with counter.host():  # built on the host, then moved, as Module.to("cuda") moves it
+                model = task.build_model(p)
+            if isinstance(model, torch.nn.Module):
+                model._apply(lambda t: gpu.device_copy(t) if counter.on_host(t) else t)
+            return model
+
+        self.task = dataclasses.replace(task, build_model=build_model)
+        try:
+            super().build(allow_frozen)
+        finally:
+            self.task = task
 
     def autocast(self) -> Any:
         if self.semantics is None:
@@ -146,6 +183,7 @@ def run(
     gpu_semantics: bool = True,
     fake: bool = True,
     trainable_only: bool = False,
+    mark: bool = False,
 ) -> Trace:
     """Trace the pilot's memory phases. ``fake=False`` runs the same on real CPU tensors (what the tests compare)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -160,8 +198,9 @@ def run(
     sem = gpu.CudaSemantics() if gpu_semantics else None
     tr.semantics = sem
     fm = FakeTensorMode(allow_non_fake_inputs=True) if fake else None
-    counter = Counter(invent_scalars=fake, fake_mode=fm)
+    counter = Counter(invent_scalars=fake, fake_mode=fm, mark=mark)
     counter.on_op = _Splitter(counter)
+    tr.counter = counter
     phases: list[PhaseMemory] = []
     notes: list[str] = []
     with contextlib.ExitStack() as stack:
@@ -201,7 +240,14 @@ def run(
         counter.on_op = None
     for seg in counter.segments:
         phases.append(
-            PhaseMemory(seg.name, inputs.get(seg.name, ""), seg.peak_allocated, seg.peak_reserved, seg.end_allocated)
+            PhaseMemory(
+                seg.name,
+                inputs.get(seg.name, ""),
+                seg.peak_allocated,
+                seg.peak_reserved,
+                seg.end_allocated,
+                seg.peak_bytes,
+            )
         )
     n_params = sum(p.numel() for p in tr.model.parameters())
     n_train = sum(p.numel() for p in tr.model.parameters() if p.requires_grad)

@@ -271,10 +271,14 @@ class Trainer:
         batch = user("collate", self.task.collate, examples, self.params)
         if not isinstance(batch, dict):
             raise UserCodeError("collate", TypeError(f"must return a dict of tensors, got {type(batch).__name__}"))
-        out = {k: (v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
+        out = {k: (self.to_device(v) if torch.is_tensor(v) else v) for k, v in batch.items()}
         if "ids" not in out:  # the collate need not carry ids: Cockpit knows which examples it gave
             out["ids"] = [e.get("id") if isinstance(e, dict) else None for e in examples]
         return out
+
+    def to_device(self, t: torch.Tensor) -> torch.Tensor:
+        """A batch's tensor as the device holds it (the estimate models this copy on a machine without the GPU)."""
+        return t.to(self.device, non_blocking=True)
 
     def next_microbatches(self) -> list[list[Example]]:
         return [self.examples("train", idx) for idx in self.order.next_update()]

@@ -14,10 +14,11 @@ import torch
 from cockpit import cli
 from cockpit.errors import UsageError
 from cockpit.estimate import campaign, trace
-from tests.unit.test_estimate import HERE, TINY, _campaign, _op_task
+from tests.unit.test_estimate import HERE, SLICING, TINY, _campaign, _op_task
 
 sys.path.insert(0, str(HERE))  # the estimator's example tasks
 import gpt_task  # noqa: E402
+import slicing_task  # noqa: E402
 
 
 @pytest.mark.slow  # runs real training steps on the CPU
@@ -37,6 +38,24 @@ def test_fake_trace_agrees_with_a_real_cpu_run(precision: str) -> None:
     assert all(w.startswith("pilot/") for w in fake.invented), fake.invented  # the trainer's reads, not the model's
     # the second update holds the optimizer state the first one allocated: its peak is higher
     assert fake.phase("update_second").peak_allocated > fake.phase("forward").peak_allocated
+
+
+@pytest.mark.slow  # runs real training steps on the CPU
+def test_a_sliced_collate_agrees_with_torchs_own_measurement() -> None:
+    """Issue 38: the collate returns ``labels = t[:, 1:]`` and the model calls ``targets.view(-1)``. The estimate
+    traces it with the batch as the GPU holds it (each slice copied contiguous) and must agree, phase by phase,
+    with the device's batch measured for real: the same model fed contiguous copies, run on real CPU tensors and
+    measured by torch's profiler (c10's CPU allocator), not by the estimate's counter."""
+    from cockpit.estimate.measure import measure
+
+    params = {**SLICING, "microbatch": 8, "accumulation": 2, "precision": "fp32"}
+    estimated = trace.run(slicing_task.task, params, gpu_semantics=True)
+    measured = measure(slicing_task.task, {**params, "contiguous": True})
+    assert set(measured.peaks) == set(trace.PHASES)
+    for p in estimated.phases:
+        ratio = p.peak_bytes / measured.peaks[p.name]
+        assert 0.95 <= ratio <= 1.05, (p.name, p.peak_bytes, measured.peaks[p.name])
+    assert estimated.phase("update_second").peak_bytes > estimated.phase("forward").peak_bytes  # AdamW's state
 
 
 @pytest.mark.slow  # seconds: a model load or a fresh process

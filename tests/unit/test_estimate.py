@@ -26,11 +26,13 @@ from cockpit.estimate import campaign, gpu, report, trace
 from cockpit.estimate.allocator import MIB, CachingAllocator
 from cockpit.estimate.counter import Counter
 from cockpit.pilot.task import Task
+from cockpit.pilot.usercode import UserCodeError
 
 HERE = Path(__file__).parents[1] / "estimate"
 sys.path.insert(0, str(HERE))
 
 TINY = dict(vocab=256, block=64, min_length=16, layers=2, heads=2, d=32, lr=1e-3, n_train=16)
+SLICING = dict(vocab=512, block=128, layers=2, heads=2, d=64, lr=1e-3)  # tests/estimate/slicing_task.py
 
 
 # --------------------------------------------------------------------------- the trace against a real run
@@ -118,6 +120,67 @@ def test_allocator_rounding_segments_and_reuse() -> None:
     a.free(3)
     a.malloc(6, 19 * MIB)  # the freed neighbours merged back into one 20 MiB block
     assert a.reserved == 34 * MIB and a.segments == 3
+
+
+# --------------------------------------------------------------------------- the host and the device
+
+
+def test_the_batch_reaches_the_device_as_to_cuda_copies_it() -> None:
+    """Issue 38: ``Tensor.to("cuda")`` keeps a dense tensor's strides and makes any other contiguous, copying only
+    what it views; pinned host memory and the collate's own tensors are the host's, never counted."""
+    with FakeTensorMode(allow_non_fake_inputs=True) as fm:
+        c = Counter(fake_mode=fm)
+        with c:
+            with c.host():
+                t = torch.zeros(8, 1025, dtype=torch.long).pin_memory()  # the collate's tensor, pinned
+                labels = t[:, 1:]
+                rows = t[:4]  # dense: a view of half the storage
+                image = torch.zeros(2, 3, 4, 5).permute(0, 2, 3, 1)  # dense, channels-last strides
+            assert c.live == 0  # nothing on the device yet
+            with c.device():
+                held = [gpu.device_copy(x) for x in (labels, rows, image)]
+            assert held[0].stride() == (1024, 1) and held[0].is_contiguous()
+            assert held[1].stride() == (1025, 1)
+            assert held[2].stride() == image.stride()
+            assert c.live == 8 * 1024 * 8 + 512 * ((4 * 1025 * 8 + 511) // 512) + 512
+            assert not c.on_host(held[0]) and c.on_host(labels)
+            assert t.add_(1) is t and c.live == 8 * 1024 * 8 + 33280 + 512  # a host tensor stays the host's
+
+
+def test_a_sliced_collate_estimates_as_the_device_holds_it() -> None:
+    """The collate nanoGPT users write (``labels = t[:, 1:]``) with a model calling ``targets.view(-1)``: it runs on a
+    GPU, where the copy to the device makes the slice contiguous, so the estimate must trace it (it refused)."""
+    import slicing_task
+
+    params = {**SLICING, "microbatch": 4, "accumulation": 1, "precision": "fp32"}
+    t = trace.run(slicing_task.task, params, gpu_semantics=True)
+    assert [p.name for p in t.phases] == list(trace.PHASES)
+    with pytest.raises(UserCodeError, match=r"loss raised .*view"):  # on the CPU the copy is none: view refuses
+        trace.run(slicing_task.task, params, gpu_semantics=False)
+
+
+def test_the_model_is_built_on_the_host_and_moved() -> None:
+    """What ``Module.to("cuda")`` leaves on the device: a parameter that views a larger construction tensor holds
+    only its own elements, and the construction's temporaries are the host's."""
+
+    class Sliced(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            scratch = torch.randn(4096, 16)  # a construction temporary, 256 KiB: never on the device
+            self.lin = nn.Linear(16, 16)
+            self.lin.weight = nn.Parameter(scratch[:16])  # a view of 16 of its 4,096 rows
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return F.mse_loss(self.lin(x), y)
+
+    task = _op_task(scale)
+    task.build_model = lambda p: Sliced()
+    task.loss = lambda m, b: m(b["x"], b["y"])
+    params = {"microbatch": 4, "lr": 1e-3, "precision": "fp32"}
+    on_gpu = trace.run(task, params, gpu_semantics=True)
+    on_cpu = trace.run(task, params, gpu_semantics=False)
+    assert on_cpu.phase("forward").peak_allocated >= 4096 * 16 * 4  # the CPU is host and device: all of it counts
+    assert on_gpu.phase("forward").peak_allocated < 16 * 1024  # the weight's 1 KiB, the bias, the batch, the forward
 
 
 # --------------------------------------------------------------------------- the table
