@@ -8,7 +8,8 @@ instead), data too small for one update.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from .. import notebook as nbm
 from ..contract import Params
@@ -61,15 +62,15 @@ def estimate(
         ) from None
     trainable_only = bool(getattr(nb.checkpoints, "trainable_only", False))
     params = settings.flat()  # what the task's functions receive
-    main = _trace(nb, vid, task, params, settings.microbatch, trainable_only)
+    main = traced(nb, vid, task, params, settings.microbatch, trainable_only)
     other = None
     if second:
         m2 = second_microbatch(main.microbatch)
         try:
-            other = _trace(nb, vid, task, params, m2, trainable_only)
+            other = traced(nb, vid, task, params, m2, trainable_only)
         except UsageError:
             other = None  # e.g. too few examples for the second size: the table then says so
-    cpu = _trace(nb, vid, task, params, main.microbatch, trainable_only, gpu_semantics=False) if compare_cpu else None
+    cpu = traced(nb, vid, task, params, main.microbatch, trainable_only, gpu_semantics=False) if compare_cpu else None
     return report.build(
         main,
         other,
@@ -82,7 +83,7 @@ def estimate(
     )
 
 
-def _trace(
+def traced(
     nb: nbm.Notebook,
     vid: str,
     task: Task,
@@ -91,13 +92,30 @@ def _trace(
     trainable_only: bool,
     gpu_semantics: bool = True,
 ) -> Trace:
+    """One trace of a campaign's variant at microbatch ``m``; what the task does that fake tensors cannot is a
+    UsageError naming the op, or the task's line that raised."""
+    from .trace import run
+
+    return guarded(
+        nb,
+        vid,
+        m,
+        lambda: run(task, params, seed=0, microbatch=m, trainable_only=trainable_only, gpu_semantics=gpu_semantics),
+    )
+
+
+T = TypeVar("T")
+
+
+def guarded(nb: nbm.Notebook, vid: str, m: int, call: Callable[[], T]) -> T:
+    """``call()`` (a trace, or the CPU measurement beside it), its failures said as the user's to fix."""
+    from .. import blame
     from ..pilot.task import DataTooSmall
     from ..pilot.usercode import UserCodeError
     from .counter import Unfakeable
-    from .trace import run
 
     try:
-        return run(task, params, seed=0, microbatch=m, trainable_only=trainable_only, gpu_semantics=gpu_semantics)
+        return call()
     except UserCodeError as exc:
         if isinstance(exc.exc, Unfakeable):
             raise UsageError(
@@ -105,8 +123,10 @@ def _trace(
                 "(torch.library.register_fake) so its output shapes are known, or measure with `cockpit pilot` on "
                 "the GPU."
             ) from None
+        at = blame.of(exc).where
         raise UsageError(
-            f"{nb.path}: variant {vid}: the task's {exc.where} raised {type(exc.exc).__name__}: {exc.exc} "
+            f"{nb.path}: variant {vid}: the task's {exc.where} raised {type(exc.exc).__name__}: "
+            f"{blame.first_line(exc.exc)}{f' at {at}' if at else ''} "
             f"(traced on fake tensors at microbatch {m}). If it works in `cockpit pilot`, it does something fake "
             "tensors cannot (reads values from tensors, calls NumPy on them, loads files onto a device): "
             "measure with `cockpit pilot` instead."

@@ -29,9 +29,11 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 
-from .allocator import CachingAllocator
+from .allocator import CachingAllocator, rounded
 
 SCALAR = torch.ops.aten._local_scalar_dense.default
+ANY = frozenset({torch.ops.aten.any.default, torch.ops.aten.any.dim, torch.ops.aten.any.dims})
+MAX_READS = 2000  # values read at one line before the trace calls it a loop on the data (it would never end)
 PIN = torch.ops.aten._pin_memory.default  # fake tensors have no kernel for it; pinned memory is the host's
 MARK = "cockpit-estimate:"  # the profiler ranges that mark a phase's start and end
 GRAD_SCALER = "amp/grad_scaler.py"  # where torch's GradScaler reads found_inf
@@ -58,6 +60,18 @@ class Unfakeable(Exception):
         )
 
 
+class DataDependent(Exception):
+    """The task's code read a value from a tensor at one line so often that it loops on the data (a rejection
+    sampler, a while loop on a tensor's value): fake tensors have no values, so the loop would never end."""
+
+    def __init__(self, where: str, reads: int):
+        self.where = where
+        super().__init__(
+            f"a loop on the data at {where}: {reads:,} values read there from tensors, which have none under fake "
+            "tensors, so the loop never ends (data-dependent control flow)"
+        )
+
+
 @dataclass
 class Segment:
     """The peak and the live bytes at the end of one stretch of the trace (a phase, or a part of one)."""
@@ -81,9 +95,11 @@ class Counter(TorchDispatchMode):
     _refs: dict[int, Any] = field(default_factory=dict)
     _host: dict[int, Any] = field(default_factory=dict)  # storages made on the host (not the device's): weak refs
     _host_depth: int = 0
+    _any: dict[int, Any] = field(default_factory=dict)  # outputs of any(): weak refs (read as False)
     _sizes: dict[int, int] = field(default_factory=dict)  # token -> the storage's own bytes
     live_bytes: int = 0  # live storages' own bytes, unrounded
     mark: bool = False  # put each phase's start and end in torch's profiler (what :mod:`.measure` reads)
+    workspace: Any = None  # (func, args, kwargs, out) -> bytes a kernel holds inside beyond its outputs (:mod:`.cpu`)
     _next: int = 0
     current: Segment | None = None
     on_op: Any = None  # called before every operation (the trace uses it to cut phases at backward's edges)
@@ -161,6 +177,9 @@ class Counter(TorchDispatchMode):
         if key not in self._host and key not in self._refs:
             self._host[key] = weakref.ref(st, functools.partial(self._host_freed, key))
 
+    def _any_freed(self, key: int, _ref: Any = None) -> None:
+        self._any.pop(key, None)
+
     def _host_freed(self, key: int, _ref: Any = None) -> None:
         self._host.pop(key, None)
 
@@ -205,14 +224,17 @@ class Counter(TorchDispatchMode):
         kwargs = kwargs or {}
         if self.on_op is not None:
             self.on_op()
-        if func is SCALAR and self.invent_scalars:
+        if func is SCALAR and self.invent_scalars and isinstance(args[0], FakeTensor):
             where = _caller()
             self.invented[where] = self.invented.get(where, 0) + 1
+            if self.invented[where] > MAX_READS:
+                raise DataDependent(where, self.invented[where])
             t = args[0]
             # 1 (a loss, a norm, a count, an optimizer's step: safe to divide by), True (an isfinite(...).all()),
-            # except the fp16 grad scaler's found_inf, read as 0.0 so that the optimizer step happens as it would
+            # except the fp16 grad scaler's found_inf, read as 0.0 so that the optimizer step happens as it would,
+            # and False for an any() (``while mask.any(): resample``: nothing left to do, as a check that finds none)
             if t.dtype == torch.bool:
-                return True
+                return id(t) not in self._any
             if t.dtype.is_floating_point:
                 return 0.0 if where == GRAD_SCALER else 1.0
             return 1
@@ -226,24 +248,35 @@ class Counter(TorchDispatchMode):
             try:
                 out = func(*args, **kwargs)
             except Exception as exc:
-                if not cannot_fake(exc):
-                    raise  # the task's own error (a shape that does not match): as it would be on the GPU
                 out = self._on_cpu(func, args, kwargs, exc)
         self.see(out)
+        if func in ANY and isinstance(out, FakeTensor):
+            self._any[id(out)] = weakref.ref(out, functools.partial(self._any_freed, id(out)))
+        if self.workspace is not None and self.current is not None:
+            extra = self.workspace(func, args, kwargs, out)
+            if extra:  # held while the kernel runs, beside its outputs: a peak, never live after it
+                seg = self.current
+                seg.peak_bytes = max(seg.peak_bytes, self.live_bytes + extra)
+                seg.peak_allocated = max(seg.peak_allocated, self.allocator.allocated + rounded(extra))
         return out
 
     def _on_cpu(self, func: Any, args: Any, kwargs: Any, exc: Exception) -> Any:
+        """The op fake tensors refused, run for real on stand-ins. Where the CPU runs it, the refusal was the fake
+        kernel's (none, a data-dependent shape, or a meta kernel stricter than the real one: grouped_mm's asks
+        for bfloat16 where the CPU's takes float32); where the CPU refuses too, it is the task's own error (a
+        shape that does not match), raised as it would be on the GPU, unless fake tensors could not run it at all."""
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         name = str(func)
-        fb = self.fallbacks.setdefault(name, Fallback(name, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"))
         with unset_fake_temporarily():
             real = tree_map_only(torch.Tensor, _stand_in, (args, kwargs))
             try:
                 out = func(*real[0], **real[1])
             except Exception as cpu_exc:  # noqa: BLE001 - the real op fails too: nothing can stand in for it
-                del self.fallbacks[name]
+                if not cannot_fake(exc):
+                    raise exc from None  # the task's own error
                 raise Unfakeable(name, exc, cpu_exc) from None
+        fb = self.fallbacks.setdefault(name, Fallback(name, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"))
         flat, _ = tree_flatten(out)
         fb.calls += 1
         fb.output_bytes += sum(t.untyped_storage().nbytes() for t in flat if isinstance(t, torch.Tensor))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -32,7 +33,7 @@ from ..contract import Example, Params
 from ..pilot.phases.worst_case import worst_batch
 from ..pilot.task import Task
 from ..pilot.trainer import Trainer, user
-from . import gpu
+from . import cpu, gpu
 from .counter import Counter, Fallback
 
 MAX_MICROBATCHES = 2
@@ -82,17 +83,66 @@ class _Trainer(Trainer):
     counter: Counter | None = None
 
     def collate(self, examples: list[Example]) -> Any:
-        if self.semantics is None or self.counter is None:
+        """The task's collate runs for real on the host, as in training (its values are real: a collate that pads
+        to a length it reads from a tensor gets that length); :meth:`to_device` puts its tensors on the device."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        counter = self.counter
+        if counter is None:
             return super().collate(examples)
-        with self.counter.host():  # the task's collate runs on the host; to_device copies its tensors
+        if counter.fake_mode is None:  # a real run: the host is the CPU the device is (or, GPU semantics, beside it)
+            if self.semantics is None:
+                return super().collate(examples)
+            with counter.host():
+                return super().collate(examples)
+        with counter.host(), unset_fake_temporarily():
             return super().collate(examples)
 
     def to_device(self, t: torch.Tensor) -> torch.Tensor:
+        """The batch's tensor as the device holds it: copied as ``.to("cuda")`` copies it under GPU semantics; under
+        the CPU's, the collate's own tensor (``.to("cpu")`` copies nothing), its whole storage counted."""
+        from torch._subclasses.fake_tensor import FakeTensor
+
         counter = self.counter
-        if self.semantics is None or counter is None:
+        if counter is None:
             return super().to_device(t)
         with counter.device():
+            fm = counter.fake_mode
+            if fm is not None and not isinstance(t, FakeTensor):
+                with fm:
+                    if self.semantics is not None:
+                        return gpu.device_copy(t)
+                    held = fm.from_tensor(t)
+                    counter.see(held)
+                    return held
+            if self.semantics is None:
+                return super().to_device(t)
             return gpu.device_copy(t) if counter.on_host(t) else t
+
+    def to_device_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """``Module.to("cuda")`` as the device holds its result: each parameter and buffer on the host copied as
+        :func:`gpu.device_copy` copies it, a tied one once. Under the CPU's semantics ``.to("cpu")`` moves nothing.
+        The parameters are replaced, never swapped: ``Module.to`` swaps a fake parameter with its copy, which torch
+        refuses while a weak reference points at either (the fake mode keeps some: a deepcopy's source and copy)."""
+        counter = self.counter
+        if counter is None or counter.fake_mode is None:
+            return super().to_device_model(model)
+        if self.semantics is None:
+            return model
+        moved: dict[int, Any] = {}
+        with counter.device(), torch.no_grad():
+            for module in model.modules():
+                for where in (module._parameters, module._buffers):
+                    for name, t in where.items():
+                        if t is None or not counter.on_host(t):
+                            continue
+                        if id(t) not in moved:
+                            copy = gpu.device_copy(t)
+                            if isinstance(t, torch.nn.Parameter):
+                                copy = torch.nn.Parameter(copy, requires_grad=t.requires_grad)
+                            moved[id(t)] = copy
+                        where[name] = moved[id(t)]
+        return model
 
     def build(self, allow_frozen: bool = False) -> None:
         counter = self.counter
@@ -101,11 +151,8 @@ class _Trainer(Trainer):
         task = self.task
 
         def build_model(p: Params) -> Any:
-            with counter.host():  # built on the host, then moved, as Module.to("cuda") moves it
-                model = task.build_model(p)
-            if isinstance(model, torch.nn.Module):
-                model._apply(lambda t: gpu.device_copy(t) if counter.on_host(t) else t)
-            return model
+            with counter.host():  # built on the host; to_device_model moves it
+                return task.build_model(p)
 
         self.task = dataclasses.replace(task, build_model=build_model)
         try:
@@ -135,16 +182,19 @@ def describe(task: Task, params: Params, examples: list[Example]) -> str:
 class _Swappable(TorchFunctionMode):
     """Lets ``Module.to`` run on fake parameters: it swaps each parameter with its converted copy, which torch
     refuses while a weak reference points at either, and the fake mode's converter memo keeps one on every fake
-    tensor it made. The memo is a cache; it is emptied after each ``to`` and ``detach``."""
+    tensor it made, its constants' map one on every fake made from a Python number (``nn.Parameter(torch.tensor(
+    2.66))``, CLIP's logit_scale). The memo is a cache, and the map only lets a write forget a constant's value,
+    which the trace never reads (values read are invented): both are emptied after each ``to`` and ``detach``."""
 
     def __init__(self, fake_mode: Any):
         super().__init__()
-        self.memo = fake_mode.fake_tensor_converter.tensor_memo
+        self.converter = fake_mode.fake_tensor_converter
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         if func is torch.Tensor.to or func is torch.Tensor.detach:
-            self.memo.clear()
+            self.converter.tensor_memo.clear()
+            self.converter.constant_storage_mapping.clear()
         return out
 
 
@@ -164,6 +214,17 @@ class _Splitter:
         elif name == "backward" and not in_backward:
             c.end()
             c.begin("update_first")
+
+
+@contextlib.contextmanager
+def _quiet(name: str) -> Any:
+    log = logging.getLogger(name)
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _real(fn: Any) -> Any:
@@ -198,13 +259,16 @@ def run(
     sem = gpu.CudaSemantics() if gpu_semantics else None
     tr.semantics = sem
     fm = FakeTensorMode(allow_non_fake_inputs=True) if fake else None
-    counter = Counter(invent_scalars=fake, fake_mode=fm, mark=mark)
+    counter = Counter(invent_scalars=fake, fake_mode=fm, mark=mark, workspace=None if sem else cpu.workspace)
     counter.on_op = _Splitter(counter)
     tr.counter = counter
     phases: list[PhaseMemory] = []
     notes: list[str] = []
     with contextlib.ExitStack() as stack:
         if fm is not None:
+            # a meta kernel that refuses logs its traceback before raising; the counter runs the op on the CPU
+            # instead and the estimate names it, so the log is noise on the user's terminal
+            stack.enter_context(_quiet("torch._subclasses.fake_tensor"))
             stack.enter_context(fm)
             stack.enter_context(_Swappable(fm))
         stack.enter_context(counter)

@@ -170,7 +170,7 @@ class Trainer:
         model = user("build_model", self.task.build_model, self.params)
         if not isinstance(model, torch.nn.Module):
             raise UserCodeError("build_model", TypeError(f"returned a {type(model).__name__}, not a torch.nn.Module"))
-        self.model = model.to(self.device)
+        self.model = self.to_device_model(model)
         names = {n for n, _ in self.model.named_parameters()}
         self.trainable_names = {n for n, p in self.model.named_parameters() if p.requires_grad}
         if self.task.trainable is not None:
@@ -275,6 +275,10 @@ class Trainer:
         if "ids" not in out:  # the collate need not carry ids: Cockpit knows which examples it gave
             out["ids"] = [e.get("id") if isinstance(e, dict) else None for e in examples]
         return out
+
+    def to_device_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The model as the device holds it (the estimate models this move on a machine without the GPU)."""
+        return model.to(self.device)
 
     def to_device(self, t: torch.Tensor) -> torch.Tensor:
         """A batch's tensor as the device holds it (the estimate models this copy on a machine without the GPU)."""

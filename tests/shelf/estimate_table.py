@@ -1,0 +1,139 @@
+"""The estimate against torch's own measurement, per shelf family (issue 38): ``python -m tests.shelf.estimate_table``.
+
+For each healthy family of the shelf (tests/shelf/campaigns.py) at its campaign's settings, the estimate's fake trace
+with the CPU's semantics (``cockpit estimate``'s "CPU semantics" column, unrounded) against the same phases run on
+real CPU tensors and measured by torch's profiler (:mod:`cockpit.estimate.measure`: c10's CPU allocator, not the
+estimate's counter). A family the estimate cannot trace is a row that names why (the op, or the task's line), as
+the estimate says it to a user. Each phase's ratio is estimated / measured peak bytes.
+
+    python -m tests.shelf.estimate_table              # every family, as a Markdown table (docs/estimate.md's)
+    python -m tests.shelf.estimate_table nanogpt bert  # some
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cockpit import notebook as nbm
+from cockpit.errors import UsageError
+from cockpit.estimate import campaign as est
+from cockpit.estimate.measure import measure
+from cockpit.notebook.settings import Settings
+from cockpit.pilot.task import load_task
+from tests.shelf import campaigns
+
+CHECKED = ("forward", "backward", "update_first", "update_second", "validation")  # the phases the table shows
+TITLES = {
+    "forward": "forward + loss",
+    "backward": "backward",
+    "update_first": "first step",
+    "update_second": "second update",
+    "validation": "validation",
+}
+MIB = 2**20
+
+
+def families() -> list[str]:
+    """The shelf's healthy cases: each is its own family (the broken twins break one of them)."""
+    return [name for name, case in campaigns.CASES.items() if not case.gate and case.expect == "passed"]
+
+
+@dataclass
+class Row:
+    family: str
+    microbatch: int = 0
+    parameters: int = 0
+    estimated: dict[str, int] = field(default_factory=dict)  # phase -> bytes, the fake trace (CPU semantics)
+    measured: dict[str, int] = field(default_factory=dict)  # phase -> bytes, torch's profiler on the real run
+    untraceable: str = ""  # why the estimate refused, as it says it
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def ratio(self, phase: str) -> float | None:
+        m, e = self.measured.get(phase), self.estimated.get(phase)
+        return None if not m or e is None else e / m
+
+    def worst(self) -> float:
+        """The largest distance from 1 over the checked phases."""
+        return max((abs(r - 1.0) for p in CHECKED if (r := self.ratio(p)) is not None), default=0.0)
+
+
+def row(name: str) -> Row:
+    t0 = time.perf_counter()
+    out = Row(name)
+    with tempfile.TemporaryDirectory(prefix="cockpit-estimate-shelf-") as tmp:
+        nb = nbm.load(campaigns.write(Path(tmp), name))
+        vid = nb.reference.id
+        settings = Settings.of(nb, vid)
+        params = settings.flat()
+        task = load_task(nb.task.entry, nb.directory)
+        out.microbatch = settings.microbatch
+        try:
+            fake = est.traced(nb, vid, task, params, settings.microbatch, False, gpu_semantics=False)
+        except UsageError as exc:
+            out.untraceable = str(exc).split(": ", 2)[-1].replace(tmp, "")
+            out.seconds = time.perf_counter() - t0
+            return out
+        real = est.guarded(nb, vid, settings.microbatch, lambda: measure(task, params))
+    out.parameters = fake.parameters
+    out.estimated = {p.name: p.peak_bytes for p in fake.phases}
+    out.measured = dict(real.peaks)
+    out.notes += [f"{f.op} ran on the CPU ({f.calls}x)" for f in fake.fallbacks]
+    user_reads = sorted(w for w in fake.invented if not w.startswith("pilot/"))
+    if user_reads:
+        out.notes.append("values read in the task's code answered 1: " + ", ".join(user_reads))
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def markdown(rows: list[Row]) -> list[str]:
+    head = ["family", "microbatch", "parameters", "measured peak MiB", *(TITLES[p] for p in CHECKED), "notes"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for r in rows:
+        if r.untraceable:
+            cells = [r.family, str(r.microbatch), "", "", *("" for _ in CHECKED), f"untraceable: {r.untraceable}"]
+        else:
+            peak = max(r.measured.values(), default=0)
+            ratios = [f"{x:.3f}" if (x := r.ratio(p)) is not None else "" for p in CHECKED]
+            cells = [
+                r.family,
+                str(r.microbatch),
+                f"{r.parameters:,}",
+                f"{peak / MIB:,.2f}",
+                *ratios,
+                "; ".join(r.notes),
+            ]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("families", nargs="*", help="shelf families (default: every one)")
+    args = ap.parse_args(argv)
+    names = args.families or families()
+    unknown = [n for n in names if n not in campaigns.CASES]
+    if unknown:
+        print(f"unknown shelf families: {', '.join(unknown)} (known: {', '.join(families())})", file=sys.stderr)
+        return 2
+    rows = []
+    for n in names:
+        r = row(n)
+        rows.append(r)
+        print(
+            f"{n}: {r.seconds:.1f} s, worst {r.worst():.2%}{' (untraceable)' if r.untraceable else ''}", file=sys.stderr
+        )
+    print("\n".join(markdown(rows)))
+    bad = [r.family for r in rows if not r.untraceable and r.worst() > 0.05]
+    if bad:
+        print(f"outside 5 %: {', '.join(bad)}", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
