@@ -89,7 +89,10 @@ def main() -> int:
         f"{MEASURED_H200_MIB:,.0f} MiB: {peak / MEASURED_H200_MIB:.3f}x"
     )
     for f in e["fits"]:
-        print(f"  {f['gpu']:<8} fits {'yes' if f['fits'] else 'no ':<4} largest microbatch {f['largest_microbatch']}")
+        longest = f" longest length {f['longest_length']:,}" if e.get("length") else ""
+        print(
+            f"  {f['gpu']:<8} fits {'yes' if f['fits'] else 'no ':<4} largest microbatch {f['largest_microbatch']}{longest}"
+        )
     return 0
 
 

@@ -22,6 +22,27 @@ if TYPE_CHECKING:
     from .trace import Trace
 
 
+def length_param(task: Task, params: Params) -> tuple[str, int] | None:
+    """The [task.params] key that is the campaign's length, and its value: the one whose value ``max_length``
+    returns and whose half it follows (``block`` for nanoGPT's block size, ``max_length`` for a tokenizer's);
+    None when the task declares no max_length or no parameter is it."""
+    if task.max_length is None:
+        return None
+    try:
+        length = int(task.max_length(params))
+    except Exception:  # noqa: BLE001 - the task's function: without a length the table has one axis
+        return None
+    for key, value in params.items():
+        if type(value) is not int or value != length or length < 2 or key in ("microbatch", "eval_microbatch"):
+            continue
+        try:
+            if int(task.max_length({**params, key: length // 2})) == length // 2:
+                return key, length
+        except Exception:  # noqa: BLE001 - as above
+            continue
+    return None
+
+
 def second_microbatch(m: int) -> int:
     return m // 2 if m > 1 else 2
 
@@ -70,6 +91,14 @@ def estimate(
             other = traced(nb, vid, task, params, m2, trainable_only)
         except UsageError:
             other = None  # e.g. too few examples for the second size: the table then says so
+    shorter, lengths, knob = None, (0, 0), length_param(task, params)
+    if second and knob is not None:
+        key, length = knob
+        try:
+            shorter = traced(nb, vid, task, {**params, key: length // 2}, main.microbatch, trainable_only)
+            lengths = (length, length // 2)
+        except UsageError:
+            shorter = None  # the table then has no length column
     cpu = traced(nb, vid, task, params, main.microbatch, trainable_only, gpu_semantics=False) if compare_cpu else None
     return report.build(
         main,
@@ -80,6 +109,9 @@ def estimate(
         params=params,
         headroom=float(nb.pilot.headroom),
         sizes=sizes,
+        shorter=shorter,
+        lengths=lengths,
+        length_param=knob[0] if knob is not None else "",
     )
 
 

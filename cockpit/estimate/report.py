@@ -23,6 +23,7 @@ GPU_NAMES: dict[str, int] = {
     "H200": 141, "GH200": 96, "B200": 180,
 }  # fmt: skip
 LIMIT = 1 << 16  # the largest microbatch the table searches
+LENGTH_LIMIT = 1 << 24  # the longest length the table searches
 
 
 @dataclass
@@ -44,6 +45,10 @@ class Fit:
     fits: bool
     largest_microbatch: int  # 0: not even 1
     at_least: bool = False  # memory did not grow measurably between the traces: the largest traced, a lower bound
+    longest_length: int = (
+        0  # the longest max_length that fits at the campaign's microbatch (0: not even 1; -1: not traced)
+    )
+    length_at_least: bool = False  # as at_least, for the length
 
 
 class FallbackRow(TypedDict):
@@ -75,6 +80,9 @@ class Estimate:
     invented: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     second_microbatch: int = 0
+    length: int = 0  # the campaign's max_length (the length axis), 0 when the task has no length parameter
+    second_length: int = 0
+    length_param: str = ""  # the [task.params] key that is the length
 
 
 def gpu_size(name: str) -> tuple[str, int]:
@@ -104,45 +112,63 @@ def rows(t: Trace) -> list[PhaseRow]:
     return out
 
 
-def fits(main: Trace, other: Trace | None, headroom: float, sizes: list[tuple[str, int]] | None = None) -> list[Fit]:
-    """Each size: does the campaign's microbatch fit, and the largest that does, linear in the microbatch
-    between the two traces (per phase, on reserved; on allocated where reserved did not move, as a small model's
-    reserved stays inside one 2 MiB segment while its activations still grow).
-
-    Where no phase grew measurably between the two traces, the bound is the largest microbatch traced
-    (``at_least``): memory that did not grow from 1 to 2 examples is no evidence that any microbatch fits."""
+def _largest(
+    main: Trace, other: Trace | None, x_main: int, x_other: int, headroom: float, cap: float, limit: int
+) -> tuple[int, bool]:
+    """The largest x (a microbatch, a length) with need(x) <= cap, need linear in x between the two traces (per
+    phase, on reserved; on allocated where reserved did not move, as a small model's reserved stays inside one 2 MiB
+    segment while its activations still grow); (bound, at_least). Where no phase grew measurably, the bound is the
+    largest x traced, a lower bound: memory that did not grow is no evidence that any x fits."""
     a, b = rows(main), rows(other) if other is not None else None
-    lines: list[tuple[float, float]] = []  # (reserved at microbatch 0, per example)
+    lines: list[tuple[float, float]] = []  # (reserved at x = 0, per unit of x)
     for i, r in enumerate(a):
-        if b is None or other is None or other.microbatch == main.microbatch:
+        if b is None or x_other == x_main:
             lines.append((r.reserved_mib, 0.0))
             continue
-        dm = main.microbatch - other.microbatch
-        slope = max(0.0, (r.reserved_mib - b[i].reserved_mib) / dm)
+        dx = x_main - x_other
+        slope = max(0.0, (r.reserved_mib - b[i].reserved_mib) / dx)
         if slope == 0.0:
-            slope = max(0.0, (r.allocated_mib - b[i].allocated_mib) / dm)
-        lines.append((r.reserved_mib - slope * main.microbatch, slope))
+            slope = max(0.0, (r.allocated_mib - b[i].allocated_mib) / dx)
+        lines.append((r.reserved_mib - slope * x_main, slope))
 
-    def need(m: int) -> float:
-        return (max(c + s * m for c, s in lines) + _extra_mib()) * (1.0 + headroom)
+    def need(x: int) -> float:
+        return (max(c + s * x for c, s in lines) + _extra_mib()) * (1.0 + headroom)
 
-    grows = any(s > 0 for _, s in lines) and b is not None
-    traced = max(main.microbatch, other.microbatch if other is not None else 0)
+    here = (max(r.reserved_mib for r in a) + _extra_mib()) * (1.0 + headroom)
+    if not (any(s > 0 for _, s in lines) and b is not None):
+        return (max(x_main, x_other), True) if here <= cap else (0, False)
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if need(mid) <= cap:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo, False
+
+
+def fits(
+    main: Trace,
+    other: Trace | None,
+    headroom: float,
+    sizes: list[tuple[str, int]] | None = None,
+    shorter: Trace | None = None,
+    lengths: tuple[int, int] = (0, 0),
+) -> list[Fit]:
+    """Each size: does the campaign fit, the largest microbatch at its length (between the traces ``main`` and
+    ``other``, at two microbatches) and the longest length at its microbatch (between ``main`` and ``shorter``, traced
+    at ``lengths`` = (the campaign's max_length, a shorter one)), each linear between its two traces."""
+    a = rows(main)
     out = []
     for label, gb in sizes or [(f"{g} GB", g) for g in GPU_SIZES_GB]:
         cap = gb * 1e9 / MIB
         here = (max(r.reserved_mib for r in a) + _extra_mib()) * (1.0 + headroom)
-        if not grows:
-            out.append(Fit(label, gb, cap, here, here <= cap, traced if here <= cap else 0, at_least=here <= cap))
-            continue
-        lo, hi = 0, LIMIT
-        while lo < hi:  # the largest m with need(m) <= cap
-            mid = (lo + hi + 1) // 2
-            if need(mid) <= cap:
-                lo = mid
-            else:
-                hi = mid - 1
-        out.append(Fit(label, gb, cap, here, here <= cap, lo))
+        m2 = other.microbatch if other is not None else main.microbatch
+        largest, at_least = _largest(main, other, main.microbatch, m2, headroom, cap, LIMIT)
+        longest, length_at_least = -1, False
+        if shorter is not None and lengths[0]:
+            longest, length_at_least = _largest(main, shorter, lengths[0], lengths[1], headroom, cap, LENGTH_LIMIT)
+        out.append(Fit(label, gb, cap, here, here <= cap, largest, at_least, longest, length_at_least))
     return out
 
 
@@ -189,6 +215,9 @@ def build(
     headroom: float,
     sizes: list[tuple[str, int]] | None = None,
     cpu: Trace | None = None,
+    shorter: Trace | None = None,
+    lengths: tuple[int, int] = (0, 0),
+    length_param: str = "",
 ) -> Estimate:
     settings = Settings(params)
     rs = rows(main)
@@ -217,13 +246,28 @@ def build(
         peak_phase=peak.name,
         peak_allocated_mib=peak.allocated_mib,
         headroom=headroom,
-        fits=fits(main, other, headroom, sizes),
+        fits=fits(main, other, headroom, sizes, shorter, lengths),
         modelled=modelled(main),
         fallbacks=fbs,
         invented=main.invented,
         seconds=main.seconds + (other.seconds if other is not None else 0.0),
         second_microbatch=other.microbatch if other is not None else 0,
+        length=lengths[0] if shorter is not None else 0,
+        second_length=lengths[1] if shorter is not None else 0,
+        length_param=length_param if shorter is not None else "",
     )
+
+
+def bound(x: int, at_least: bool, limit: int) -> str:
+    """A table's bound, always a number: "at least N, the largest traced" where memory did not grow between the
+    traces, "more than N" at the search's end (N the largest searched), "none: not even 1"."""
+    if at_least:
+        return f"at least {x:,}, the largest traced"
+    if x == 0:
+        return "none: not even 1"
+    if x >= limit:
+        return f"more than {limit:,}"
+    return f"{x:,}"
 
 
 def _count(n: int) -> str:
@@ -318,31 +362,45 @@ def blocks(e: Estimate, tables: bool = True) -> list[str | Block]:
         if e.second_microbatch
         else "at the campaign's microbatch only"
     )
+    along = (
+        f"; longest length ({e.length_param}) at microbatch {e.microbatch}, linear in it between traces at "
+        f"{e.length:,} and {e.second_length:,}, memory only: the model's own limit, its positions, is not checked"
+        if e.length
+        else ""
+    )
     out += [
         "",
         f"Fits (need = (reserved + context) x {1 + e.headroom:.2f}, [pilot] headroom {e.headroom:.0%}; "
-        f"largest microbatch {how}):",
+        f"largest microbatch at the campaign's length {how}{along}):",
     ]
+    length_col = bool(e.length)
     fit_rows: list[list[str]] = []
     if not tables:
-        out.append(f"  {'GPU':<10} {'capacity':>12} {'need now':>12}  {'fits':<5} largest microbatch")
-    for f in e.fits:
-        largest = (
-            f"at least {f.largest_microbatch:,}, the largest traced"
-            if f.at_least
-            else "none: not even 1"
-            if f.largest_microbatch == 0
-            else f"{f.largest_microbatch:,}"
-            + (f"+ (searched up to {LIMIT:,})" if f.largest_microbatch >= LIMIT else "")
+        out.append(
+            f"  {'GPU':<10} {'capacity':>12} {'need now':>12}  {'fits':<5} {'largest microbatch':<36}"
+            + (" longest length" if length_col else "")
         )
-        fit_rows.append([f.gpu, f"{f.capacity_mib:,.0f}", f"{f.need_mib:,.0f}", "yes" if f.fits else "no", largest])
+    for f in e.fits:
+        largest = bound(f.largest_microbatch, f.at_least, LIMIT)
+        longest = bound(f.longest_length, f.length_at_least, LENGTH_LIMIT) if length_col else ""
+        fit_rows.append(
+            [
+                f.gpu,
+                f"{f.capacity_mib:,.0f}",
+                f"{f.need_mib:,.0f}",
+                "yes" if f.fits else "no",
+                largest,
+                *([longest] if length_col else []),
+            ]
+        )
         if not tables:
             out.append(
                 f"  {f.gpu:<10} {f.capacity_mib:>8,.0f} MiB {f.need_mib:>8,.0f} MiB  {'yes' if f.fits else 'no':<5} "
-                f"{largest}"
+                f"{largest:<36}" + (f" {longest}" if length_col else "")
             )
     if tables:
         heads = ["GPU", "capacity MiB", "need now MiB", "fits", "largest microbatch"]
+        heads += ["longest length"] if length_col else []
         out.append(Block(heads, fit_rows, right={"capacity MiB", "need now MiB"}, drop=["capacity MiB"]))
     out += [
         "",

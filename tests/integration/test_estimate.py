@@ -140,3 +140,20 @@ def test_an_op_that_runs_nowhere_is_refused_by_name(tmp_path: Path) -> None:
     )
     with pytest.raises(UsageError, match=r"nowhere.*cannot run on fake tensors.*nor on the CPU.*register_fake"):
         campaign.estimate(nb, second=False)
+
+
+@pytest.mark.slow  # traces a campaign three times
+def test_the_table_has_both_axes(tmp_path: Path) -> None:
+    """Issue 38: the largest microbatch at the campaign's length and the longest length at its microbatch, per GPU
+    size, the length traced at half the campaign's (the task's block), every bound a number."""
+    from cockpit import notebook as nbm
+    from cockpit.estimate import report
+
+    folder = tmp_path / "estimate"
+    shutil.copytree(HERE, folder, ignore=shutil.ignore_patterns("estimates", "__pycache__"))
+    e = campaign.estimate(nbm.load(folder), compare_cpu=False)
+    assert (e.length, e.second_length, e.length_param) == (64, 32, "block")
+    assert all(f.longest_length >= 64 and f.largest_microbatch >= 8 for f in e.fits)  # a tiny model fits everywhere
+    assert e.fits[0].longest_length <= e.fits[-1].longest_length
+    table = "\n".join(report.render(e)).split("Fits (", 1)[1]
+    assert "longest length (block) at microbatch 8" in table and " any" not in table

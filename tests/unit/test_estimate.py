@@ -207,6 +207,40 @@ def test_table_largest_microbatch_with_headroom() -> None:
     assert report.fits(_trace(8, 400_000), _trace(4, 300_000), 0.1)[-1].largest_microbatch == 0  # not even 1
 
 
+def test_table_longest_length_at_the_microbatch() -> None:
+    """The second axis: the longest length at the campaign's microbatch, linear in the length between a trace at the
+    campaign's max_length and one at half of it; every bound a number (issue 38)."""
+    main, other, shorter = _trace(8, 10_000 - 32), _trace(4, 6_000 - 32), _trace(8, 4_000 - 32)
+    fits = report.fits(main, other, 0.1, shorter=shorter, lengths=(1024, 512))
+    extra = gpu.CONTEXT_MIB + gpu.LIBRARIES_MIB
+    for f in fits:  # 6,000 MiB per 512 tokens above -2,000: (-2,000 + 11.72 L + extra) x 1.1 <= capacity
+        cap = f.size_gb * 1e9 / MIB
+        per = 6_000 / 512
+        assert (
+            (-2_000 + per * f.longest_length + extra) * 1.1
+            <= cap
+            < (-2_000 + per * (f.longest_length + 1) + extra) * 1.1
+        )
+        assert not f.length_at_least
+    assert all((f.longest_length >= 1024) == f.fits for f in fits)  # fits at its length: longest >= it
+    assert fits[0].longest_length < fits[-1].longest_length
+    flat = report.fits(main, other, 0.1, shorter=_trace(8, 10_000 - 32), lengths=(1024, 512))
+    assert all(f.length_at_least and f.longest_length == 1024 for f in flat if f.fits)
+    e = report.Estimate("c", "v", 8, 1, "fp32", 1, 1, "adamw", [], "update_second", 3.0, 0.1, flat, [], length=1024,
+                        second_length=512, length_param="block")  # fmt: skip
+    table = "\n".join(report.render(e))
+    assert "longest length (block) at microbatch 8" in table and "at least 1,024, the largest traced" in table
+    assert " any" not in table.split("Fits (", 1)[1]
+    assert report.bound(report.LIMIT, False, report.LIMIT) == f"more than {report.LIMIT:,}"
+
+
+def test_the_length_parameter_is_found() -> None:
+    import gpt_task
+
+    assert campaign.length_param(gpt_task.task, {**TINY, "microbatch": 4}) == ("block", 64)
+    assert campaign.length_param(_op_task(scale), {"microbatch": 4}) is None  # no max_length: one axis
+
+
 def test_gpu_names() -> None:
     assert report.gpu_size("h100") == ("H100", 80)
     assert report.gpu_size("24GB") == ("24 GB", 24)
