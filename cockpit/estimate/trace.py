@@ -191,11 +191,29 @@ class _Swappable(TorchFunctionMode):
         self.converter = fake_mode.fake_tensor_converter
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is torch.Tensor.__deepcopy__ and len(args) == 2:
+            return _deepcopy(args[0], args[1])
         out = func(*args, **(kwargs or {}))
         if func is torch.Tensor.to or func is torch.Tensor.detach:
             self.converter.tensor_memo.clear()
             self.converter.constant_storage_mapping.clear()
         return out
+
+
+def _deepcopy(t: torch.Tensor, memo: dict[int, Any]) -> torch.Tensor:
+    """``copy.deepcopy`` of a fake tensor as a copy of its own (a DPO reference model deep-copied from the policy):
+    the fake mode's own deepcopy converts the tensor again through its memo, and the copies it made left the
+    process to crash later in a storage's deallocation (torch 2.13)."""
+    if id(t) in memo:
+        return memo[id(t)]
+    with torch.no_grad():
+        new = t.detach().clone()
+    if isinstance(t, torch.nn.Parameter):
+        new = torch.nn.Parameter(new, requires_grad=t.requires_grad)
+    else:
+        new.requires_grad_(t.requires_grad)
+    memo[id(t)] = new
+    return new
 
 
 class _Splitter:

@@ -19,23 +19,8 @@ FLOOR = 0.5
 NAMED = re.compile(r"(aten\.\w+|\w+\.py:\d+)")  # an op, or a file:line
 
 
-@pytest.mark.slow  # traces and trains every shelf family on the CPU (about two minutes on 2 shared cores)
-@pytest.mark.parametrize(
-    "family",
-    [
-        pytest.param(
-            f,
-            marks=pytest.mark.xfail(
-                reason="the trace's process segfaults now and then (heap corruption after the policy's fake "
-                "parameters are deep-copied into the reference model; seen in one run of three): issue 38",
-                strict=False,
-            ),
-        )
-        if f == "dpo"
-        else f
-        for f in estimate_table.families()
-    ],
-)
+@pytest.mark.slow  # traces and trains every shelf family on the CPU (three minutes or more on 2 shared cores)
+@pytest.mark.parametrize("family", estimate_table.families())
 def test_the_estimate_agrees_with_torchs_measurement(family: str) -> None:
     row = estimate_table.isolated(family)
     assert "crashed" not in row.notes, row.untraceable
