@@ -63,7 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--skip-done",
         action="store_true",
-        help="leave out a variant x seed whose latest run completed with the same settings",
+        help="leave out a variant x seed whose latest run completed with the same settings, or is still running "
+        "(a series whose own process ended leaves its runs going on)",
     )
     p.add_argument(
         "--resume",

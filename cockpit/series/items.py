@@ -170,9 +170,16 @@ def _items(
     chosen = variants or default_variants(nb)
     for vid in chosen:
         nb.variant(vid)  # a clear error for an unknown id
+    live = {r.id: r.status for r in runs.view(nb) if r.status in _IN_FLIGHT} if skip_done else {}
     for vid in chosen:
         for seed in seeds if seeds is not None else [0, 1, 2]:
             prev = _latest_train(nb, vid, seed)
+            if prev is not None and prev.id in live:
+                # A series whose own process was killed leaves its runs going on detached: starting what is left
+                # again must not train the same variant and seed twice at once.
+                how = "is still running" if live[prev.id] == ev.Status.RUNNING.value else "was created, not started yet"
+                notes.append(f"{vid} seed {seed}: skipped, {prev.id} {how}")
+                continue
             if skip_done and prev is not None and prev.status == ev.Status.COMPLETED.value:
                 same = _same_params(nb, prev.id, changes.on(Settings.of(nb, vid)))
                 if same:
@@ -180,6 +187,9 @@ def _items(
                     continue
             items.append(Item(vid, seed, follows=prev.id if prev is not None else "", overrides=changes))
     return items, notes
+
+
+_IN_FLIGHT = (ev.Status.CREATED.value, ev.Status.RUNNING.value)  # what the run folder says, not the row
 
 
 def _same_params(nb: nbm.Notebook, rid: str, want: Settings) -> bool:

@@ -1,0 +1,50 @@
+"""What bench/chaos_series.py found (issue 37), each defect held by its own test.
+
+A series whose sequencer was killed leaves its runs going on detached; starting what is left again
+(``cockpit series --skip-done``) must not start a second run of a variant x seed that still trains.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cockpit import notebook as nbm
+from cockpit import runs
+from cockpit import series as sr
+from tests.fake_runs import make_campaign
+
+
+@pytest.fixture
+def campaign(tmp_path: Path) -> Path:
+    return make_campaign(tmp_path)
+
+
+@pytest.fixture
+def live_run(campaign: Path) -> Iterator[tuple[str, Path]]:
+    """A training run whose process lives: a stand-in that sleeps under the run's own command line."""
+    rid, rdir = runs.create_run(campaign, "lr5e-5", 1, kind="train")
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", "-m", "cockpit.pilot", str(rdir.resolve())]
+    proc = subprocess.Popen(argv, start_new_session=True)
+    try:
+        runs.write_process(rdir, proc.pid, argv)
+        assert runs.is_alive(rdir)
+        yield rid, rdir
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_skip_done_leaves_out_a_variant_and_seed_whose_run_still_trains(
+    campaign: Path, live_run: tuple[str, Path]
+) -> None:
+    """Defect: `cockpit series --skip-done` after the series' process was killed started a second run of every
+    item whose run was still going on detached (the chaos bench ended with two completed runs of one item)."""
+    rid, _ = live_run
+    items, notes = sr.plan(nbm.load(campaign), ["lr5e-5"], [0, 1], skip_done=True)
+    assert [(i.variant, i.seed) for i in items] == [("lr5e-5", 0)]
+    assert any(rid in n and "still running" in n for n in notes), notes
