@@ -48,3 +48,20 @@ def test_skip_done_leaves_out_a_variant_and_seed_whose_run_still_trains(
     items, notes = sr.plan(nbm.load(campaign), ["lr5e-5"], [0, 1], skip_done=True)
     assert [(i.variant, i.seed) for i in items] == [("lr5e-5", 0)]
     assert any(rid in n and "still running" in n for n in notes), notes
+
+
+def test_a_run_across_a_backward_clock_step_settles_without_a_negative_duration(campaign: Path) -> None:
+    """Defect: the wall clock stepped back during a run (a VM's clock resynchronised) gave its row a negative
+    duration, which the notebook's checks refuse: the run's own row, the series' settle and every writing command
+    after it failed with "the campaign notebook has N problems", and the run stayed `running` in the notebook."""
+    from cockpit import events as ev
+
+    rid, rdir = runs.create_run(campaign, "lr5e-5", 0, kind="train")
+    with ev.EventWriter(rdir / ev.EVENTS_FILE) as w:
+        w.emit(ev.RUN_START, t=2_000_000_000.0, run_id=rid, variant="lr5e-5", seed=0, run_kind="train", world=1)
+        w.emit(ev.RUN_END, t=2_000_000_000.0 - 600, status="completed", stop_reason="budget reached", exit_code=0)
+    runs.settle_run(campaign, rdir)  # raised NotebookError before the fix
+    row = nbm.load(campaign).run(rid)
+    assert row.status == "completed"
+    assert row.duration_s is None  # unknown across the step, never a negative figure
+    assert runs.state(rdir).duration_s is None
