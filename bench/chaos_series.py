@@ -645,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
         return editor_main(args.editor)
     if args.sentinel:
         return sentinel_main(args.sentinel)
-    signal.signal(signal.SIGTERM, _terminated)  # a `kill` of the bench still cleans up (finally blocks)
+    previous = signal.signal(signal.SIGTERM, _terminated)  # a `kill` of the bench still cleans up (finally blocks)
     seed = args.seed if args.seed is not None else secrets.randbelow(1 << 31)
     print(f"chaos seed {seed}: replay with `bench/chaos_series.py --seed {seed} --faults {args.faults}`", flush=True)
     root = Path(tempfile.mkdtemp(prefix="cockpit-chaos-"))
@@ -668,6 +668,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _bench(args, seed, root, token, shim, base_env, sentinel, sentinel_log)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if sentinel.poll() is None:
             sentinel.kill()
             sentinel.wait()
