@@ -248,7 +248,7 @@ def cockpit_cmd(*args: str) -> list[str]:
 def popen(rd: Round, argv: list[str], **kw: object) -> subprocess.Popen[bytes]:
     log = open(rd.log, "ab")  # noqa: SIM115 - handed to the child
     try:
-        return subprocess.Popen(  # type: ignore[call-overload,no-any-return]
+        return subprocess.Popen(  # type: ignore[call-overload]
             argv,
             stdin=subprocess.DEVNULL,
             stdout=log,

@@ -14,6 +14,7 @@ import importlib.util
 import random
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -21,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "chaos_series.py"
 
 
-def _bench():  # type: ignore[no-untyped-def]
+def _bench() -> ModuleType:
     spec = importlib.util.spec_from_file_location("chaos_series", BENCH)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)

@@ -65,3 +65,48 @@ def test_a_run_across_a_backward_clock_step_settles_without_a_negative_duration(
     assert row.status == "completed"
     assert row.duration_s is None  # unknown across the step, never a negative figure
     assert runs.state(rdir).duration_s is None
+
+
+def test_a_run_killed_under_a_live_series_leaves_no_temporary(campaign: Path) -> None:
+    """Defect: a run SIGKILLed while its series watched it kept its temporaries for ever (the 256 KiB disk reserve,
+    a half-written checkpoint): the series wrote its row as crashed without sweeping its folder, and a settled row
+    is never looked at again."""
+    import os
+    import signal
+    import time
+
+    started: list[subprocess.Popen[bytes]] = []
+
+    def starter(rdir: Path, nproc: int = 1, env: dict[str, str] | None = None) -> None:
+        rdir = Path(rdir).resolve()
+        code = "import pathlib, sys, time; pathlib.Path(sys.argv[-1], '.disk-reserve-0.tmp').write_bytes(b'0'); time.sleep(60)"
+        argv = [sys.executable, "-c", code, "-m", "cockpit.pilot", str(rdir)]
+        proc = subprocess.Popen(argv, start_new_session=True)
+        started.append(proc)
+        runs.write_process(rdir, proc.pid, argv)
+
+    def fake_start(campaign: Path, variant: str, seed: int, **kw: object) -> tuple[str, Path]:
+        from cockpit import launch
+
+        return launch.new_run(campaign, variant, seed, kind="train", starter=starter)
+
+    series = sr.Series(campaign, [sr.Item("lr5e-5", 0)], starter=fake_start)
+    try:
+        series.poll()
+        (s,) = series.started
+        deadline = time.monotonic() + 30
+        while not (s.dir / ".disk-reserve-0.tmp").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        os.killpg(started[0].pid, signal.SIGKILL)
+        started[0].wait()
+        while not series.done:
+            assert time.monotonic() < deadline
+            series.poll()
+            time.sleep(0.05)
+    finally:
+        for p in started:
+            p.kill()
+            p.wait()
+    assert nbm.load(campaign).run(s.run_id).status == "crashed"
+    assert sorted(p.name for p in s.dir.iterdir() if p.name.endswith(".tmp")) == []
