@@ -65,13 +65,24 @@ class Item:
 
 
 def resumable(nb: nbm.Notebook, ids: list[str] | None = None) -> list[Item]:
-    """Training runs that ended from outside (stopped, crashed) with a periodic checkpoint to go on from."""
+    """Training runs that ended from outside (stopped, crashed) with a periodic checkpoint to go on from, and that
+    no newer run follows."""
     out = []
+    # A run that a newer run follows was started again already (`--skip-done`, `--rerun`): resuming it too would
+    # train its variant and seed twice.
+    followed = {r.follows: r.id for r in nb.runs if r.follows}
     for row in runs.view(nb):
         if row.kind != "train" or (ids and row.id not in ids):
             continue
         rdir = runs.run_dir(nb.directory, row.id)
         has = (rdir / runs.CHECKPOINTS_DIR).is_dir() and any((rdir / runs.CHECKPOINTS_DIR).glob("update-*.pt"))
+        if row.id in followed:
+            if ids:
+                raise UsageError(
+                    f"{row.id} cannot be resumed: {followed[row.id]} follows it (its variant and seed were started "
+                    f"again); resume {followed[row.id]} instead if it stopped"
+                )
+            continue
         if row.status in launch.RESUMABLE and has:
             out.append(Item(row.variant, row.seed, resume=row.id))
         elif ids:

@@ -110,3 +110,20 @@ def test_a_run_killed_under_a_live_series_leaves_no_temporary(campaign: Path) ->
             p.wait()
     assert nbm.load(campaign).run(s.run_id).status == "crashed"
     assert sorted(p.name for p in s.dir.iterdir() if p.name.endswith(".tmp")) == []
+
+
+def test_resume_leaves_out_a_crashed_run_that_a_newer_run_follows(campaign: Path) -> None:
+    """Defect: a crashed run with a checkpoint that `--skip-done` had already started again as a new run (which
+    follows it) was resumed too by `cockpit series --resume`: the variant and seed then completed twice."""
+    import json
+
+    old, odir = runs.create_run(campaign, "lr5e-5", 1, kind="train")
+    (odir / runs.CHECKPOINTS_DIR).mkdir()
+    (odir / runs.CHECKPOINTS_DIR / "update-00010.pt").write_bytes(b"0")
+    (odir / runs.PROCESS_FILE).write_text(json.dumps({"pid": 2**22 + 12345, "create_time": 1.0}))
+    runs.settle(campaign)
+    assert [i.resume for i in sr.resumable(nbm.load(campaign))] == [old]
+    new, _ = runs.create_run(campaign, "lr5e-5", 1, kind="train", follows=old)
+    assert sr.resumable(nbm.load(campaign)) == []
+    with pytest.raises(Exception, match=f"{new}"):
+        sr.resumable(nbm.load(campaign), [old])
