@@ -63,7 +63,7 @@ if str(ROOT) not in sys.path:
 VARIANTS = ("lr1e-4", "lr5e-5", "lr2e-4")
 SEEDS = (0, 1, 2)
 KINDS = ("kill_run", "kill_series", "kill_tui", "disk_full", "clock_step", "edit")
-WEIGHTS = {"kill_run": 5, "kill_series": 2, "kill_tui": 1, "disk_full": 1, "clock_step": 1, "edit": 3}
+WEIGHTS = {"kill_run": 5, "kill_series": 2, "kill_tui": 2, "disk_full": 1, "clock_step": 1, "edit": 3}
 REASON = "chaos bench: no pilot, the series is what is tested"
 AGAIN = "chaos bench: a disk filled on purpose"
 TOKEN_ENV = "COCKPIT_CHAOS_TOKEN"
@@ -272,8 +272,10 @@ def ours(pid: int, token: str) -> bool:
     return f"{TOKEN_ENV}={token}".encode() in env
 
 
-def kill_group(rd: Round, pid: int, what: str) -> bool:
-    if not ours(pid, rd.token):
+def kill_group(rd: Round, pid: int, what: str, child: bool = False) -> bool:
+    """SIGKILL a process (its group when it leads one) that this bench started: a child it holds the handle of
+    (``child``: its pid cannot be recycled before the bench reaps it), or one carrying the bench's token."""
+    if not child and not ours(pid, rd.token):
         rd.problems.append(f"refused to signal pid {pid} ({what}): not started by this bench")
         return False
     try:
@@ -428,14 +430,14 @@ def fault(rd: Round, kind: str, n: int) -> bool:
         if not series_alive(rd):
             return False
         assert rd.series is not None
-        ok = kill_group(rd, rd.series.pid, f"series ({rd.series_mode})")
+        ok = kill_group(rd, rd.series.pid, f"series ({rd.series_mode})", child=True)
         rd.series.wait()
         return ok
     if kind == "kill_tui":
         if rd.tui is None or rd.tui.poll() is not None:
             start_tui(rd)  # watched from now on; killed by a later fault
             return False
-        ok = kill_group(rd, rd.tui.pid, "tui")
+        ok = kill_group(rd, rd.tui.pid, "tui", child=True)
         rd.tui.wait()
         rd.tui = None
         return ok
@@ -562,7 +564,7 @@ def play_round(
     # the chaos is over: free the disk, let the series finish the way a user would
     free_disk(rd)
     if rd.tui is not None and rd.tui.poll() is None:
-        kill_group(rd, rd.tui.pid, "tui at the end of the round")
+        kill_group(rd, rd.tui.pid, "tui at the end of the round", child=True)
         rd.tui.wait()
     deadline = time.monotonic() + 300
     while not settled(rd) and time.monotonic() < deadline:
@@ -585,7 +587,7 @@ def end_round(rd: Round) -> None:
     free_disk(rd)
     for proc, what in ((rd.tui, "tui"), (rd.series, "series")):
         if proc is not None and proc.poll() is None:
-            kill_group(rd, proc.pid, f"{what} at the end of the round")
+            kill_group(rd, proc.pid, f"{what} at the end of the round", child=True)
             proc.wait()
     if rd.editor is not None and rd.editor.poll() is None:
         rd.editor.kill()
@@ -725,6 +727,7 @@ def _bench(
             f"round {n} (seed {rseed}): {sum(rd.faults.values())} faults "
             f"({', '.join(f'{k} {v}' for k, v in sorted(rd.faults.items()))}); series started: {starts}; "
             f"{len(rd.edits)} edits ({sum(1 for e in rd.edits if e.get('ok'))} kept); "
+            f"{len(rd.signalled)} processes signalled, each of this bench's; "
             f"{time.monotonic() - t1:.0f} s: {'PASS' if not bad else 'FAIL'}",
             flush=True,
         )
