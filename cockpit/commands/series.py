@@ -232,7 +232,8 @@ def _go(
         else:
             st = s.state or runs.state(s.dir)
             print(
-                f"{el:7.1f}s {s.run_id} {st.status}: {st.stop_reason} ({st.duration_s or 0:.1f} s)",
+                f"{el:7.1f}s {s.run_id} {st.status}: {st.stop_reason} "
+                + (f"({st.duration_s:.1f} s)" if st.duration_s is not None else "(duration unknown)"),
                 file=out,
                 flush=True,
             )
