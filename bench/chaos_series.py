@@ -582,6 +582,16 @@ def play_round(
     return check(rd, reference)
 
 
+def refusals(rd: Round) -> str:
+    """The edits refused, by why (each refusal came with its message)."""
+    why: Counter[str] = Counter()
+    for e in rd.edits:
+        if not e.get("ok") and not e.get("skipped"):
+            msg = str(e.get("message", ""))
+            why["disk full" if "disk full" in msg else "changed on disk" if "changed on disk" in msg else "other"] += 1
+    return "".join(f", {n} refused: {k}" for k, n in sorted(why.items()))
+
+
 def end_round(rd: Round) -> None:
     """Whatever happened, the round leaves no process of its own and no ballast behind."""
     free_disk(rd)
@@ -726,7 +736,7 @@ def _bench(
         print(
             f"round {n} (seed {rseed}): {sum(rd.faults.values())} faults "
             f"({', '.join(f'{k} {v}' for k, v in sorted(rd.faults.items()))}); series started: {starts}; "
-            f"{len(rd.edits)} edits ({sum(1 for e in rd.edits if e.get('ok'))} kept); "
+            f"{len(rd.edits)} edits ({sum(1 for e in rd.edits if e.get('ok'))} kept{refusals(rd)}); "
             f"{len(rd.signalled)} processes signalled, each of this bench's; "
             f"{time.monotonic() - t1:.0f} s: {'PASS' if not bad else 'FAIL'}",
             flush=True,
