@@ -212,7 +212,11 @@ def print_result(
     peak = f"{st.peak_mib:,.0f} MiB ({st.peak_counter})" if st.peak_mib is not None else "absent"
     reached = "" if st.status == ev.Status.PASSED.value else f"; phase reached: {st.phase}"
     console.print(
-        Text.assemble((st.status, color), f" in {st.duration_s or 0:.1f} s: {st.stop_reason}{reached}; peak {peak}"),
+        Text.assemble(
+            (st.status, color),
+            (f" in {st.duration_s:.1f} s" if st.duration_s is not None else "")
+            + f": {st.stop_reason}{reached}; peak {peak}",
+        ),
         highlight=False,
         overflow="fold",
     )

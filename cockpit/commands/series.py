@@ -63,7 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--skip-done",
         action="store_true",
-        help="leave out a variant x seed whose latest run completed with the same settings",
+        help="leave out a variant x seed whose latest run completed with the same settings, or is still running "
+        "(a series whose own process ended leaves its runs going on)",
     )
     p.add_argument(
         "--resume",
@@ -231,7 +232,8 @@ def _go(
         else:
             st = s.state or runs.state(s.dir)
             print(
-                f"{el:7.1f}s {s.run_id} {st.status}: {st.stop_reason} ({st.duration_s or 0:.1f} s)",
+                f"{el:7.1f}s {s.run_id} {st.status}: {st.stop_reason} "
+                + (f"({st.duration_s:.1f} s)" if st.duration_s is not None else "(duration unknown)"),
                 file=out,
                 flush=True,
             )

@@ -142,7 +142,7 @@ class RunProcess:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         self.meter = Meter(self.device, emit=writer.emit, sample_hz=sample_hz)
         self.phase = "start-up"
-        self.t0 = time.time()
+        self.t0 = time.monotonic()  # durations never move with the wall clock (it may step, either way)
 
     def emit(self, kind: str, **payload: Any) -> object:
         return self.writer.emit(kind, **payload)
@@ -207,6 +207,9 @@ class RunProcess:
             fsutil.release()  # the room set aside at the start: enough for the final event and the row
         extra = self.end_fields(outcome)
         self.emit(
-            ev.RUN_END, **ev.run_end_fields(outcome, self.current_phase()), duration_s=time.time() - self.t0, **extra
+            ev.RUN_END,
+            **ev.run_end_fields(outcome, self.current_phase()),
+            duration_s=time.monotonic() - self.t0,
+            **extra,
         )
         return int(outcome.code)

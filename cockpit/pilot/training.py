@@ -436,7 +436,7 @@ class TrainingRun(CheckpointedRun):
             "final_step": final.get("step"),
             "final_metrics": {k: ev.finite_or_none(v) for k, v in final.items() if k not in ("step", "val_loss")},
             "start_loss": ev.finite_or_none(self.start_loss),
-            "duration_s": time.time() - self.t0,
+            "duration_s": time.monotonic() - self.t0,
             "peak": _peak_summary(mem),
             "checkpoint_time_s": sum(self.save_times) / len(self.save_times) if self.save_times else None,
             "data_revision": self.data_revision,

@@ -88,10 +88,15 @@ class RunState:
 
     @property
     def duration_s(self) -> float | None:
+        """Wall seconds from the run's first event to its last (now, while it runs); None when unknown.
+
+        The events' times are the wall clock's: one stepped back during the run (a VM's clock resynchronised)
+        puts the end before the start, and that span is unknown, never a negative figure (the notebook refuses
+        one, which failed every write of the run's row)."""
         if self.started is None:
             return None
         end = self.ended if self.ended is not None else time.time()
-        return end - self.started
+        return end - self.started if end >= self.started else None
 
     @property
     def final(self) -> bool:

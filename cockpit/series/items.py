@@ -65,13 +65,24 @@ class Item:
 
 
 def resumable(nb: nbm.Notebook, ids: list[str] | None = None) -> list[Item]:
-    """Training runs that ended from outside (stopped, crashed) with a periodic checkpoint to go on from."""
+    """Training runs that ended from outside (stopped, crashed) with a periodic checkpoint to go on from, and that
+    no newer run follows."""
     out = []
+    # A run that a newer run follows was started again already (`--skip-done`, `--rerun`): resuming it too would
+    # train its variant and seed twice.
+    followed = {r.follows: r.id for r in nb.runs if r.follows}
     for row in runs.view(nb):
         if row.kind != "train" or (ids and row.id not in ids):
             continue
         rdir = runs.run_dir(nb.directory, row.id)
         has = (rdir / runs.CHECKPOINTS_DIR).is_dir() and any((rdir / runs.CHECKPOINTS_DIR).glob("update-*.pt"))
+        if row.id in followed:
+            if ids:
+                raise UsageError(
+                    f"{row.id} cannot be resumed: {followed[row.id]} follows it (its variant and seed were started "
+                    f"again); resume {followed[row.id]} instead if it stopped"
+                )
+            continue
         if row.status in launch.RESUMABLE and has:
             out.append(Item(row.variant, row.seed, resume=row.id))
         elif ids:
@@ -170,9 +181,16 @@ def _items(
     chosen = variants or default_variants(nb)
     for vid in chosen:
         nb.variant(vid)  # a clear error for an unknown id
+    live = {r.id: r.status for r in runs.view(nb) if r.status in _IN_FLIGHT} if skip_done else {}
     for vid in chosen:
         for seed in seeds if seeds is not None else [0, 1, 2]:
             prev = _latest_train(nb, vid, seed)
+            if prev is not None and prev.id in live:
+                # A series whose own process was killed leaves its runs going on detached: starting what is left
+                # again must not train the same variant and seed twice at once.
+                how = "is still running" if live[prev.id] == ev.Status.RUNNING.value else "was created, not started yet"
+                notes.append(f"{vid} seed {seed}: skipped, {prev.id} {how}")
+                continue
             if skip_done and prev is not None and prev.status == ev.Status.COMPLETED.value:
                 same = _same_params(nb, prev.id, changes.on(Settings.of(nb, vid)))
                 if same:
@@ -180,6 +198,9 @@ def _items(
                     continue
             items.append(Item(vid, seed, follows=prev.id if prev is not None else "", overrides=changes))
     return items, notes
+
+
+_IN_FLIGHT = (ev.Status.CREATED.value, ev.Status.RUNNING.value)  # what the run folder says, not the row
 
 
 def _same_params(nb: nbm.Notebook, rid: str, want: Settings) -> bool:

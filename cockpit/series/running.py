@@ -95,6 +95,9 @@ class Series:
                     self.placement.release(s.gpus)
                 if s.state.status == ev.Status.CRASHED.value:  # killed: its process could not write its row
                     runs.settle_run(self.campaign, s.dir)
+                    # nor sweep its folder (its disk reserve, a half-written checkpoint): a settled row is never
+                    # looked at again, so what its killed writers left goes now
+                    runs.sweep(s.dir)
                 changes.append(("finished", s))
         while self.pending and len(self.active) < self.parallel:
             lent: list[int] = []
