@@ -18,7 +18,7 @@ LOG="$VENV/setup.log"
 mode="${1:-}"
 case "$mode" in
   "") extra="." ;;
-  test) extra=".[test,ray]" ;;
+  test) extra=".[test,ray,report]" ;;
   *)
     echo "setup.sh: unknown argument '$mode'. Use ./setup.sh (to use Cockpit) or ./setup.sh test (to run its tests)." >&2
     exit 2

@@ -5,10 +5,12 @@ was held constant, every run (failed, diverged and crashed ones with their
 reasons), the spread across seeds, the decisions with their dates, the
 selection sheet, the rental plan and the conclusion. The conclusion is the
 notebook's [conclusion] text when someone wrote one; otherwise a neutral
-statement generated from the figures, labelled as generated. Charts are
-text (Unicode), so the report needs no plotting library.
+statement generated from the figures, labelled as generated. The charts are
+text (Unicode), and, when matplotlib (``cockpit[report]``) is installed, SVG
+pictures beside report.md that it embeds.
 
 - :mod:`.figures`  the results across seeds (as `cockpit compare` computes them) and the text charts
+- :mod:`.charts`   the SVG pictures (matplotlib, optional)
 - :mod:`.sections` the markdown sections and the generated conclusion
 - this module     the whole report put together, and written atomically into report/
 """
@@ -24,6 +26,7 @@ from .. import notebook as nbm
 from .. import plan as pl
 from .. import sheet as sh
 from ..errors import CockpitError
+from . import charts
 from .figures import (
     BLOCKS,
     MARKERS,
@@ -71,7 +74,13 @@ REPORT_FILE = "report.md"
 # --------------------------------------------------------------------------- the report
 
 
-def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: int = pl.DEFAULT_SEEDS) -> str:
+def build(
+    campaign: Path | str,
+    days: tuple[int, ...] = pl.DEFAULT_DAYS,
+    seeds: int = pl.DEFAULT_SEEDS,
+    pictures: Path | None = None,
+) -> str:
+    """The report's markdown; with ``pictures`` (a folder), its SVG charts are written there and embedded."""
     nb = nbm.load(campaign)
     all_runs = runs.campaign_runs(nb.directory)
     c = nb.campaign
@@ -140,7 +149,10 @@ def build(campaign: Path | str, days: tuple[int, ...] = pl.DEFAULT_DAYS, seeds: 
     out += ["", "## Selection sheet", ""] + sheet_lines
     out += ["", "## Rental plan", ""] + plan_lines
     out += ["", "## Conclusion", ""] + conclusion_section(nb, generated)
-    out += ["", "## Charts", "", "### Loss curves", ""]
+    out += ["", "## Charts", ""]
+    if pictures is not None:
+        out += charts.write_charts(pictures, res, all_runs, nb.reference.id) + [""]
+    out += ["### Loss curves", ""]
     out += curve_charts(res, all_runs)
     out += ["", "### Memory per phase", ""]
     if sheet is not None:
@@ -173,7 +185,7 @@ def write(campaign: Path | str, **kw: Any) -> Path:
             "through a link out of it. Remove it (or replace it by a folder) and run `cockpit report` again."
         )
     target = folder / REPORT_FILE
-    text = build(path, **kw)
     folder.mkdir(exist_ok=True)
+    text = build(path, pictures=folder, **kw)
     fsutil.write_text(target, text)
     return target

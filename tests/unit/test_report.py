@@ -176,3 +176,18 @@ def test_a_quick_look_with_other_settings_is_kept_apart(campaign: tuple[Path, di
     assert "updates" in rows[1] and f"s0 1.2000 ({quick})" in rows[1]
     assert "no completed reference run with the same settings" in rows[1]
     assert "The reference lr1e-4 stays the best choice" in text  # the quick look does not count
+
+
+def test_without_matplotlib_the_report_says_how_to_get_pictures(
+    campaign: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from cockpit.report import charts
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    camp, _ = campaign
+    assert main(["report", str(camp)]) == 0
+    text = (camp / "report" / "report.md").read_text("utf-8")
+    assert text.count(charts.INSTALL_HINT) == 1 and "┤" in text
+    assert not (camp / "report" / charts.LOSS_SVG).exists()
