@@ -12,6 +12,7 @@ pictures beside report.md that it embeds.
 - :mod:`.figures`  the results across seeds (as `cockpit compare` computes them) and the text charts
 - :mod:`.charts`   the SVG pictures (matplotlib, optional)
 - :mod:`.sections` the markdown sections and the generated conclusion
+- :mod:`.html`     report.html: report.md as one page to send, its SVGs inlined
 - this module     the whole report put together, and written atomically into report/
 """
 
@@ -27,6 +28,7 @@ from .. import plan as pl
 from .. import sheet as sh
 from ..errors import CockpitError
 from . import charts
+from . import html as report_html
 from .figures import (
     BLOCKS,
     MARKERS,
@@ -53,6 +55,7 @@ __all__ = [
     "BLOCKS",
     "MARKERS",
     "NOT_OK",
+    "HTML_FILE",
     "REPORT_DIR",
     "REPORT_FILE",
     "NotCounted",
@@ -69,6 +72,7 @@ __all__ = [
 
 REPORT_DIR = "report"
 REPORT_FILE = "report.md"
+HTML_FILE = "report.html"
 
 
 # --------------------------------------------------------------------------- the report
@@ -151,7 +155,16 @@ def build(
     out += ["", "## Conclusion", ""] + conclusion_section(nb, generated)
     out += ["", "## Charts", ""]
     if pictures is not None:
-        out += charts.write_charts(pictures, res, all_runs, nb.reference.id) + [""]
+        out += charts.write_charts(
+            pictures,
+            nb.campaign.quality_metric,
+            res,
+            all_runs,
+            nb.reference.id,
+            _measured_sheets(nb, sheet, all_runs),
+            p,
+        )
+        out += [""]
     out += ["### Loss curves", ""]
     out += curve_charts(res, all_runs)
     out += ["", "### Memory per phase", ""]
@@ -174,6 +187,20 @@ def build(
     return "\n".join(out) + "\n"
 
 
+def _measured_sheets(nb: nbm.Notebook, first: sh.Sheet | None, all_runs: list[sh.RunFiles]) -> list[sh.Sheet]:
+    """The chosen variant's sheet, then every other variant's that has a passed pilot of its own (the memory
+    variants): the memory and time charts set them against each other."""
+    out = [first] if first is not None else []
+    for v in nb.variants:
+        if any(s.variant == v.id for s in out) or sh.latest_measured(all_runs, v.id) is None:
+            continue
+        try:
+            out.append(sh.build(nb, v.id, all_runs))
+        except CockpitError:
+            continue
+    return out
+
+
 def write(campaign: Path | str, **kw: Any) -> Path:
     """Write report/report.md atomically; a ``report`` that is a link (or not a folder) is refused, never written through."""
     path = nbm.find(campaign)
@@ -188,4 +215,6 @@ def write(campaign: Path | str, **kw: Any) -> Path:
     folder.mkdir(exist_ok=True)
     text = build(path, pictures=folder, **kw)
     fsutil.write_text(target, text)
+    title = text.splitlines()[0].lstrip("# ") if text else "Cockpit report"
+    fsutil.write_text(folder / HTML_FILE, report_html.render(text, folder, title))
     return target

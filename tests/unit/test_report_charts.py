@@ -111,3 +111,101 @@ def test_quality_svg_has_every_seed_and_the_reference_band(campaign: Path) -> No
     labels = "".join(root.itertext())
     for r in res:  # every variant's verdict is written beside its seeds
         assert f"{r.variant}: {r.verdict}" in labels
+
+
+def _bar_widths(root: ET.Element, gid: str, n: int) -> list[float]:
+    """The widths of bars ``<gid>-0 .. <gid>-(n-1)`` (horizontal bars: a closed path of four corners)."""
+    out = []
+    for k in range(n):
+        group = root.find(f".//{SVG}g[@id='{gid}-{k}']")
+        assert group is not None, f"no bar {gid}-{k} in the SVG"
+        path = group.find(f".//{SVG}path")
+        assert path is not None
+        nums = [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", path.get("d", ""))]
+        xs = nums[::2]
+        out.append(max(xs) - min(xs))
+    return out
+
+
+def _proportional(values: list[float], widths: list[float]) -> None:
+    """Bars start at zero: each width is the value times one scale."""
+    scale = max(widths) / max(values)
+    for v, w in zip(values, widths, strict=True):
+        assert w == pytest.approx(v * scale, abs=0.05), (v, w)
+
+
+@pytest.fixture
+def gpu_campaign(campaign: Path) -> Path:
+    from tests.fake_runs import gpu_stack, standard_gates, write_run
+
+    write_run(campaign, stack=gpu_stack(), gates=standard_gates(1000.0, 1600.0))
+    write_run(campaign, variant="ckpt", stack=gpu_stack(), gates=standard_gates(600.0, 700.0, step_s=0.8))
+    return campaign
+
+
+def test_memory_and_time_svgs_draw_every_measured_pilots_rows(gpu_campaign: Path) -> None:
+    from cockpit import notebook as nbm
+    from cockpit import sheet as sh
+
+    assert main(["report", str(gpu_campaign)]) == 0
+    folder = gpu_campaign / "report"
+    nb = nbm.load(gpu_campaign)
+    sheets = [sh.build(nb, "lr1e-4"), sh.build(nb, "ckpt")]
+    mem_root = ET.parse(folder / charts.MEMORY_SVG).getroot()
+    time_root = ET.parse(folder / charts.TIME_SVG).getroot()
+    values, widths, secs, twidths = [], [], [], []
+    for j, s in enumerate(sheets):
+        n = len(s.phases)
+        for key in ("peak_allocated", "peak_reserved"):  # two counters side by side, never added
+            values += [(r[key] or 0.0) / 2**20 for r in s.phases]  # type: ignore[literal-required]
+            widths += _bar_widths(mem_root, f"memory-{j}-{key}", n)
+        secs += [r["duration_s"] or 0.0 for r in s.phases]
+        twidths += _bar_widths(time_root, f"time-{j}", n)
+    _proportional(values, widths)
+    _proportional(secs, twidths)
+    labels = "".join(mem_root.itertext())
+    assert "torch peak allocated" in labels and "torch peak reserved" in labels and "ckpt (" in labels
+    text = (folder / "report.md").read_text("utf-8")
+    assert f"]({charts.MEMORY_SVG})" in text and f"]({charts.TIME_SVG})" in text and f"]({charts.PLAN_SVG})" in text
+
+
+def test_memory_svg_on_the_cpu_says_rss(tmp_path: Path) -> None:
+    from tests.fake_runs import make_campaign as mk
+    from tests.fake_runs import standard_gates, write_run
+
+    camp = mk(tmp_path)
+    write_run(camp, gates=standard_gates(None, None))
+    assert main(["report", str(camp)]) == 0
+    labels = "".join(ET.parse(camp / "report" / charts.MEMORY_SVG).getroot().itertext())
+    assert "process RSS peak (host)" in labels and "GPU memory was not measured" in labels
+    assert "torch peak" not in labels
+
+
+def test_plan_svg_draws_the_plans_hours(gpu_campaign: Path) -> None:
+    from cockpit import notebook as nbm
+    from cockpit import plan as pl
+
+    assert main(["report", str(gpu_campaign)]) == 0
+    root = ET.parse(gpu_campaign / "report" / charts.PLAN_SVG).getroot()
+    p = pl.build(nbm.load(gpu_campaign))
+    n = len(p.packages)
+    assert n == 3
+    runs_w = _bar_widths(root, "plan-runs", n)
+    reserve_w = _bar_widths(root, "plan-reserve", n)
+    _proportional([k.used_h for k in p.packages] + [k.reserve_h for k in p.packages], runs_w + reserve_w)
+    labels = "".join(root.itertext())
+    for k in p.packages:
+        assert f"{k.days} days" in labels and root.find(f".//{SVG}g[@id='plan-total-{k.days}']") is not None
+
+
+def test_report_html_is_one_page_with_every_svg_inlined(gpu_campaign: Path) -> None:
+    assert main(["report", str(gpu_campaign)]) == 0
+    folder = gpu_campaign / "report"
+    page = (folder / rp.HTML_FILE).read_text("utf-8")
+    names = sorted(p.name for p in folder.glob("*.svg"))
+    assert names == sorted([charts.LOSS_SVG, charts.QUALITY_SVG, charts.MEMORY_SVG, charts.TIME_SVG, charts.PLAN_SVG])
+    for name in names:
+        assert f'<figure data-src="{name}"><svg' in page  # inlined, not linked: the page travels alone
+    assert page.count("<svg") == len(names)
+    assert '<h2 id="runs">Runs</h2>' in page and "<table>" in page and "<pre>" in page
+    ET.fromstring(page.split("<body>", 1)[1].rsplit("</body>", 1)[0].join(["<body>", "</body>"]).replace("&nbsp;", " "))
