@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
         # prose wrapped, tables fitted to the terminal; report.md itself keeps every column
         print_lines(console(), target.read_text("utf-8").splitlines(), drop_note=f"read {target}")
     pictures = sorted(target.parent.glob("*.svg"))
-    extra = f", {len(pictures)} SVG picture{'s' if len(pictures) != 1 else ''}" if pictures else ""
-    print(f"report written to {target} (and {rp.HTML_FILE}, one page to send{extra})")
+    extra = f" and {len(pictures)} SVG picture{'s' if len(pictures) != 1 else ''}" if pictures else ""
+    print(f"report written to {target}")
+    print(f"beside it: {rp.HTML_FILE} (one page to send){extra}")
     return 0

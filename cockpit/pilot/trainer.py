@@ -276,12 +276,11 @@ class Trainer:
             out["ids"] = [e.get("id") if isinstance(e, dict) else None for e in examples]
         return out
 
+    # the model and a batch's tensors as the device holds them (the estimate models both moves without the GPU)
     def to_device_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The model as the device holds it (the estimate models this move on a machine without the GPU)."""
         return model.to(self.device)
 
     def to_device(self, t: torch.Tensor) -> torch.Tensor:
-        """A batch's tensor as the device holds it (the estimate models this copy on a machine without the GPU)."""
         return t.to(self.device, non_blocking=True)
 
     def next_microbatches(self) -> list[list[Example]]:
@@ -326,9 +325,8 @@ class Trainer:
     ) -> Accumulated:
         """Forward and backward over the microbatches of one update; gradients left in .grad.
 
-        A mean loss is divided by the number of microbatches (what a user's loop
-        does with ``loss / accumulation``); ``weights`` replaces that division (the
-        accumulation gate uses it to measure what an even weighting would give).
+        A mean loss is divided by the number of microbatches (a user's loop's ``loss / accumulation``);
+        ``weights`` replaces that division (the accumulation gate measures an even weighting with it).
         """
         self.optimizer.zero_grad(set_to_none=True)
         acc = Accumulation(self, microbatches, weights=weights, check_finite=check_finite)
