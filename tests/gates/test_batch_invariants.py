@@ -304,3 +304,52 @@ def test_pairwise_scores_of_in_batch_negatives_are_not_a_leak() -> None:
     )[0]["data"]
     c = check(g, INDEPENDENT)
     assert c["ok"] and not c.get("na") and "by 0.0e+00" in c["detail"], c  # only the scores against it moved
+
+
+class Tagger(nn.Module):
+    """Tokens tagged one by one; the padding mask reaches the outputs only through one faint mean over real tokens
+    (``weight``), and ``cond`` is an optional per-example condition added at ``weight``."""
+
+    def __init__(self, weight: float) -> None:
+        super().__init__()
+        self.emb, self.out, self.weight = nn.Embedding(VOCAB, 16), nn.Linear(16, VOCAB), weight
+
+    def forward(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor, cond: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        h = self.emb(ids)
+        m = attention_mask.float()[..., None]
+        pooled = (h * m).sum(1, keepdim=True) / m.sum(1, keepdim=True)
+        extra = pooled if cond is None else cond.float()[:, None, None] * torch.ones_like(pooled)
+        return self.out(h + self.weight * extra)
+
+
+def tagging(mask_dtype: torch.dtype, cond: bool) -> Task:
+    def collate(ex: list[dict[str, Any]], p: dict[str, Any]) -> dict[str, Any]:
+        ids = torch.tensor([e["toks"] for e in ex])
+        mask = torch.ones_like(ids, dtype=mask_dtype)
+        mask[::2, -1] = 0  # every other sequence padded at its last position
+        out = {"ids": ids, "attention_mask": mask}
+        if cond:
+            out["cond"] = torch.linspace(0.1, 0.9, len(ex))  # a continuous condition, given at a faint weight
+        return out
+
+    def loss(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        ids = batch["ids"]
+        logits = model(ids, batch["attention_mask"], batch.get("cond"))
+        return F.cross_entropy(logits.reshape(-1, VOCAB), torch.roll(ids, 1, 1).reshape(-1))
+
+    return Task(
+        build_model=lambda p: Tagger(1e-4), datasets=tokens, collate=collate, loss=loss, kind="other", input_key="ids"
+    )
+
+
+def test_a_padding_mask_that_moves_few_positions_is_read_and_a_faint_continuous_condition_is_not() -> None:
+    # a mask's values are 0 and 1 at any scale: moving the outputs a little (only where it differs) is not a value
+    # given below the model's range (the blind NER and multilabel families, whose masks pad little)
+    for dtype in (torch.long, torch.float):
+        c = check(gates(tagging(dtype, cond=False))[0]["data"], FIELDS)
+        assert c["ok"] and "field 'attention_mask'" in c["detail"], (dtype, c)
+    bad = check(gates(tagging(torch.long, cond=True))[0]["data"], FIELDS)
+    assert not bad["ok"] and bad.get("warn") and "field 'cond'" in bad["detail"], bad
+    assert "scale it cannot resolve" in bad["detail"], bad["detail"]

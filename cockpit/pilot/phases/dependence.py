@@ -127,6 +127,7 @@ class Read:
     arrives: bool = False  # the tensor itself is among the model's arguments
     key: str = ""  # the batch field shuffled ("" for an argument the loss computes)
     stretched: float = 0.0  # a scalar per example: how much more shuffling it moves the outputs at 100x its values
+    graded: bool = False  # continuous values (not ids, not a 0/1 mask): a scale the model may be unable to resolve
 
 
 def fields_read(ctx: Context, g: Gate, batch: Batch, model: torch.nn.Module, base: Base, lab: Any) -> None:
@@ -143,7 +144,7 @@ def fields_read(ctx: Context, g: Gate, batch: Batch, model: torch.nn.Module, bas
             continue
         p = run_once(ctx, model, {**batch, k: roll(v)}, base.start, n)
         r = _read(f"field {k!r}", base, p, tol, k in takes)
-        r.key = k
+        r.key, r.graded = k, _graded(v)
         r.arrives = any(a is v for args, kwargs in base.first.calls for a in (*args, *kwargs.values()))
         if v.is_floating_point() and v.reshape(n, -1).shape[1] == 1 and r.out > tol:
             r.stretched = _stretched(ctx, model, batch, base, k, r.out)
@@ -161,6 +162,7 @@ def fields_read(ctx: Context, g: Gate, batch: Batch, model: torch.nn.Module, bas
             p = run_once(ctx, model, batch, base.start, n, swap=_swap_slot(slot))
             label = slot if isinstance(slot, str) else (params[slot] if slot < len(params) else f"#{slot}")
             r = _read(f"argument {label!r} of the model (computed in the loss)", base, p, tol, True)
+            r.graded = _graded(a)
             if a.is_floating_point() and a.reshape(n, -1).shape[1] == 1 and r.out > tol:
                 r.stretched = _stretched(ctx, model, batch, base, slot, r.out)
             found.append(r)
@@ -178,7 +180,9 @@ def fields_read(ctx: Context, g: Gate, batch: Batch, model: torch.nn.Module, bas
     unused = [r for r in ignored if r.arrives]
     ignored = [r for r in ignored if r not in unused]
     inside = [r for r in found if r.out <= tol and r.loss <= tol and r.modules]
-    faint = [r for r in found if tol < r.out < UNRESOLVED * strongest or r.stretched >= STRETCHED]
+    # only continuous values can sit below the scale a model resolves: token ids or a padding mask that moves the
+    # outputs a little moves only the few positions it differs at (the blind NER's mask: 9e-4 of its ids' share)
+    faint = [r for r in found if (r.graded and tol < r.out < UNRESOLVED * strongest) or r.stretched >= STRETCHED]
     figures = ", ".join(f"{r.what.split(' (')[0]} {pct(r.out)}" for r in found)
     noise = f"the same pass repeated: {base.noise_out:.1e}" + (
         f"; another random draw moves the loss by {pct(base.draw_loss)}" if base.draw_loss > tol else ""
@@ -283,6 +287,11 @@ def _moves_gradient(ctx: Context, model: torch.nn.Module, batch: Batch, base: Ba
         return False
     scale = max(max(float(x.abs().max()) for x in a), 1e-30)
     return any(float((x - y).abs().max()) / scale > tol for x, y in zip(a, b, strict=True) if x.shape == y.shape)
+
+
+def _graded(t: torch.Tensor) -> bool:
+    """Continuous values: floating point and not only zeros and ones (a float mask is a mask)."""
+    return t.is_floating_point() and bool(((t != 0) & (t != 1)).any())
 
 
 def _read(what: str, base: Base, p: Pass, tol: float, named: bool) -> Read:
