@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from cockpit import runs  # noqa: E402
 from cockpit import notebook as nbm  # noqa: E402
+from cockpit import runs  # noqa: E402
 from tests.integration.ray_cluster import LocalCluster, cluster_env  # noqa: E402
 from tests.integration.test_series import tiny_campaign  # noqa: E402
 
