@@ -10,7 +10,10 @@ resource each node declares for its GPUs, so it lands only on the model its
 pilot passed on.
 
 - :mod:`.mirror` the run folder mirrored from the node to the head, in chunks
-- :mod:`.onray`  everything that imports ray: the task on the node, the series' side on the head
+- :mod:`.nodes`  which nodes a series may use, and why not the others
+- :mod:`.onray`  the series' side on the head (imports ray, as the next two do)
+- :mod:`.ray_keeper` the detached actor on the head that holds a series' runs
+- :mod:`.ray_node` the run's task on the node
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .. import notebook as nbm
 from .. import runs
@@ -55,6 +59,18 @@ def address(nb: nbm.Notebook, given: str | None) -> str | None:
             )
         return env
     return chosen
+
+
+def held_runs(campaign: Path) -> list[Path]:
+    """The training runs of a campaign that an earlier series' keeper still holds on the cluster (a fresh
+    heartbeat in their ``remote.json``): a series started again follows them instead of starting them twice."""
+    out = []
+    for rdir in runs.run_dirs(Path(campaign).parent):
+        info = runs.remote_info(rdir)
+        alive = info is not None and bool(info.get("keeper")) and runs.remote_alive(info)
+        if alive and runs.run_meta(rdir).get("kind") == "train":
+            out.append(rdir)
+    return out
 
 
 def model_tag(name: str) -> str:

@@ -1,7 +1,8 @@
 """Which nodes of a Ray cluster a series may use, and why not the others, decided before any run starts. No ray.
 
 A node is refused by name when its Cockpit or torch differs from the head's (a
-run there would not be the run the pilot measured), and a GPU run goes only to
+run there would not be the run the pilot measured) or when its disk cannot
+hold the checkpoints of the runs it would train at once, and a GPU run goes only to
 a GPU model its campaign has a passed pilot on (the ``gpu_model:<MODEL>``
 resource each node declares). A node left unused is said, with its reason; a
 variant no usable node can hold refuses the series, so no run waits for ever.
@@ -27,6 +28,7 @@ class NodeFacts:
     resources: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     error: str = ""  # the version task failed there (Cockpit not installed, the node gone)
+    free: int | None = None  # bytes free where the node keeps its runs' copies (its Ray session folder)
 
     @property
     def name(self) -> str:
@@ -41,6 +43,31 @@ class NodeFacts:
 class Verdict:
     usable: list[NodeFacts]
     notes: list[str]
+    lanes: dict[str, int] = field(default_factory=dict)  # node id -> runs it can hold at once, by its resources
+
+
+@dataclass(frozen=True)
+class NodeDisk:
+    """What one run leaves on a node's disk while it trains there, from the sizes its pilot measured: ``keep``
+    checkpoints and the next being written, then its export; the copy goes once the head holds it."""
+
+    checkpoint: int
+    export: int
+    keep: int
+    source: str = ""
+
+    def need(self, lanes: int) -> int:
+        return lanes * ((self.keep + 1) * self.checkpoint + self.export)
+
+
+def lanes(n: NodeFacts, demands: dict[str, Demand]) -> int:
+    """How many runs of these variants the node can hold at once by its resources (the most of any variant)."""
+    best = 0
+    for d in demands.values():
+        asks = {"CPU": d.num_cpus, "GPU": d.num_gpus, **d.resources}
+        fit = min((int(n.resources.get(k, 0.0) / v + 1e-9) for k, v in asks.items() if v > 0), default=0)
+        best = max(best, fit)
+    return best
 
 
 def versions_here() -> dict[str, str]:
@@ -56,9 +83,13 @@ def versions_here() -> dict[str, str]:
     return out
 
 
-def judge(nodes: list[NodeFacts], demands: dict[str, Demand], head: dict[str, str]) -> Verdict:
-    """The nodes a series may use and a note per node it may not (or whose GPUs no run may use); raises when a
-    variant's runs fit on no usable node."""
+def judge(
+    nodes: list[NodeFacts], demands: dict[str, Demand], head: dict[str, str], disk: NodeDisk | None = None
+) -> Verdict:
+    """The nodes a series may use and a note per node it may not (another Cockpit or torch; too little disk for
+    the runs it would hold at once) or whose GPUs no run may use; raises when a variant's runs fit on no usable
+    node."""
+    verdict_lanes: dict[str, int] = {}
     usable: list[NodeFacts] = []
     notes: list[str] = []
     piloted = sorted({d.model for d in demands.values() if d.model})
@@ -77,7 +108,18 @@ def judge(nodes: list[NodeFacts], demands: dict[str, Demand], head: dict[str, st
                 "(install the head's versions on it, then start the series again)"
             )
             continue
+        at_once = lanes(n, demands)
+        if disk is not None and n.free is not None and at_once and disk.need(at_once) > n.free:
+            notes.append(
+                f"{n.name}: not used: {_mib(n.free)} free on its disk, and the {at_once} run"
+                f"{'s' if at_once != 1 else ''} it would hold at once need {_mib(disk.need(at_once))} there "
+                f"({disk.keep} kept + 1 being written x {_mib(disk.checkpoint)} per checkpoint + "
+                f"{_mib(disk.export)} export each; sizes from {disk.source or 'the pilots'}); free disk on it "
+                "or set [checkpoints] keep = 1"
+            )
+            continue
         usable.append(n)
+        verdict_lanes[n.node_id] = at_once
         gpus = n.resources.get("GPU", 0.0)
         unpiloted = [m for m in n.models if m not in piloted]
         if unpiloted:
@@ -106,4 +148,8 @@ def judge(nodes: list[NodeFacts], demands: dict[str, Demand], head: dict[str, st
                 + ("; ".join(notes) or "no node has it")
                 + ". Join a node that has it, or pilot the variant on a GPU model the cluster has."
             )
-    return Verdict(usable, notes)
+    return Verdict(usable, notes, verdict_lanes)
+
+
+def _mib(b: int) -> str:
+    return f"{b / 2**30:,.1f} GiB" if b >= 2**30 else f"{b / 2**20:,.1f} MiB"

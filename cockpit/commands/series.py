@@ -132,27 +132,62 @@ def run(args: argparse.Namespace) -> int:
     nb.needs_task("a series")
     overrides: dict[str, SettingValue] = {**parse_overrides(args.set), **sr.budget_overrides(args.updates)}
     seeds = sr.parse_seeds(args.seeds) if args.seeds is not None else None
+    # A series on Ray whose own process ended (its SSH session closed) left its runs with their keeper on the
+    # cluster: the same command again follows the ones still held instead of training them twice.
+    held = _held(path) if cluster.address(nb, getattr(args, "ray", None)) is not None else []
     if args.resume is not None:
-        items = sr.resumable(nb, args.resume or None)
-        if not items:
+        named = set(args.resume)
+        follow = [h for h in held if not named or h.attach in named]
+        ids = [rid for rid in args.resume if rid not in {h.attach for h in follow}]
+        items = sr.resumable(nb, ids) if ids or not named else []
+        for h in follow:
+            print(
+                f"{h.attach} is still running on the Ray cluster, held by {_keeper_of(path, h)}: followed",
+                file=sys.stderr,
+            )
+        if not items and not follow:
             print(
                 f"nothing to resume: no stopped or crashed training run of {path.parent} has a checkpoint",
                 file=sys.stderr,
             )
             return 0
-        return _go(path, args, items, [])
+        return _go(path, args, [*follow, *items], [])
     items, notes = sr.plan(
         nb, _variants(args.variants), seeds, overrides=overrides, skip_done=args.skip_done, rerun=args.rerun
     )
+    follow = []
+    for h in held:
+        if any((i.variant, i.seed) == (h.variant, h.seed) for i in items):
+            items = [i for i in items if (i.variant, i.seed) != (h.variant, h.seed)]
+            follow.append(h)
+            notes.append(
+                f"{h.variant} seed {h.seed}: {h.attach} is still running on the Ray cluster, held by "
+                f"{_keeper_of(path, h)}: followed, not started again"
+            )
     decisions = (
         sr.guard(nb, items, without_pilot=args.without_pilot, again=args.again, parallel=args.parallel) if items else []
     )
     for n in notes:
         print(n, file=sys.stderr)
-    if not items:
+    if not items and not follow:
         print("nothing to run", file=sys.stderr)
         return 0
-    return _go(path, args, items, [], decisions)
+    return _go(path, args, [*follow, *items], [], decisions)
+
+
+def _held(path: Path) -> list[sr.Item]:
+    """The campaign's runs an earlier series' keeper still holds on the cluster, as items to follow."""
+    out = []
+    for rdir in cluster.held_runs(path):
+        meta = runs.run_meta(rdir)
+        seed = meta.get("seed")
+        out.append(sr.Item(str(meta.get("variant", "")), int(seed) if isinstance(seed, int) else 0, attach=rdir.name))
+    return out
+
+
+def _keeper_of(path: Path, item: sr.Item) -> str:
+    info = runs.remote_info(runs.run_dir(path.parent, item.attach)) or {}
+    return f"the series keeper {info.get('keeper') or '?'}"
 
 
 def _go(
@@ -168,11 +203,13 @@ def _go(
     nproc = launch.nproc_for(nb)
     address = cluster.address(nb, getattr(args, "ray", None))
     demands: dict[str, cluster.Demand] = {}
+    fresh = [i for i in items if not i.attach]  # what this series starts (the others it follows)
     if address is not None:
-        cluster.need_ray()
         box: list[gpus_.Gpu] = []  # Ray places the runs: this box's GPUs are not the series'
         per_gpu = 1
-        demands = _demands(nb, path, items, nproc)
+    if address is not None and fresh:
+        cluster.need_ray()
+        demands = _demands(nb, path, fresh, nproc)
         print(f"on the Ray cluster at {address}, each run asking Ray for what its pilot measured:", file=out)
         for vid, d in demands.items():
             print(f"  {vid}: {d.label()} ({d.why})", file=out)
@@ -186,17 +223,31 @@ def _go(
         if args.updates
         else "the notebook's budget"
     )
-    print(f"series of {len(items)} runs on {path.parent}, {budget}, {args.parallel} at a time:", file=out)
+    at_once = "every run submitted at once, Ray starts each" if address is not None else f"{args.parallel} at a time"
+    print(f"series of {len(items)} runs on {path.parent}, {budget}, {at_once}:", file=out)
     for i in items:
         print(f"  {i.label()}", file=out)
     held = None
-    if address is not None:
-        from ..cluster import onray
+    if address is not None and fresh:
+        from ..cluster import nodes, onray
 
-        held = onray.Cluster(path, address, dict(demands))  # refuses here when a variant fits on no usable node
+        all_runs = runs.campaign_runs(path.parent)
+        one = sr.disk_for_series(nb, all_runs, fresh, 1)
+        node_disk = (
+            nodes.NodeDisk(one.checkpoint, one.export, one.keep, one.source) if one.checkpoint is not None else None
+        )
+        # refuses here when a variant fits on no usable node
+        held = onray.Cluster(path, address, dict(demands), node_disk)
         for n in held.notes:
             print(n, file=out)
         print(f"{len(held.usable)} node{'s' if len(held.usable) != 1 else ''} of the cluster used", file=out)
+        head = sr.disk_for_series(nb, all_runs, fresh, max(1, min(held.lanes, len(fresh))))
+        if not head.fits:  # every run's checkpoints and export come back to the head, as many at once as run
+            held.close()
+            raise UsageError(
+                f"--ray: the series does not start: the head's disk, where every run's checkpoints and export come "
+                f"back, with {held.lanes} run{'s' if held.lanes != 1 else ''} at once on the cluster: {head.words()}"
+            )
     if args.dry_run:
         if held is not None:
             held.close()
@@ -209,14 +260,14 @@ def _go(
         return _detach(path, args)
     sr.record_decisions(path, decisions or [])
 
-    if held is not None:
+    if address is not None:
         series = sr.Series(
             path,
             items,
             parallel=len(items),  # every run is submitted at once; Ray starts each when a node has what it asks
-            starter=held.new_run,
-            resumer=held.resume_run,
-            pump=held.pump,
+            starter=held.new_run if held is not None else None,
+            resumer=held.resume_run if held is not None else None,
+            pump=held.pump if held is not None else (lambda: None),
             nproc=nproc,
         )
     else:
@@ -229,6 +280,8 @@ def _go(
         if what == "started":
             gpu = f" on GPU {','.join(map(str, s.gpus))}" if s.gpus else (" on the Ray cluster" if held else "")
             print(f"{el:7.1f}s {s.run_id} started: {s.item.label()}{gpu} in {s.dir}", file=out, flush=True)
+        elif what == "attached":
+            print(f"{el:7.1f}s {s.run_id} followed: {s.item.label()} in {s.dir}", file=out, flush=True)
         else:
             st = s.state or runs.state(s.dir)
             print(
@@ -261,12 +314,15 @@ def _go(
         alive = [s.run_id for s in series.active]
         left = [i.label() for i in series.pending]
         how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted"
-        if held is not None:  # Ray ends the tasks of a driver that leaves: the runs do not go on without it
-            held.close()
+        if address is not None:  # the runs' keeper on the cluster holds them, not this process
+            if held is not None:
+                held.close()
+            keepers = sorted({str((runs.remote_info(s.dir) or {}).get("keeper") or "?") for s in series.active})
             print(
-                f"\nseries {how}: its Ray tasks end with it ({', '.join(alive) or 'no run'} crashed; "
-                f"`cockpit series {path.parent} --resume --ray {address}` goes on from their last checkpoints); "
-                f"not started ({len(left)}): {', '.join(left) or 'none'}",
+                f"\nseries {how}: {', '.join(alive) or 'no run'} still running on the Ray cluster, held by "
+                f"{', '.join(keepers) or 'no keeper'} (`cockpit stop {path.parent} RUN` to stop one; the same "
+                f"`cockpit series ... --ray {address}` again follows them); not started ({len(left)}): "
+                f"{', '.join(left) or 'none'}",
                 file=out,
                 flush=True,
             )

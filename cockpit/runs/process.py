@@ -125,13 +125,16 @@ class RemoteInfo(TypedDict, total=False):
     hostname: str
     node_ip: str
     node_dir: str  # its run folder on that node (node-local, never the head's)
-    beat: float  # the head's clock when the series last held the task (seconds since the epoch)
+    beat: float  # the head's clock when the series' keeper last held the task (seconds since the epoch)
     ended: bool  # the task is over (its files are back, or its node was lost)
     reason: str  # why it ended without a final event: the node lost, the task cancelled
+    keeper: str  # the detached Ray actor on the head that holds its task (``series:<campaign>:...``)
+    files: int  # how many files of the node's copy the head was found to hold byte for byte when it ended
+    node_copy: str  # what became of the node-local copy: "removed", or "kept: <why>"
 
 
-# A series refreshes the heartbeat of every run it holds every couple of seconds; a record this old means no
-# series holds the task any more (the head's series was killed): Ray ends the tasks of a driver that is gone.
+# A series' keeper refreshes the heartbeat of every run it holds every couple of seconds; a record this old means
+# nothing holds the task any more (the keeper, or the head's Ray, is gone): Ray ends the tasks of an owner that died.
 REMOTE_STALE_S = 30.0
 
 

@@ -192,7 +192,7 @@ def state(rdir: Path | str, evs: list[ev.Event] | None = None) -> RunState:
         lost = str(remote.get("reason") or "") or (
             "its task ended without a final event"
             if remote.get("ended")
-            else "no series holds its Ray task any more (the head's series ended)"
+            else "nothing holds its Ray task any more (the series' keeper on the head, or the head's Ray, ended)"
         )
         where = (
             f" on node {remote.get('hostname')} ({str(remote.get('node_id', ''))[:12]})"

@@ -57,8 +57,11 @@ class Item:
     overrides: Overrides = field(default_factory=Overrides)
     resume: str = ""  # an existing run to go on with from its newest checkpoint, instead of a new run
     notes: str = ""  # written into the new run's row (an override, a deliberate repeat)
+    attach: str = ""  # a run still going on that an earlier series' keeper holds: followed, nothing started
 
     def label(self) -> str:
+        if self.attach:
+            return f"{self.variant} seed {self.seed}: follow {self.attach}, still running on the Ray cluster"
         if self.resume:
             return f"{self.variant} seed {self.seed}: resume {self.resume}"
         return f"{self.variant} seed {self.seed}" + (f" (follows {self.follows})" if self.follows else "")

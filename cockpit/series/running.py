@@ -53,8 +53,9 @@ class Series:
     ):
         """``placement`` (a ``cockpit.gpus.Placement``) lends each run GPUs of its own, ``nproc`` per run.
 
-        ``pump`` is called first on every poll: a series on a Ray cluster brings its runs' files back to their
-        folders there (``cockpit.cluster.onray.Cluster.pump``), so everything after it reads them as local runs."""
+        ``pump`` is called first on every poll: a series on a Ray cluster tells its keeper there, once, that every
+        run is submitted (``cockpit.cluster.onray.Cluster.pump``); the keeper brings the runs' files back to their
+        folders, so everything here reads them as local runs."""
         if parallel < 1:
             raise UsageError(f"--parallel {parallel}: give a whole number >= 1")
         self.placement = placement
@@ -81,7 +82,7 @@ class Series:
         return not self.pending and not self.active
 
     def poll(self) -> list[tuple[str, Started]]:
-        """Reap finished runs, start the next ones; returns ("finished"|"started", run) changes."""
+        """Reap finished runs, start the next ones; returns ("finished"|"started"|"attached", run) changes."""
         changes: list[tuple[str, Started]] = []
         if self._pump is not None:
             self._pump()
@@ -109,6 +110,12 @@ class Series:
                 lent = got
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, lent))
             item = self.pending.popleft()
+            if item.attach:  # a run an earlier series' keeper still holds: followed from its first event
+                adir = runs.run_dir(self.campaign.parent, item.attach)
+                s = Started(item, item.attach, adir, ev.Tail(adir / ev.EVENTS_FILE), gpus=lent)
+                self.started.append(s)
+                changes.append(("attached", s))
+                continue
             if item.resume:
                 events = runs.run_dir(self.campaign.parent, item.resume) / ev.EVENTS_FILE
                 seen = events.stat().st_size if events.is_file() else 0  # its earlier processes' events are old news

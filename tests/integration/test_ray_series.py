@@ -105,9 +105,10 @@ def test_series_spreads_over_the_nodes_and_the_head_sees_every_run(
         assert len(owner) == 1, node_dir
         used.add(owner[0])
         assert not node_dir.is_relative_to(camp)
-        # What the head holds is what the node wrote, byte for byte (events, curve, metrics), relayed through Ray.
-        for name in (ev.EVENTS_FILE, runs.CURVE_FILE, runs.EVALS_FILE, runs.METRICS_FILE):
-            assert (rdir / name).read_bytes() == (node_dir / name).read_bytes(), name
+        # What the head holds is what the node wrote, byte for byte: the keeper compared every file with the
+        # digests the node sent at the end, and only then was the node-local copy removed.
+        assert info.get("node_copy") == "removed" and not node_dir.exists(), info
+        assert int(info.get("files", 0)) >= 5, info  # run.toml, events, curve, evals, metrics, the export...
         st = runs.state(rdir)
         assert st.status == "completed" and st.stop_reason.startswith("budget reached")
         assert runs.read_metrics(rdir)["updates"] == int(UPDATES)
@@ -279,3 +280,43 @@ def test_a_lost_node_crashes_its_run_and_resume_goes_on_elsewhere_with_the_same_
     assert runs.state(local).status == "completed"
     assert _curve(local) == _curve(rdir)
     assert len(_curve(rdir)) == LONG
+
+
+def test_runs_outlive_the_series_process_and_the_same_command_follows_them(
+    ray_cluster: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the SSH session that ran `cockpit series --ray` closed: its runs are held by the series' keeper, a detached
+    # actor on the head, and go on; the same command again follows them instead of training them twice
+    camp = tiny_campaign(tmp_path, "detached")
+    nbm.mutate(camp, lambda nb: setattr(nb.validation, "every_updates", 10))
+    env = {**cluster_env(), "PYTHONPATH": str(ROOT)}
+    flags = ["--ray", ray_cluster.address, "--variants", "lr1e-4", "--seeds", "0", "--updates", "60"]
+    flags += ["--without-pilot", "a test of a series process that dies"]
+    args = [sys.executable, "-m", "cockpit", "series", str(camp), *flags]
+    series = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    try:
+        deadline, moving = time.monotonic() + 300, []
+        while time.monotonic() < deadline and not moving:
+            moving = [d for d in runs.run_dirs(camp) if runs.summary(d).counts.get(ev.STEP, 0) > 0]
+            time.sleep(0.3)
+        assert moving, "no remote run reached its first update"
+        series.kill()  # SIGKILL: nothing of the series process gets to say goodbye
+        series.communicate(timeout=60)
+    finally:
+        if series.poll() is None:
+            series.kill()
+    rdir = moving[0]
+    time.sleep(3 * 2.0)  # a few of the keeper's heartbeats after its driver died
+    info = runs.remote_info(rdir) or {}
+    assert str(info.get("keeper", "")).startswith("series:detached:"), info
+    assert runs.state(rdir).status == "running" and runs.remote_alive(info), runs.state(rdir).stop_reason
+    code = cli(["series", str(camp), *flags])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert f"{rdir.name} is still running on the Ray cluster, held by the series keeper series:detached:" in err, err
+    assert f"{rdir.name} followed" in err, err
+    st = runs.state(rdir)
+    assert st.status == "completed" and len(_curve(rdir)) == 60, st.stop_reason
+    assert [(r.id, r.status) for r in nbm.load(camp).runs if r.kind == "train"] == [(rdir.name, "completed")]
+    info = runs.remote_info(rdir) or {}
+    assert info.get("node_copy") == "removed" and not Path(str(info["node_dir"])).exists(), info

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -125,7 +126,7 @@ def test_remote_run_lives_by_its_record_not_a_pid(tmp_path: Path) -> None:
     st = runs.state(rdir)
     assert not runs.is_alive(rdir)
     assert st.status == "crashed"
-    assert "no series holds its Ray task" in st.stop_reason and "box2" in st.stop_reason
+    assert "nothing holds its Ray task any more" in st.stop_reason and "box2" in st.stop_reason
 
 
 def test_remote_run_whose_node_was_lost_is_crashed_with_the_reason(tmp_path: Path) -> None:
@@ -248,3 +249,20 @@ def test_a_variant_no_usable_node_can_hold_refuses_the_series() -> None:
         nodes.judge(found, demands, HEAD)
     # a CPU series runs on any node of the head's versions
     assert len(nodes.judge(found, {"v": cluster.Demand()}, HEAD).usable) == 1
+
+
+def test_a_node_whose_disk_cannot_hold_its_runs_checkpoints_is_refused_by_name() -> None:
+    # two runs at once fit on each node by its resources; each keeps 2 checkpoints of 1 GiB, writes a third, and
+    # its 0.5 GiB export: 2 * (3 * 1 + 0.5) = 7 GiB per node
+    demands = {"v": cluster.Demand(1.0, 1.0, {}, "pilot r0001")}
+    disk = nodes.NodeDisk(checkpoint=2**30, export=2**29, keep=2, source="pilot r0001")
+    assert disk.need(nodes.lanes(_node("x", {"CPU": 2, "GPU": 2}), demands)) == 7 * 2**30
+    small = dataclasses.replace(_node("aa", {"CPU": 2, "GPU": 2}), free=6 * 2**30)
+    big = dataclasses.replace(_node("bb", {"CPU": 2, "GPU": 2}), free=8 * 2**30)
+    v = nodes.judge([small, big], demands, HEAD, disk)
+    assert [n.hostname for n in v.usable] == ["bb"] and v.lanes == {big.node_id: 2}
+    note = "\n".join(v.notes)
+    assert "node aa" in note and "6.0 GiB free on its disk" in note and "2 runs it would hold at once" in note, note
+    assert "need 7.0 GiB" in note and "[checkpoints] keep = 1" in note, note
+    # a node whose free disk is unknown is not refused for it (the survey's task failed: said by its own note)
+    assert len(nodes.judge([dataclasses.replace(small, free=None), big], demands, HEAD, disk).usable) == 2

@@ -1,0 +1,227 @@
+"""A series' run as a Ray task on the node Ray picks (:func:`run_on_node`), and what the head asks nodes.
+
+**On the node** (:func:`run_on_node`, a streaming generator task), the run goes
+on in a node-local copy of the campaign under the node's Ray session folder
+(``<temp-dir>/session_*/cockpit/``), never a path of the head's: the files the
+head sent (the run's records; for a resume, its newest checkpoint too, never
+the older ones nor the export) and the shipped task files. Cockpit's own run
+process (``python -m cockpit.pilot RUN_DIR``) is started there by
+:func:`cockpit.launch.start`, as on one box, and every change of its folder is
+yielded back, a heartbeat every couple of seconds in between. When the run has
+ended, the task sends the digest of every file it holds; once the keeper has
+found the head's copy identical, the node-local copy is removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import ray
+
+from .. import fsutil, launch, runs
+from .mirror import Chunk, Mirror
+
+BEAT_S = 2.0  # the node says it is there this often (the keeper refreshes each held run's heartbeat as often)
+SCAN_S = 0.5  # the node looks at its run folder this often, the keeper at what came back
+CONFIRM_S = 120.0  # how long a node waits for the keeper to confirm the head's copy before keeping its own
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What the head sends with a run's task: the run's files, the notebook as it is, how to start it."""
+
+    rid: str
+    campaign: str  # the campaign folder's name (the node-local copy is named after it)
+    notebook: bytes
+    files: dict[str, bytes]
+    nproc: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+    resume: bool = False
+
+
+@dataclass(frozen=True)
+class Placed:
+    """The task started on a node: where, and the run folder it uses there."""
+
+    task_id: str
+    node_id: str
+    hostname: str
+    node_ip: str
+    node_dir: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class Beat:
+    """The task is still there (nothing new in the run folder since the last chunk)."""
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The run's process ended on the node (its events say how); every file has been sent: their digests."""
+
+    files: dict[str, str] = field(default_factory=dict)  # relative path -> sha256 of the node's copy
+
+
+@dataclass(frozen=True)
+class Cleaned:
+    """What became of the node-local copy once the run ended: removed, or kept and why."""
+
+    removed: bool
+    why: str = ""
+
+
+def node_root() -> Path:
+    """Where runs live on this node: its Ray session folder (the task's working_dir is under it), else /tmp."""
+    here = Path.cwd()
+    for p in (here, *here.parents):
+        if p.name.startswith("session_") and (p / "runtime_resources").is_dir():
+            return p / "cockpit"
+    return Path(tempfile.gettempdir()) / "cockpit-ray"
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)  # the shipped files sit on the same disk: a hard link costs nothing
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _prepare(spec: NodeSpec) -> Path:
+    """The node-local campaign copy for one run; returns its run folder."""
+    base = node_root() / f"{spec.campaign}-{spec.rid}-{secrets.token_hex(4)}"
+    base.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(
+        Path.cwd(),
+        base,
+        symlinks=True,
+        ignore=shutil.ignore_patterns("runs", "campaign.toml"),
+        copy_function=_link_or_copy,
+    )
+    fsutil.write_bytes(base / "campaign.toml", spec.notebook)
+    rdir = runs.run_dir(base, spec.rid)
+    for rel, data in spec.files.items():
+        path = rdir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fsutil.write_bytes(path, data)
+    return rdir
+
+
+def digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with fsutil.open_regular(path) as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _ask(keeper: object, method: str, rid: str) -> object:
+    """A keeper's answer about this run, or None (also when the keeper cannot be asked right now)."""
+    try:
+        return ray.get(getattr(cast(Any, keeper), method).remote(rid), timeout=10)
+    except ray.exceptions.RayError:
+        return None
+
+
+@ray.remote(num_returns="streaming", max_retries=0)
+def run_on_node(spec: NodeSpec, keeper: object = None) -> Iterator[Placed | Chunk | Beat | Ended | Cleaned]:
+    """A series' run on this node: Cockpit's run process in a node-local folder, its files streamed to the head.
+
+    A stop the head asks (through its ``keeper``) stops exactly this run's process, as ``launch.stop`` does on one
+    box; the task then goes on to send the run's end and its last files, like any run that ended. Once the keeper
+    has found the head's copy identical to the digests sent with the end, the node-local copy is removed."""
+    rdir = _prepare(spec)
+    mirror = Mirror(rdir)
+    mirror.prime()
+    ctx = ray.get_runtime_context()
+    env = dict(spec.env)
+    pid = launch.start(rdir, nproc=spec.nproc, env=env, resume=spec.resume)
+    yield Placed(
+        ctx.get_task_id() or "", ctx.get_node_id(), socket.gethostname(), ray.util.get_node_ip_address(), str(rdir), pid
+    )
+    last = asked_t = time.monotonic()
+    stopping = False
+    try:
+        while runs.is_alive(rdir):
+            if keeper is not None and not stopping and time.monotonic() - asked_t >= BEAT_S:
+                asked_t = time.monotonic()
+                grace = _ask(keeper, "grace", spec.rid)
+                if isinstance(grace, (int, float)):
+                    stopping = True
+                    launch.stop(rdir, grace_s=float(grace))  # blocks until it ended (or was killed after the grace)
+                    continue
+            sent = False
+            for chunk in mirror.scan():
+                sent = True
+                yield chunk
+            if sent:
+                last = time.monotonic()
+            elif time.monotonic() - last >= BEAT_S:
+                last = time.monotonic()
+                yield Beat()
+            time.sleep(SCAN_S)
+    except (KeyboardInterrupt, SystemExit):  # the head cancelled the task: stop exactly this run's process
+        launch.stop(rdir)
+        raise
+    launch.reap()
+    yield from mirror.scan()
+    yield Ended({rel: digest(rdir / rel) for rel in mirror.seen})
+    yield _clean(rdir, spec.rid, keeper)
+
+
+def _clean(rdir: Path, rid: str, keeper: object) -> Cleaned:
+    """Remove the node-local copy once the keeper says the head holds the same files (else keep it, said why)."""
+    if keeper is None:
+        return Cleaned(False, "no keeper to confirm the head's copy")
+    deadline = time.monotonic() + CONFIRM_S
+    while time.monotonic() < deadline:
+        said = _ask(keeper, "mirrored", rid)
+        if said is True:
+            base = rdir.parents[1]  # the node-local campaign copy: <root>/<campaign>-<rid>-<token>/runs/<rid>
+            if base.parent != node_root():
+                return Cleaned(False, f"{base} is not under {node_root()}")
+            shutil.rmtree(base, ignore_errors=True)
+            return Cleaned(not base.exists(), "" if not base.exists() else f"{base} could not be removed")
+        if isinstance(said, str):
+            return Cleaned(False, said)
+        time.sleep(SCAN_S)
+    return Cleaned(False, f"the keeper did not confirm the head's copy within {CONFIRM_S:g} s")
+
+
+def checkpoints(rdir: Path) -> list[tuple[int, Path]]:
+    """(update, path) of a run folder's periodic checkpoints, oldest first (the names the run gives them)."""
+    d = rdir / runs.CHECKPOINTS_DIR
+    if not d.is_dir():
+        return []
+    out = []
+    for p in d.glob("update-*.pt"):
+        step = p.name[len("update-") : -len(".pt")]
+        if step.isdigit() and p.is_file() and not p.is_symlink():
+            out.append((int(step), p))
+    return sorted(out)
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def node_versions() -> dict[str, str]:
+    """What must be the head's on a node: read there, from its installed metadata."""
+    from .nodes import versions_here
+
+    return versions_here()
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def node_disk() -> int:
+    """The free bytes where this node keeps its runs' copies (its Ray session folder)."""
+    root = node_root()
+    probe = next((p for p in (root, *root.parents) if p.exists()), Path("/"))
+    return int(shutil.disk_usage(probe).free)
