@@ -36,6 +36,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 UPDATES = "4"
 LONG = 120  # updates of the run whose node is lost: it is still training when a checkpoint has reached the head
+FOLLOWED = 400  # updates of the run whose series dies: still training when the same command follows it (~40 s)
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +115,18 @@ def test_series_spreads_over_the_nodes_and_the_head_sees_every_run(
         assert runs.read_metrics(rdir)["updates"] == int(UPDATES)
         assert (rdir / runs.ARTIFACT_DIR).is_dir()
     assert used == set(nodes)  # one CPU per node and six runs submitted at once: every node trained
+    # each node has one CPU and each run asks for one: runs never overlap on a node (a task blocked in ray.get
+    # lends its CPU to another task, so a node task that waited on the keeper let a second run start beside it)
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        rdir = runs.run_dir(camp, r.id)
+        where = str((runs.remote_info(rdir) or {})["node_id"])
+        events = runs.read_events(rdir)
+        spans.setdefault(where, []).append((float(events[0]["t"]), float(events[-1]["t"])))
+    for where, got in spans.items():
+        got.sort()
+        overlaps = [(a, b) for a, b in zip(got, got[1:], strict=False) if b[0] < a[1]]
+        assert not overlaps, f"runs overlapped on node {where[:12]}: {overlaps}"
     # the head's readers see the remote runs as local ones
     assert cli(["runs", str(camp), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
@@ -290,7 +303,7 @@ def test_runs_outlive_the_series_process_and_the_same_command_follows_them(
     camp = tiny_campaign(tmp_path, "detached")
     nbm.mutate(camp, lambda nb: setattr(nb.validation, "every_updates", 10))
     env = {**cluster_env(), "PYTHONPATH": str(ROOT)}
-    flags = ["--ray", ray_cluster.address, "--variants", "lr1e-4", "--seeds", "0", "--updates", "60"]
+    flags = ["--ray", ray_cluster.address, "--variants", "lr1e-4", "--seeds", "0", "--updates", str(FOLLOWED)]
     flags += ["--without-pilot", "a test of a series process that dies"]
     args = [sys.executable, "-m", "cockpit", "series", str(camp), *flags]
     series = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
@@ -306,8 +319,13 @@ def test_runs_outlive_the_series_process_and_the_same_command_follows_them(
         if series.poll() is None:
             series.kill()
     rdir = moving[0]
-    time.sleep(3 * 2.0)  # a few of the keeper's heartbeats after its driver died
-    info = runs.remote_info(rdir) or {}
+    killed = time.time()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # a heartbeat of the keeper's after its driver died
+        info = runs.remote_info(rdir) or {}
+        if float(info.get("beat", 0)) > killed + 1:
+            break
+        time.sleep(0.3)
     assert str(info.get("keeper", "")).startswith("series:detached:"), info
     assert runs.state(rdir).status == "running" and runs.remote_alive(info), runs.state(rdir).stop_reason
     code = cli(["series", str(camp), *flags])
@@ -316,7 +334,7 @@ def test_runs_outlive_the_series_process_and_the_same_command_follows_them(
     assert f"{rdir.name} is still running on the Ray cluster, held by the series keeper series:detached:" in err, err
     assert f"{rdir.name} followed" in err, err
     st = runs.state(rdir)
-    assert st.status == "completed" and len(_curve(rdir)) == 60, st.stop_reason
+    assert st.status == "completed" and len(_curve(rdir)) == FOLLOWED, st.stop_reason
     assert [(r.id, r.status) for r in nbm.load(camp).runs if r.kind == "train"] == [(rdir.name, "completed")]
     info = runs.remote_info(rdir) or {}
     assert info.get("node_copy") == "removed" and not Path(str(info["node_dir"])).exists(), info

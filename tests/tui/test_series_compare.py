@@ -356,3 +356,51 @@ async def test_the_series_refusal_names_the_pilot_key_that_works_and_boxes_say_c
         await until(pilot, lambda: isinstance(app.screen, CampaignScreen))
         await pilot.press(key)  # the key the words name does what they say
         await until(pilot, lambda: isinstance(app.screen, StartPilotScreen), what="the pilot dialog")
+
+
+async def test_a_remote_run_of_a_ray_series_is_followed_live_with_its_node(make_app, recorded: Path, tmp_path: Path):
+    # A run of a series on Ray: the head holds its folder, with remote.json and no local process; its files arrive
+    # in chunks from the node (cockpit.cluster.mirror, what the series' keeper applies). The TUI follows it live,
+    # as a local run, and says which node it trains on.
+    import time
+
+    from cockpit import launch, runs
+    from cockpit.cluster.mirror import Mirror, Receiver
+
+    rid, head = launch.new_run(recorded, "lr5e-5", 3, kind="train", starter=lambda *a, **k: 0)
+    info = {"address": "10.0.0.1:6379", "task_id": "t1", "node_id": "9c3e71f0d2aa" * 4, "hostname": "box2"}
+    runs.write_remote(head, {**info, "beat": time.time(), "ended": False, "keeper": "series:x:k"})
+    node = tmp_path / "node" / "runs" / rid
+    node.mkdir(parents=True)
+    mirror, receiver = Mirror(node), Receiver(head)
+    mirror.prime()
+    w = ev.EventWriter(node / ev.EVENTS_FILE)
+
+    def relay() -> None:
+        for chunk in mirror.scan():
+            receiver.apply(chunk)
+
+    app = make_app(timing=FAST)
+    async with app.run_test(size=SIZE) as pilot:
+        w.emit(ev.RUN_START, run_id=rid, variant="lr5e-5", seed=3, run_kind="train", phases=["train"])
+        w.emit(ev.PHASE_START, phase="train", inputs={"updates": 4})
+        w.emit(ev.STEP, step=1, loss=4.4, lr=5e-5, grad_norm=0.9, examples=16, duration_s=0.4, phase="train")
+        relay()
+        app.open_run(rid)
+        await until(pilot, lambda: isinstance(app.screen, TrainRunScreen) and app.screen.run_id == rid)
+        await until(pilot, shows(app, "on node box2 (9c3e71f0d2aa)"), what="the node in the head")
+        await until(pilot, shows(app, "running"), what="a remote run alive by its record")
+        assert "loss 4.4" in screen_text(app) or "4.4" in screen_text(app)
+        for k in range(2, 5):
+            w.emit(
+                ev.STEP, step=k, loss=4.5 - 0.1 * k, lr=5e-5, grad_norm=0.9, examples=16, duration_s=0.4, phase="train"
+            )
+        relay()
+        await until(pilot, shows(app, "update 4"), what="the updates relayed from the node")
+        w.emit(ev.RUN_END, status="completed", stop_reason="budget reached: 4 updates", phase="train", exit_code=0)
+        w.close()
+        relay()
+        runs.write_remote(head, {**info, "beat": time.time(), "ended": True, "keeper": "series:x:k"})
+        await until(pilot, shows(app, "budget reached: 4 updates"), what="its end, relayed")
+        assert "completed" in screen_text(app) and "on node box2" in screen_text(app)
+    receiver.close()

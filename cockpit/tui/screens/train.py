@@ -115,6 +115,10 @@ class TrainRunScreen(RunScreen):
             out.append(f"  {elapsed}")
         if start.get("follows"):
             out.append_text(one_line(f"  follows {start['follows']}", style="dim", limit=40))
+        remote = runs.remote_info(self.rdir)  # a run of a series on Ray: where it trains (or trained)
+        if remote and remote.get("hostname"):
+            where = f"  on node {remote['hostname']} ({str(remote.get('node_id', ''))[:12]})"
+            out.append_text(one_line(where, style="dim", limit=60))
         out.append("\n")
         step = feed.last_step or {}
         if step:
