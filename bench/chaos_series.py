@@ -30,7 +30,19 @@ had no checkpoint) finishes the series. A round passes when:
 - a sentinel process of the bench's own, started before the chaos, is alive and received no signal; every
   process signalled carried this bench's token in its environment.
 
+With ``--ray`` the series goes to a Ray cluster of three nodes on this machine (a head and two workers, each a
+``ray start`` of the bench's own, stopped process by process at the end), and one more fault is played:
+
+- ``kill_node``    a box lost: every process of a worker node (one training a run, when one does) SIGKILLed at
+                   once, then a new worker joined in its place, as a user renting another box would.
+
+``kill_run`` then kills a run's process on its node, and ``kill_series`` the series' command while the series'
+keeper on the head holds its runs (the command started again follows them). The disk and the clock are left
+alone there (Ray's node processes are started before the round, beyond the clock shim and the head's tmpfs).
+Each completed run's node-local copy must also be gone (``remote.json``: ``node_copy = "removed"``).
+
     sudo .venv/bin/python bench/chaos_series.py                       # 200 faults, a random seed (printed)
+    .venv/bin/python bench/chaos_series.py --ray --faults 40 --updates 150  # on a local Ray cluster
     sudo .venv/bin/python bench/chaos_series.py --seed 7 --faults 40  # replay a seed's fault schedule
 
 The seed fixes the schedule (which fault, when, with which parameters); the processes' own timing does not
@@ -55,6 +67,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -62,8 +75,11 @@ if str(ROOT) not in sys.path:
 
 VARIANTS = ("lr1e-4", "lr5e-5", "lr2e-4")
 SEEDS = (0, 1, 2)
-KINDS = ("kill_run", "kill_series", "kill_tui", "disk_full", "clock_step", "edit")
-WEIGHTS = {"kill_run": 5, "kill_series": 2, "kill_tui": 2, "disk_full": 1, "clock_step": 1, "edit": 3}
+KINDS = ("kill_run", "kill_series", "kill_tui", "disk_full", "clock_step", "edit", "kill_node")
+WEIGHTS = {"kill_run": 5, "kill_series": 2, "kill_tui": 2, "disk_full": 1, "clock_step": 1, "edit": 3, "kill_node": 2}
+# On a Ray cluster (--ray): the disk and the clock are left alone (the nodes' processes are Ray's, started before
+# the round, so neither the clock shim nor the head's tmpfs reaches them alike), and nodes are lost instead
+RAY_KINDS = ("kill_run", "kill_series", "kill_tui", "edit", "kill_node")
 REASON = "chaos bench: no pilot, the series is what is tested"
 AGAIN = "chaos bench: a disk filled on purpose"
 TOKEN_ENV = "COCKPIT_CHAOS_TOKEN"
@@ -239,6 +255,8 @@ class Round:
     problems: list[str] = field(default_factory=list)
     signalled: list[tuple[int, str]] = field(default_factory=list)
     series_starts: Counter[str] = field(default_factory=Counter)
+    cluster: Any = None  # tests.integration.ray_cluster.LocalCluster with --ray: the series goes to it
+    nodes_added: int = 0
 
 
 def cockpit_cmd(*args: str) -> list[str]:
@@ -293,6 +311,8 @@ def kill_group(rd: Round, pid: int, what: str, child: bool = False) -> bool:
 def live_runs(rd: Round) -> list[tuple[str, int]]:
     from cockpit import runs
 
+    if rd.cluster is not None:
+        return node_runs(rd)
     out = []
     for rdir in runs.run_dirs(rd.camp):
         proc = runs.owned(rdir, wait_s=0.0)
@@ -301,12 +321,65 @@ def live_runs(rd: Round) -> list[tuple[str, int]]:
     return out
 
 
+def node_runs(rd: Round) -> list[tuple[str, int]]:
+    """The run processes of this round's campaign on the cluster's nodes (each in a node-local copy named
+    ``<campaign>-<run id>-<token>`` under its node's Ray session folder)."""
+    import psutil
+
+    key = f"/cockpit/{rd.camp.name}-r"
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "cockpit.pilot" in cmd and key in cmd and p.pid == _leader(p.pid):
+            rid = cmd.split(key, 1)[1].split("-", 1)[0]
+            out.append((f"r{rid}", int(p.pid)))
+    return out
+
+
+def _leader(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return -1
+
+
+def kill_node(rd: Round) -> bool:
+    """A box lost: every process of a worker node SIGKILLed at once (one training a run, if any does), then a
+    new box joined in its place, as a user renting another one would."""
+    workers = [n for n in rd.cluster.nodes if n.name != "head" and n.processes()]
+    if not workers:
+        return False
+    busy = {str(p) for _, pid in node_runs(rd) for p in _cmdline(pid)}
+    hosting = [n for n in workers if any(str(n.temp) in c for c in busy)]
+    node = rd.rng.choice(hosting or workers)
+    procs = node.processes()
+    # the node's own processes name its temp dir (made by this bench) and carry the bench's token; the rest are
+    # their descendants (Ray's agents and workers, whose command lines Ray rewrites)
+    for p in procs:
+        if str(node.temp) in " ".join(_cmdline(p.pid)) and not ours(p.pid, rd.token):
+            rd.problems.append(f"refused to signal pid {p.pid} (node {node.name}): not started by this bench")
+            return False
+    node.kill()
+    rd.signalled.extend((p.pid, f"node {node.name}") for p in procs)
+    rd.nodes_added += 1
+    rd.cluster.add(f"{node.name.rstrip('0123456789')}{rd.nodes_added}", 0, "")
+    return True
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
 def series_alive(rd: Round) -> bool:
     return rd.series is not None and rd.series.poll() is None
 
 
 def start_series(rd: Round, mode: str) -> None:
-    args = [str(rd.camp), "--parallel", "3"]
+    args = [str(rd.camp), *(["--ray", rd.cluster.address] if rd.cluster is not None else ["--parallel", "3"])]
     if mode == "resume":
         args += ["--resume"]
     else:
@@ -449,6 +522,8 @@ def fault(rd: Round, kind: str, n: int) -> bool:
     if kind == "edit":
         edit(rd, n)
         return True
+    if kind == "kill_node":
+        return kill_node(rd)
     raise ValueError(kind)
 
 
@@ -512,8 +587,15 @@ def check(rd: Round, reference: dict[tuple[str, int], tuple[list[list[str]], str
         rel = p.relative_to(rd.camp)
         if p.name.endswith(".tmp") or p.name.endswith(".partial"):
             bad.append(f"{rel}: a temporary file left behind")
-        elif p.name in (runs.STOP_FILE, runs.REMOTE_FILE):
-            bad.append(f"{rel}: left behind")
+        elif p.name == runs.STOP_FILE or (p.name == runs.REMOTE_FILE and rd.cluster is None):
+            bad.append(f"{rel}: left behind")  # on Ray, remote.json is the run's record: where it trained
+    if rd.cluster is not None:
+        for r in rows:
+            if r.status != "completed":
+                continue
+            info = runs.remote_info(runs.run_dir(rd.camp, r.id)) or {}
+            if info.get("node_copy") != "removed" or Path(str(info.get("node_dir", "/nonexistent"))).exists():
+                bad.append(f"{r.id}: its node-local copy is {info.get('node_copy', 'not accounted for')!r}")
     texts = {d.text for d in nb.decisions}
     last_verdict: dict[str, str] = {}
     conclusion = None
@@ -547,16 +629,23 @@ def play_round(
     start_tui(rd)
     played = 0
     attempts = 0
+    pause = (0.1, 1.2)
+    if rd.cluster is not None:  # Ray takes seconds to place the first runs: the faults start once one trains
+        until = time.monotonic() + 180
+        while not node_runs(rd) and time.monotonic() < until and series_alive(rd):
+            time.sleep(0.2)
+        pause = (0.5, 3.0)  # a run on Ray starts in seconds, not at once: faults spread over its life
     deadline = time.monotonic() + 600
     while played < n_faults and time.monotonic() < deadline:
-        time.sleep(rd.rng.uniform(0.1, 1.2))
+        time.sleep(rd.rng.uniform(*pause))
         if rd.ballast is not None and time.monotonic() >= rd.ballast_until:
             free_disk(rd)
         if not series_alive(rd) and not settled(rd):
             restart_series(rd)
         if settled(rd):
             break  # the series finished before every fault of the round was played
-        kind = rd.rng.choices(KINDS, weights=[WEIGHTS[k] for k in KINDS])[0]
+        kinds = RAY_KINDS if rd.cluster is not None else KINDS[:-1]
+        kind = rd.rng.choices(kinds, weights=[WEIGHTS[k] for k in kinds])[0]
         attempts += 1
         if fault(rd, kind, first + played):
             rd.faults[kind] += 1
@@ -650,6 +739,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--updates", type=int, default=120, help="updates of each run (default 120)")
     p.add_argument("--disk-mib", type=int, default=48, help="size of the tmpfs holding the campaign")
     p.add_argument("--keep", action="store_true", help="keep the bench's folders (kept anyway on a failure)")
+    p.add_argument(
+        "--ray",
+        action="store_true",
+        help="the series on a Ray cluster of three nodes on this machine (a head, two workers), nodes lost too",
+    )
     p.add_argument("--editor", metavar="CAMPAIGN", help=argparse.SUPPRESS)
     p.add_argument("--sentinel", metavar="LOG", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -696,6 +790,37 @@ def _bench(
     sentinel: subprocess.Popen[bytes],
     sentinel_log: Path,
 ) -> int:
+    cluster = None
+    if args.ray:
+        from tests.integration.ray_cluster import LocalCluster, cluster_env
+
+        # its own short folder: Ray's socket paths under a node's temp dir must fit in 107 bytes
+        cluster = LocalCluster(Path(tempfile.mkdtemp(prefix="cc", dir="/tmp")), {**cluster_env(), TOKEN_ENV: token})
+        print(f"a Ray cluster of three nodes (a head, two workers) in {cluster.root}", flush=True)
+        try:
+            cluster.start([("wa", 0, ""), ("wb", 0, "")])
+        except BaseException:
+            cluster.stop()
+            raise
+    try:
+        return _rounds(args, seed, root, token, shim, base_env, sentinel, sentinel_log, cluster)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+            shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def _rounds(
+    args: argparse.Namespace,
+    seed: int,
+    root: Path,
+    token: str,
+    shim: Path,
+    base_env: dict[str, str],
+    sentinel: subprocess.Popen[bytes],
+    sentinel_log: Path,
+    cluster: Any,
+) -> int:
     rng = random.Random(seed)
     t0 = time.monotonic()
     print(f"reference series (3 variants x 3 seeds, {args.updates} updates each, undisturbed) in {root}", flush=True)
@@ -712,13 +837,14 @@ def _bench(
         folder = root / f"round{n}"
         mounted = mount(folder, args.disk_mib)
         mounted_any |= mounted
-        camp = make_campaign(folder / "camp", args.updates)
+        # on Ray the campaign's name is the round's: it names the run copies on the nodes, which outlive a round
+        camp = make_campaign(folder / ("camp" if cluster is None else f"camp{n}"), args.updates)
         clock_file = root / f"clock{n}"
         clock_file.write_text("0")
         env = dict(base_env)
         env[CLOCK_ENV] = str(clock_file)
         env["PYTHONPATH"] = os.pathsep.join([str(shim), env["PYTHONPATH"]])
-        rd = Round(camp, random.Random(rseed), env, token, clock_file, mounted, root / f"round{n}.log")
+        rd = Round(camp, random.Random(rseed), env, token, clock_file, mounted, root / f"round{n}.log", cluster=cluster)
         want = min(args.per_round, args.faults - played)
         t1 = time.monotonic()
         bad = ["the bench itself failed during the round"]
@@ -757,7 +883,7 @@ def _bench(
     sentinel.wait()
     print(
         f"\n{played} faults in {n} rounds, {time.monotonic() - t0:.0f} s: "
-        + ", ".join(f"{k} {total[k]}" for k in KINDS)
+        + ", ".join(f"{k} {total[k]}" for k in (RAY_KINDS if cluster is not None else KINDS[:-1]))
     )
     if not mounted_any:
         print("the disk was never filled: mounting a tmpfs needs root")

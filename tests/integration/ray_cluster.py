@@ -36,6 +36,7 @@ class Node:
     name: str
     temp: Path
     node_id: str = ""
+    lost: bool = False  # killed: no longer counted among the cluster's live nodes
 
     def processes(self) -> list[psutil.Process]:
         """Every live process of this node: those naming its temp dir, and their descendants."""
@@ -53,6 +54,7 @@ class Node:
 
     def kill(self) -> None:
         """The node lost: every process of it killed at once (SIGKILL), as a box that went away."""
+        self.lost = True
         procs = self.processes()
         for p in procs:
             try:
@@ -98,7 +100,7 @@ class LocalCluster:
         """One more worker node, joined to the running cluster (``env``: its own environment)."""
         res = json.dumps({f"gpu_model:{model}": gpus}) if model else "{}"
         node = self._start(name, f"--address={self.address}", f"--num-gpus={gpus}", f"--resources={res}", env=env)
-        self.wait_nodes(len(self.nodes))
+        self.wait_nodes(sum(1 for n in self.nodes if not n.lost))
         return node
 
     def wait_nodes(self, n: int, timeout: float = 120) -> None:

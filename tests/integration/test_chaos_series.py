@@ -38,3 +38,19 @@ def test_a_series_under_random_faults_ends_as_if_undisturbed(capsys: pytest.Capt
     out = capsys.readouterr().out
     assert code == 0, f"chaos seed {seed} failed (replay: bench/chaos_series.py --seed {seed} --faults 10):\n{out}"
     assert "10 faults in" in out and f"PASS (seed {seed})" in out, out
+
+
+def test_a_ray_series_under_random_faults_and_lost_nodes_ends_as_if_undisturbed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the same series on a Ray cluster of three nodes on this machine: runs and the series killed, worker nodes
+    # lost (every process of one SIGKILLed, a new one joined), the TUI killed, the notebook edited; the series'
+    # keeper on the head holds the runs through the series' deaths, and --resume goes on from the checkpoints
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'cockpit[ray]')")
+    bench = _bench()
+    seed = random.randrange(1 << 31)
+    code = bench.main(["--ray", "--seed", str(seed), "--faults", "8", "--per-round", "8", "--updates", "150"])
+    out = capsys.readouterr().out
+    replay = f"bench/chaos_series.py --ray --seed {seed} --faults 8 --updates 150"
+    assert code == 0, f"chaos seed {seed} failed (replay: {replay}):\n{out}"
+    assert "8 faults in" in out and f"PASS (seed {seed})" in out, out
