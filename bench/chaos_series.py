@@ -346,7 +346,8 @@ def _leader(pid: int) -> int:
 def kill_node(rd: Round) -> bool:
     """A box lost: every process of a worker node SIGKILLed at once (one training a run, if any does), then a
     new box joined in its place, as a user renting another one would."""
-    workers = [n for n in rd.cluster.nodes if n.name != "head" and n.processes()]
+    # never one already lost (a process of it may still be exiting): its kill would not take a node away
+    workers = [n for n in rd.cluster.nodes if n.name != "head" and not n.lost and n.processes()]
     if not workers:
         return False
     busy = {str(p) for _, pid in node_runs(rd) for p in _cmdline(pid)}
