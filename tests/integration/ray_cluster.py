@@ -114,10 +114,8 @@ class LocalCluster:
             out = subprocess.run(
                 [sys.executable, "-c", code], env=self.env, capture_output=True, text=True, timeout=120
             )
-            if out.returncode == 0:
-                nodes = json.loads(out.stdout.strip().splitlines()[-1])
-                if sum(1 for x in nodes if x[3]) >= n:
-                    return
+            if out.returncode == 0 and sum(1 for x in _listed(out.stdout) if x[3]) >= n:
+                return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the cluster did not reach {n} nodes: {out.stdout} {out.stderr}")
             time.sleep(1)
@@ -138,6 +136,20 @@ class LocalCluster:
                 except psutil.NoSuchProcess:
                     pass
             psutil.wait_procs(alive, timeout=5)
+
+
+def _listed(stdout: str) -> list[list[object]]:
+    """The node list the probe printed: its last line that parses as one (Ray may print a line of its own after
+    it, as it did under load in the chaos bench)."""
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("[["):
+            try:
+                got = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(got, list):
+                return got
+    return []
 
 
 def cluster_env(extra_path: list[Path] | None = None) -> dict[str, str]:
