@@ -4,17 +4,10 @@ With :mod:`.ray_keeper` and :mod:`.ray_node`, the only modules that import ray
 (``pip install 'cockpit[ray]'``); the series command imports them only for
 ``--ray``. No torch on the head's side.
 
-**Who holds the runs.** Ray ends the tasks a driver owns when the driver
-leaves, and ``cockpit series`` is a driver: a series whose SSH session closed
-would lose its runs. So the runs are held by a :class:`Keeper`, a *detached*
-actor named after the series (``series:<campaign>:<key>:<time>``) and pinned
-to the head, the node the series joined through: it owns every run's task,
-writes what they stream back into the head's run folders and settles their
-rows, and leaves by itself once every run it holds has ended. ``cockpit
-series`` only creates the runs and watches their folders; killed, it leaves
-them going on, and a later ``cockpit series --ray`` (or ``--resume``) on the
-campaign follows the runs still held instead of starting them again. The
-keeper is :mod:`.ray_keeper`.
+**Who holds the runs.** Not ``cockpit series``, a Ray driver whose tasks end
+with it, but the series' keeper, a detached actor on the head
+(:mod:`.ray_keeper`): the runs outlive the command, and the same command
+again follows the runs still held.
 
 **On the head** (:class:`Cluster`), the series creates each run as always (its
 id, run.toml and notebook row: :func:`cockpit.launch.new_run`), then
