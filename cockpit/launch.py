@@ -23,6 +23,7 @@ from typing import Any
 from . import notebook as nbm
 from . import runs
 from .contract import Params
+from .runs import stored
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -176,17 +177,22 @@ def resume_run(
             f"{rid} is {st.status}: only a stopped or crashed training run is resumed "
             f"({st.stop_reason or 'no reason recorded'})"
         )
-    points = (
-        sorted(p.name for p in (rdir / runs.CHECKPOINTS_DIR).glob("update-*.pt"))
-        if (rdir / runs.CHECKPOINTS_DIR).is_dir()
-        else []
-    )
+    points = stored.checkpoint_steps(rdir)  # in the run's folder, or in [cluster] storage (a Ray series')
     if not points:
         raise UsageError(
             f"{rid} wrote no periodic checkpoint before it ended ({st.stop_reason}); nothing to resume "
             f"from: run it again with `cockpit series {path.parent} --rerun {rid}`"
         )
-    step = int(points[-1][len("update-") : -len(".pt")])
+    step, rel, there = points[-1]
+    if there and starter is None:  # resumed here, not on a node: the newest checkpoint comes into the run's folder
+        try:
+            stored.bring_back(rdir, rel)
+        except stored.StorageError as exc:
+            raise UsageError(
+                f"{rid}: its newest checkpoint (update {step}) is in [cluster] storage and cannot be brought back: "
+                f"{exc}. Mount that storage here, or resume it on the Ray cluster (`cockpit series "
+                f"{path.parent} --resume --ray ADDRESS`)"
+            ) from None
     launched = (runs.read_run_toml(rdir).get("extra") or {}).get("launch")
     recorded = launched.get("nproc") if isinstance(launched, dict) else None
     nproc = int(recorded if isinstance(recorded, (int, float, str)) and recorded else nproc_for(nb))

@@ -16,7 +16,15 @@ report read a remote run like a local one, from its own folder.
   removed (an old checkpoint past ``keep``) is removed on the head too.
 - What only makes sense on the node never travels: ``process.json`` (a local
   pid), ``summary.json`` (it names the node's inode), temporaries; nor, towards
-  the head, its own records (``remote.json``, ``stop.json``).
+  the head, its own records (``remote.json``, ``stop.json``, ``stored.json``).
+- With a storage (``[cluster] storage``, a folder the head and the node reach at
+  the same path), a periodic checkpoint does not travel: the node copies it
+  into the run's folder there and sends a ``stored`` chunk, its path, size and
+  sha256, which the head keeps in ``stored.json`` (:mod:`cockpit.runs.stored`).
+  A copy that fails (the storage full or gone on that node) sends the
+  checkpoint to the head as any file, so the newest one is always reachable.
+  The head, not the node, removes a stored checkpoint past ``keep``, when it
+  reads its ``rm``: what the head's records name is still in the storage.
 
 The head (:class:`Receiver`) checks every path it is sent: relative, inside the run folder, made of
 plain names, never through a link, never one of the head's own records.
@@ -25,6 +33,8 @@ plain names, never through a link, never one of the head's own records.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,15 +43,17 @@ from typing import IO
 
 from .. import events as ev
 from .. import fsutil, runs
+from ..runs import stored as st_
 
 PART = 8 << 20  # the largest piece of one file in one chunk
 APPENDED = {ev.EVENTS_FILE: True, runs.LOG_FILE: False, runs.CURVE_FILE: True, runs.EVALS_FILE: True}  # name: lines
-NODE_ONLY = frozenset({runs.PROCESS_FILE, runs.REMOTE_FILE, runs.STOP_FILE, runs.SUMMARY_FILE})
+NODE_ONLY = frozenset({runs.PROCESS_FILE, runs.REMOTE_FILE, runs.STOP_FILE, runs.SUMMARY_FILE, st_.STORED_FILE})
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """One change of one file: ``append`` (bytes at ``offset``), ``put`` (part of a whole file), ``rm``."""
+    """One change of one file: ``append`` (bytes at ``offset``), ``put`` (part of a whole file), ``rm``, or
+    ``stored`` (a checkpoint copied into the storage; ``data`` is its :class:`cockpit.runs.stored.StoredEntry`)."""
 
     op: str
     path: str  # relative to the run folder, "/"-separated
@@ -60,9 +72,11 @@ class _Seen:
 class Mirror:
     """What changed in a node-local run folder since the last :meth:`scan`."""
 
-    def __init__(self, rdir: Path) -> None:
+    def __init__(self, rdir: Path, store: Path | None = None) -> None:
         self.rdir = Path(rdir)
+        self.store = store  # the run's folder in the storage: its periodic checkpoints go there, not to the head
         self.seen: dict[str, _Seen] = {}
+        self.store_error = ""  # the last copy into the storage that failed (that checkpoint went to the head)
 
     def prime(self) -> None:
         """Take the folder as it is as already on the head (the files the head sent to start it)."""
@@ -101,10 +115,38 @@ class Mirror:
                     yield Chunk("append", rel, old.size, data)
                 self.seen[rel] = _Seen(st.st_ino, old.size + len(data), st.st_mtime_ns if data else old.mtime_ns)
                 continue
+            if self.store is not None and lines is None and st_.step_of(rel) is not None:
+                chunk = self._store(rel, st)
+                if chunk is not None:
+                    yield chunk
+                    continue
             yield from self._whole(rel, st, lines)
         for rel in [r for r in self.seen if r not in present]:
             del self.seen[rel]
+            # a checkpoint past `keep` stays in the storage until the head reads this chunk and removes it there:
+            # the node runs ahead of what the head has read, and a node lost before its last chunks arrive must
+            # not have removed the checkpoints the head's records (and so a resume) still name
             yield Chunk("rm", rel)
+
+    def _store(self, rel: str, stat_: os.stat_result) -> Chunk | None:
+        """Copy a checkpoint into the storage; its record as a chunk, or None (the copy failed: it goes whole)."""
+        assert self.store is not None
+        dst = self.store / rel
+        h = hashlib.sha256()
+        size = 0
+        try:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            with fsutil.open_regular(self.rdir / rel) as fh, fsutil.atomic_writer(dst) as out:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+                    out.write(block)
+                    size += len(block)
+        except OSError as exc:
+            self.store_error = f"{dst}: {exc.strerror or exc}"
+            return None
+        self.seen[rel] = _Seen(stat_.st_ino, size, stat_.st_mtime_ns if size == stat_.st_size else -1)
+        entry: st_.StoredEntry = {"path": str(dst), "size": size, "sha256": h.hexdigest()}
+        return Chunk("stored", rel, data=json.dumps(entry).encode())
 
     def _whole(self, rel: str, st: os.stat_result, lines: bool | None) -> Iterator[Chunk]:
         try:
@@ -167,14 +209,25 @@ class Receiver:
     only a temporary that the next sweep removes.
     """
 
-    def __init__(self, rdir: Path) -> None:
+    def __init__(self, rdir: Path, store: Path | None = None) -> None:
         self.rdir = Path(rdir)
+        self.store = store  # the run's folder in the storage, where its node copies its checkpoints (None: none)
         self.open: dict[str, tuple[contextlib.AbstractContextManager[IO[bytes]], IO[bytes]]] = {}
 
     def apply(self, chunk: Chunk) -> None:
         path = target(self.rdir, chunk.path)
+        if chunk.op == "stored":
+            self._stored(chunk)
+            return
         if chunk.op == "rm":
             self._drop(chunk.path)
+            entries = st_.stored(self.rdir)
+            gone = entries.pop(chunk.path, None)
+            if gone is not None:
+                st_.write_stored(self.rdir, entries)
+                if self.store is not None and Path(gone["path"]) == self.store / chunk.path:  # this run's own file
+                    with contextlib.suppress(OSError):
+                        os.unlink(gone["path"])
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             return
@@ -201,6 +254,29 @@ class Receiver:
         if chunk.last:
             del self.open[chunk.path]
             cm.__exit__(None, None, None)  # fsync and rename into place
+
+    def _stored(self, chunk: Chunk) -> None:
+        """A checkpoint the node copied into the storage: its record kept in ``stored.json``."""
+        try:
+            e = json.loads(chunk.data)
+        except ValueError:
+            e = None
+        if (
+            st_.step_of(chunk.path) is None
+            or not isinstance(e, dict)
+            or not isinstance(e.get("path"), str)
+            or self.store is None
+            or Path(e["path"]) != self.store / chunk.path
+            or not isinstance(e.get("size"), int)
+            or not isinstance(e.get("sha256"), str)
+        ):
+            raise BadChunk(
+                f"refused a stored record of {chunk.path!r}: not a checkpoint's size and sha256 at its path in "
+                f"this run's storage ({self.store or 'the series has no [cluster] storage'})"
+            )
+        entries = st_.stored(self.rdir)
+        entries[chunk.path] = {"path": e["path"], "size": e["size"], "sha256": e["sha256"]}
+        st_.write_stored(self.rdir, entries)
 
     def _drop(self, rel: str) -> None:
         held = self.open.pop(rel, None)

@@ -29,6 +29,7 @@ class NodeFacts:
     versions: dict[str, str] = field(default_factory=dict)
     error: str = ""  # the version task failed there (Cockpit not installed, the node gone)
     free: int | None = None  # bytes free where the node keeps its runs' copies (its Ray session folder)
+    storage: str = ""  # why the notebook's [cluster] storage is not the head's folder there ("": it is, or none)
 
     @property
     def name(self) -> str:
@@ -86,8 +87,8 @@ def versions_here() -> dict[str, str]:
 def judge(
     nodes: list[NodeFacts], demands: dict[str, Demand], head: dict[str, str], disk: NodeDisk | None = None
 ) -> Verdict:
-    """The nodes a series may use and a note per node it may not (another Cockpit or torch; too little disk for
-    the runs it would hold at once) or whose GPUs no run may use; raises when a variant's runs fit on no usable
+    """The nodes a series may use and a note per node it may not (another Cockpit or torch; the notebook's storage
+    not reached there; too little disk for the runs it would hold at once) or whose GPUs no run may use; raises when a variant's runs fit on no usable
     node."""
     verdict_lanes: dict[str, int] = {}
     usable: list[NodeFacts] = []
@@ -106,6 +107,12 @@ def judge(
             notes.append(
                 f"{n.name}: not used: {'; '.join(differ)}; a run there would not be the run its pilot measured "
                 "(install the head's versions on it, then start the series again)"
+            )
+            continue
+        if n.storage:
+            notes.append(
+                f"{n.name}: not used: [cluster] storage is not the head's folder there ({n.storage}); mount the "
+                "same shared folder at that path on it, or leave storage empty to stream checkpoints to the head"
             )
             continue
         at_once = lanes(n, demands)

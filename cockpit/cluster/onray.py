@@ -36,10 +36,12 @@ from typing import Any, cast
 import ray
 
 from .. import fsutil, launch, runs
+from ..errors import UsageError
+from ..runs import stored
 from .mirror import NODE_ONLY
 from .nodes import NodeFacts
 from .ray_keeper import Keeper, keeper_name
-from .ray_node import NodeSpec, checkpoints, node_disk, node_versions
+from .ray_node import PROBE, NodeSpec, node_disk, node_storage, node_versions
 
 EXCLUDES = ["/runs/", "/campaign.toml", "/.campaign*"]  # the notebook and the runs stay on the head
 
@@ -48,7 +50,12 @@ class Cluster:
     """The series' side of Ray on the head: check the nodes, hand each run to the series' keeper."""
 
     def __init__(
-        self, campaign: Path, address: str, demands: dict[str, object] | None = None, disk: object = None
+        self,
+        campaign: Path,
+        address: str,
+        demands: dict[str, object] | None = None,
+        disk: object = None,
+        storage: str = "",
     ) -> None:
         from . import Demand
         from .nodes import NodeDisk
@@ -59,6 +66,8 @@ class Cluster:
         self.keeper: Any = None
         self.keeper_id = ""
         self.sealed = False
+        self.storage = Path(storage).expanduser() if storage else None  # [cluster] storage: where checkpoints go
+        probe = head_storage(self.storage) if self.storage is not None else None  # raises: the head cannot write
         connect(address, self.campaign.parent)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -66,7 +75,12 @@ class Cluster:
         self._pin = NodeAffinitySchedulingStrategy(self.here, soft=False)
         from .nodes import judge, versions_here
 
-        found = survey()
+        try:
+            found = survey(storage=probe)
+        finally:
+            if probe is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(probe[0])
         # raises when a variant fits on no usable node
         verdict = judge(found, self.demands, versions_here(), disk if isinstance(disk, NodeDisk) else None)
         self.notes = verdict.notes
@@ -114,14 +128,18 @@ class Cluster:
         d = self.demands.get(variant, Demand())
         # Ray sets each task's OMP_NUM_THREADS from the CPUs it was given; the head's own share means nothing there.
         node_env = {k: v for k, v in (env or {}).items() if k not in ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")}
+        store = stored.storage_dir(self.storage, self.campaign, rdir.name) if self.storage is not None else None
+        files, fetch = shipped(rdir)
         spec = NodeSpec(
             rid=rdir.name,
             campaign=self.campaign.parent.name,
             notebook=fsutil.read_regular(self.campaign, 1 << 28),
-            files=shipped(rdir),
+            files=files,
             nproc=nproc,
             env=node_env,
             resume=resume,
+            storage=str(store) if store is not None else "",
+            fetch=fetch,
         )
         options = {
             "num_cpus": d.num_cpus,
@@ -131,6 +149,8 @@ class Cluster:
             "name": f"cockpit:{self.campaign.parent.name}:{rdir.name}",
         }
         info: runs.RemoteInfo = {"address": self.address, "submitted": runs.now()}
+        if store is not None:
+            info["store"] = str(store)
         keeper = self._keeper()
         ray.get(keeper.submit.remote(str(rdir), spec, options, info), timeout=300)
         return 0
@@ -147,9 +167,10 @@ class Cluster:
             ray.shutdown()
 
 
-def shipped(rdir: Path) -> dict[str, bytes]:
+def shipped(rdir: Path) -> tuple[dict[str, bytes], dict[str, str]]:
     """What of the head's run folder the node needs: the run's records (its top-level files, but the head's own)
-    and, for a resume, its newest checkpoint, never the older ones nor the export (they stay on the head)."""
+    and, for a resume, its newest checkpoint, never the older ones nor the export (they stay on the head). A newest
+    checkpoint in the storage is not sent: the node copies it from there (the second dict: its path there)."""
     out: dict[str, bytes] = {}
     for path in sorted(rdir.iterdir()):
         name = path.name
@@ -157,15 +178,38 @@ def shipped(rdir: Path) -> dict[str, bytes]:
             continue
         with fsutil.open_regular(path) as fh:
             out[name] = fh.read()
-    newest = checkpoints(rdir)[-1:]
-    for _, path in newest:
-        with fsutil.open_regular(path) as fh:
-            out[path.relative_to(rdir).as_posix()] = fh.read()
-    return out
+    fetch: dict[str, str] = {}
+    for _, rel, there in stored.checkpoint_steps(rdir)[-1:]:
+        if there:
+            fetch[rel] = there
+        else:
+            with fsutil.open_regular(rdir / rel) as fh:
+                out[rel] = fh.read()
+    return out, fetch
 
 
-def survey(timeout_s: float = 120.0) -> list[NodeFacts]:
-    """Every live node: its resources, and the versions and free disk tasks pinned to it read there."""
+def head_storage(root: Path) -> tuple[str, str]:
+    """The notebook's storage made ready on the head, and a probe file in it for each node to read back (its path
+    and token); a head that cannot write there refuses the series, naming the setting."""
+    import secrets
+
+    token = secrets.token_hex(16)
+    probe = root / f"{PROBE}{token[:16]}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fsutil.write_text(probe, token)
+    except OSError as exc:
+        raise UsageError(
+            f"[cluster] storage = {str(root)!r} in the notebook: the head cannot write there "
+            f"({exc.strerror or exc}). Give a folder the head and every node reach at that path (a shared volume, "
+            "NFS), or leave it empty to stream every run's checkpoints back to the head."
+        ) from None
+    return str(probe), token
+
+
+def survey(timeout_s: float = 120.0, storage: tuple[str, str] | None = None) -> list[NodeFacts]:
+    """Every live node: its resources, and the versions and free disk tasks pinned to it read there (and whether
+    the storage's probe file, ``storage`` = (its path, token), reads back there)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     live = [n for n in ray.nodes() if n.get("Alive")]
@@ -175,15 +219,21 @@ def survey(timeout_s: float = 120.0) -> list[NodeFacts]:
         refs[n["NodeID"]] = (
             node_versions.options(scheduling_strategy=pin).remote(),
             node_disk.options(scheduling_strategy=pin).remote(),
+            node_storage.options(scheduling_strategy=pin).remote(str(Path(storage[0]).parent), storage[1])
+            if storage is not None
+            else None,
         )
     out = []
     for n in live:
         versions: dict[str, str] = {}
         free: int | None = None
-        error = ""
+        error = reach = ""
         try:
             versions = ray.get(refs[n["NodeID"]][0], timeout=timeout_s)
             free = int(ray.get(refs[n["NodeID"]][1], timeout=timeout_s))
+            asked = refs[n["NodeID"]][2]
+            if asked is not None:
+                reach = str(ray.get(asked, timeout=timeout_s))
         except ray.exceptions.GetTimeoutError:
             error = f"no answer within {timeout_s:g} s"
         except ray.exceptions.RayError as exc:
@@ -197,6 +247,7 @@ def survey(timeout_s: float = 120.0) -> list[NodeFacts]:
                 versions=versions,
                 error=error,
                 free=free,
+                storage=reach,
             )
         )
     return out

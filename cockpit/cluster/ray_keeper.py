@@ -26,6 +26,7 @@ from typing import Any, cast
 import ray
 
 from .. import runs
+from ..runs import stored
 from .mirror import BadChunk, Chunk, Receiver
 from .ray_node import BEAT_S, SCAN_S, Cleaned, Ended, NodeSpec, Placed, checkpoints, digest, run_on_node
 
@@ -81,7 +82,8 @@ class Keeper:
             runs.write_remote(path, info)
             self.asked.pop(spec.rid, None)
             self.confirmed.pop(spec.rid, None)
-            self.held[spec.rid] = Held(path, gen, info, time.monotonic(), Receiver(path))
+            store = Path(spec.storage) if spec.storage else None
+            self.held[spec.rid] = Held(path, gen, info, time.monotonic(), Receiver(path, store))
             self.idle_t = time.monotonic()
 
     def seal(self) -> None:
@@ -168,18 +170,23 @@ class Keeper:
                 )
                 runs.write_remote(h.rdir, h.info)
             elif isinstance(item, Ended):
+                if item.store_error:
+                    h.info["storage"] = f"a checkpoint came to the head instead: {item.store_error}"[:500]
                 self.confirmed[h.rdir.name] = self._verify(h, item.files)
             elif isinstance(item, Cleaned):
                 h.info["node_copy"] = "removed" if item.removed else f"kept: {item.why}"
                 runs.write_remote(h.rdir, h.info)
 
     def _verify(self, h: Held, files: dict[str, str]) -> bool | str:
-        """Whether the head's run folder holds the files the node holds, byte for byte; old checkpoints the node
-        no longer has (a resume ships only the newest) are removed from the head's folder here."""
+        """Whether the head's run folder holds the files the node holds, byte for byte (a checkpoint in the
+        storage: read there, from the head); old checkpoints the node no longer has (a resume ships only the
+        newest) are removed here, from the head's folder or the storage."""
         differ = []
+        kept = stored.stored(h.rdir)
         for rel, want in sorted(files.items()):
+            where = Path(kept[rel]["path"]) if rel in kept else h.rdir / rel
             try:
-                got = digest(h.rdir / rel)
+                got = digest(where)
             except OSError:
                 got = "missing"
             if got != want:
@@ -190,6 +197,19 @@ class Keeper:
             rel = old.relative_to(h.rdir).as_posix()
             if rel not in files:
                 old.unlink(missing_ok=True)
+        store = h.receiver.store if h.receiver is not None else None
+        gone = [rel for rel in kept if rel not in files and stored.step_of(rel) is not None]
+        for rel in gone:
+            if store is not None and Path(kept[rel]["path"]) == store / rel:  # only ever this run's own files
+                Path(kept[rel]["path"]).unlink(missing_ok=True)
+            del kept[rel]
+        if gone:
+            stored.write_stored(h.rdir, kept)
+        if store is not None:  # what a lost node copied there past the head's records (a resume went on before it)
+            for path in (store / runs.CHECKPOINTS_DIR).glob("update-*.pt"):
+                rel = f"{runs.CHECKPOINTS_DIR}/{path.name}"
+                if rel not in files and rel not in kept:
+                    path.unlink(missing_ok=True)
         h.info["files"] = len(files)
         return True
 

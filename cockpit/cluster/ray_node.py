@@ -4,7 +4,8 @@
 on in a node-local copy of the campaign under the node's Ray session folder
 (``<temp-dir>/session_*/cockpit/``), never a path of the head's: the files the
 head sent (the run's records; for a resume, its newest checkpoint too, never
-the older ones nor the export) and the shipped task files. Cockpit's own run
+the older ones nor the export, or, with a ``[cluster] storage``, copied from
+there) and the shipped task files. Cockpit's own run
 process (``python -m cockpit.pilot RUN_DIR``) is started there by
 :func:`cockpit.launch.start`, as on one box, and every change of its folder is
 yielded back, a heartbeat every couple of seconds in between. When the run has
@@ -14,7 +15,6 @@ found the head's copy identical, the node-local copy is removed.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 import shutil
@@ -29,10 +29,12 @@ from typing import Any, cast
 import ray
 
 from .. import fsutil, launch, runs
+from ..runs import stored
 from .mirror import Chunk, Mirror
 
 BEAT_S = 2.0  # the node says it is there this often (the keeper refreshes each held run's heartbeat as often)
 SCAN_S = 0.5  # the node looks at its run folder this often, the keeper at what came back
+PROBE = ".cockpit-probe-"  # + the series' token: the file the head writes into the storage for each node to read
 CONFIRM_S = 120.0  # how long a node waits for the keeper to confirm the head's copy before keeping its own
 
 
@@ -47,6 +49,8 @@ class NodeSpec:
     nproc: int = 1
     env: dict[str, str] = field(default_factory=dict)
     resume: bool = False
+    storage: str = ""  # the run's folder in [cluster] storage: its checkpoints go there, not to the head ("": none)
+    fetch: dict[str, str] = field(default_factory=dict)  # a resume's checkpoint in the storage: path in run -> there
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,7 @@ class Ended:
     """The run's process ended on the node (its events say how); every file has been sent: their digests."""
 
     files: dict[str, str] = field(default_factory=dict)  # relative path -> sha256 of the node's copy
+    store_error: str = ""  # a checkpoint the node could not copy into the storage (it came to the head instead)
 
 
 @dataclass(frozen=True)
@@ -114,15 +119,15 @@ def _prepare(spec: NodeSpec) -> Path:
         path = rdir / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         fsutil.write_bytes(path, data)
+    for rel, there in spec.fetch.items():  # the checkpoint a resume starts from, in the storage
+        path = rdir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with fsutil.open_regular(there) as fh, fsutil.atomic_writer(path) as out:
+            shutil.copyfileobj(fh, out, 1 << 20)
     return rdir
 
 
-def digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with fsutil.open_regular(path) as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+digest = stored.file_digest
 
 
 def _ask(keeper: object, method: str, rid: str) -> object:
@@ -176,7 +181,7 @@ def run_on_node(spec: NodeSpec, keeper: object = None) -> Iterator[Placed | Chun
     box; the task then goes on to send the run's end and its last files, like any run that ended. Once the keeper
     has found the head's copy identical to the digests sent with the end, the node-local copy is removed."""
     rdir = _prepare(spec)
-    mirror = Mirror(rdir)
+    mirror = Mirror(rdir, Path(spec.storage) if spec.storage else None)
     mirror.prime()
     ctx = ray.get_runtime_context()
     env = dict(spec.env)
@@ -210,7 +215,7 @@ def run_on_node(spec: NodeSpec, keeper: object = None) -> Iterator[Placed | Chun
         raise
     launch.reap()
     yield from mirror.scan()
-    yield Ended({rel: digest(rdir / rel) for rel in mirror.seen})
+    yield Ended({rel: digest(rdir / rel) for rel in mirror.seen}, mirror.store_error)
     yield _clean(rdir, spec.rid, keeper)
 
 
@@ -260,3 +265,23 @@ def node_disk() -> int:
     root = node_root()
     probe = next((p for p in (root, *root.parents) if p.exists()), Path("/"))
     return int(shutil.disk_usage(probe).free)
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def node_storage(path: str, token: str) -> str:
+    """Whether the notebook's storage is the head's folder on this node: "" when the probe file the head wrote
+    there reads back with the head's token and the node can write beside it, else why not."""
+    probe = Path(path) / f"{PROBE}{token[:16]}"
+    try:
+        seen = fsutil.read_regular(probe, 4096).decode(errors="replace")
+    except OSError as exc:
+        return f"{probe} cannot be read there: {exc.strerror or exc}"
+    if seen != token:
+        return f"{probe} there is not the one the head wrote: another folder of the same name"
+    mine = Path(path) / f".cockpit-node-{secrets.token_hex(4)}"
+    try:
+        fsutil.write_text(mine, token)
+        mine.unlink()
+    except OSError as exc:
+        return f"{path} is not writable there: {exc.strerror or exc}"
+    return ""

@@ -10,16 +10,15 @@ detached, so an interrupted series leaves them running (``cockpit stop``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import cluster, launch, runs
+from .. import cluster, launch, machine, runs
 from .. import notebook as nbm
 from .. import series as sr
 from ..errors import UsageError
@@ -237,17 +236,24 @@ def _go(
             nodes.NodeDisk(one.checkpoint, one.export, one.keep, one.source) if one.checkpoint is not None else None
         )
         # refuses here when a variant fits on no usable node
-        held = onray.Cluster(path, address, dict(demands), node_disk)
+        storage = nb.cluster.storage if nb.cluster is not None else ""
+        held = onray.Cluster(path, address, dict(demands), node_disk, storage=storage)
         for n in held.notes:
             print(n, file=out)
         print(f"{len(held.usable)} node{'s' if len(held.usable) != 1 else ''} of the cluster used", file=out)
         head = sr.disk_for_series(nb, all_runs, fresh, max(1, min(held.lanes, len(fresh))))
-        if not head.fits:  # every run's checkpoints and export come back to the head, as many at once as run
+        where = "the head's disk, where every run's checkpoints and export come back"
+        if held.storage is not None:  # the periodic checkpoints go to the storage: count them there
+            head = dataclasses.replace(head, where=str(held.storage), free=machine.free_bytes(held.storage))
+            where = "[cluster] storage, where every run's periodic checkpoints go"
+        if not head.fits:  # as many runs at once as the cluster holds
             held.close()
             raise UsageError(
-                f"--ray: the series does not start: the head's disk, where every run's checkpoints and export come "
-                f"back, with {held.lanes} run{'s' if held.lanes != 1 else ''} at once on the cluster: {head.words()}"
+                f"--ray: the series does not start: {where}, with {held.lanes} run"
+                f"{'s' if held.lanes != 1 else ''} at once on the cluster: {head.words()}"
             )
+        if held.storage is not None:
+            print(f"each run's periodic checkpoints go to [cluster] storage {held.storage}, not to the head", file=out)
     if args.dry_run:
         if held is not None:
             held.close()
@@ -418,20 +424,7 @@ def print_results(results: Sequence[Mapping[str, object]], wall: float, path: Pa
 
 
 def _detach(path: Path, args: argparse.Namespace) -> int:
-    argv = ["series", str(path.parent), *_rebuild(args)]
-    rd = runs.runs_dir(path.parent)
-    rd.mkdir(parents=True, exist_ok=True)
-    log_path = rd / f".series-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    with os.fdopen(fd, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cockpit", *argv],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
+    proc, log_path = sr.in_background(path.parent, _rebuild(args))
     msg = {"pid": proc.pid, "log": str(log_path)}
     print(json.dumps(msg) if args.json else f"series running in the background (pid {proc.pid}); log {log_path}")
     return 0

@@ -263,8 +263,13 @@ def _rest(nb: Notebook, bad: Callable[[str, str], None], num: Callable[..., None
         addr = nb.cluster.ray
         if not isinstance(addr, str) or any(c.isspace() for c in addr) or len(addr) > 300:
             bad("cluster.ray", f"is {_show(addr)}; give the head's address (HOST:PORT or ray://HOST:PORT) or auto")
-        if not isinstance(nb.cluster.storage, str) or len(nb.cluster.storage) > 4096:
-            bad("cluster.storage", "give a folder path every node and the head reach, or leave it empty")
+        st = nb.cluster.storage
+        if not isinstance(st, str) or len(st) > 4096 or (st and not st.startswith(("/", "~"))):
+            bad(
+                "cluster.storage",
+                "give an absolute folder path the head and every node reach at that same path (a shared volume, "
+                "NFS), or leave it empty to stream checkpoints back to the head",
+            )
     ck = nb.checkpoints
     whole("checkpoints.every_updates", ck.every_updates, 0, 10**10)
     num("checkpoints.every_minutes", ck.every_minutes, 0, 1e7)

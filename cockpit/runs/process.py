@@ -131,6 +131,8 @@ class RemoteInfo(TypedDict, total=False):
     keeper: str  # the detached Ray actor on the head that holds its task (``series:<campaign>:...``)
     files: int  # how many files of the node's copy the head was found to hold byte for byte when it ended
     node_copy: str  # what became of the node-local copy: "removed", or "kept: <why>"
+    store: str  # the run's folder in [cluster] storage, where its checkpoints are (absent: they came to the head)
+    storage: str  # a checkpoint the node could not copy into the storage, which came to the head instead
 
 
 # A series' keeper refreshes the heartbeat of every run it holds every couple of seconds; a record this old means

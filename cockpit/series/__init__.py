@@ -37,7 +37,7 @@ from .checks import (
     repeated_failure,
 )
 from .items import Item, budget_overrides, default_variants, intended_params, parse_seeds, plan, resumable
-from .running import Series, Started, result
+from .running import Series, Started, in_background, result
 
 __all__ = [
     "BAD_ENDS",
@@ -52,6 +52,7 @@ __all__ = [
     "disk_for_series",
     "fit_parallel",
     "guard",
+    "in_background",
     "intended_params",
     "parallel_check",
     "parse_seeds",

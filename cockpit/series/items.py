@@ -15,6 +15,7 @@ from .. import launch, runs
 from .. import notebook as nbm
 from ..errors import UsageError
 from ..notebook.settings import Settings, SettingValue
+from ..runs import stored
 
 
 @dataclass(frozen=True, eq=False)  # eq: a Mapping's, so that it equals the dict of the same changes
@@ -78,7 +79,7 @@ def resumable(nb: nbm.Notebook, ids: list[str] | None = None) -> list[Item]:
         if row.kind != "train" or (ids and row.id not in ids):
             continue
         rdir = runs.run_dir(nb.directory, row.id)
-        has = (rdir / runs.CHECKPOINTS_DIR).is_dir() and any((rdir / runs.CHECKPOINTS_DIR).glob("update-*.pt"))
+        has = bool(stored.checkpoint_steps(rdir))  # in its folder, or in [cluster] storage
         if row.id in followed:
             if ids:
                 raise UsageError(

@@ -7,6 +7,8 @@ timer; :meth:`Series.run` is the blocking loop the CLI uses.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -220,3 +222,23 @@ def result(s: Started) -> Result:
         "duration_s": st.duration_s,
         "dir": str(s.dir),
     }
+
+
+def in_background(campaign_dir: Path, argv: list[str]) -> tuple[subprocess.Popen[bytes], Path]:
+    """``cockpit series`` started in a session of its own, its output in ``runs/.series-<time>.log``: what
+    ``--detach`` does, and how the TUI starts a series on a Ray cluster (the Ray driver is that process, never
+    the TUI; the runs it starts are held by the series' keeper, and the TUI follows them from their folders)."""
+    rd = runs.runs_dir(campaign_dir)
+    rd.mkdir(parents=True, exist_ok=True)
+    log_path = rd / f".series-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(fd, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cockpit", "series", str(campaign_dir), *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    return proc, log_path

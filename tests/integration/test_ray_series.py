@@ -27,6 +27,7 @@ from cockpit import launch, runs  # noqa: E402
 from cockpit import notebook as nbm  # noqa: E402
 from cockpit import series as sr  # noqa: E402
 from cockpit.cli import main as cli  # noqa: E402
+from cockpit.runs import stored  # noqa: E402
 from tests.fake_runs import gpu_stack, standard_gates, write_run  # noqa: E402
 from tests.integration.ray_cluster import ROOT, LocalCluster, cluster_env  # noqa: E402
 from tests.integration.test_series import tiny_campaign  # noqa: E402
@@ -231,15 +232,21 @@ def test_stop_of_one_remote_run_stops_that_task_and_nothing_else(
     assert {r.id: r.status for r in nbm.load(camp).runs} == {victim.name: "stopped", other.name: "completed"}
 
 
+@pytest.mark.parametrize("storage", [False, True], ids=["streamed", "storage"])
 def test_a_lost_node_crashes_its_run_and_resume_goes_on_elsewhere_with_the_same_curve(
-    ray_cluster: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ray_cluster: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str], storage: bool
 ) -> None:
+    """Its checkpoints streamed back to the head, or (``[cluster] storage``) kept in a folder every node reaches:
+    either way the resume goes on from the newest one, on another node, with the same curve."""
     camp = tiny_campaign(tmp_path, "lost")
+    shared = tmp_path / "shared"
 
     def often(nb: nbm.Notebook) -> None:
         nb.validation.every_updates = 10
         nb.checkpoints.every_updates = 4
         nb.checkpoints.every_minutes = 0
+        if storage:
+            nb.cluster = nbm.ClusterSpec(storage=str(shared))
 
     nbm.mutate(camp, often)
     # a GPU pilot of the FAKE model: the run goes to a worker with FAKE GPUs, never to the head (whose loss is the cluster's)
@@ -254,17 +261,17 @@ def test_a_lost_node_crashes_its_run_and_resume_goes_on_elsewhere_with_the_same_
         while time.monotonic() < deadline:
             found = [d for d in runs.run_dirs(camp) if runs.run_meta(d).get("kind") == "train"]
             # the checkpoints rotate (keep 2): any one at update 8 or later that reached the head will do
-            steps = (
-                [int(p.stem.split("-")[1]) for p in (found[0] / runs.CHECKPOINTS_DIR).glob("update-*.pt")]
-                if found
-                else []
-            )
+            steps = [step for step, _, _ in stored.checkpoint_steps(found[0])] if found else []
             if steps and max(steps) >= 8:
                 rdir = found[0]
                 break
             time.sleep(0.3)
         assert rdir is not None, "the remote run wrote no checkpoint at update 8 or later to the head"
         assert runs.state(rdir).status == "running"  # still training: 120 updates leave the kill time enough
+        if storage:  # the checkpoints are in the storage, only their records on the head
+            kept = stored.stored(rdir)
+            assert kept and all(Path(e["path"]).is_relative_to(shared) for e in kept.values()), kept
+            assert not list((rdir / runs.CHECKPOINTS_DIR).glob("update-*.pt"))
         node_dir = Path(str((runs.remote_info(rdir) or {})["node_dir"]))
         lost = next(n for n in ray_cluster.nodes if node_dir.is_relative_to(n.temp))
         assert lost.name != "head"
@@ -276,6 +283,8 @@ def test_a_lost_node_crashes_its_run_and_resume_goes_on_elsewhere_with_the_same_
     st = runs.state(rdir)
     assert st.status == "crashed", (st.status, st.stop_reason, out)
     assert "remote run on node " in st.stop_reason and "was lost" in st.stop_reason, st.stop_reason
+    # the user rents another box: the module's later cases (and the other parameter) keep two FAKE workers
+    ray_cluster.add(f"wr{len(ray_cluster.nodes)}", 2, "FAKE")
     # --resume goes on from the last checkpoint that came back to the head, on a node still there
     code = cli(["series", str(camp), "--resume", "--ray", ray_cluster.address])
     err = capsys.readouterr().err
@@ -285,6 +294,11 @@ def test_a_lost_node_crashes_its_run_and_resume_goes_on_elsewhere_with_the_same_
     again = Path(str((runs.remote_info(rdir) or {})["node_dir"]))
     assert not again.is_relative_to(lost.temp)
     assert "from update" in nbm.load(camp).run(rdir.name).resumed
+    if storage:
+        kept = stored.stored(rdir)
+        assert kept and not list((rdir / runs.CHECKPOINTS_DIR).glob("update-*.pt"))
+        assert all(stored.file_digest(e["path"]) == e["sha256"] for e in kept.values())
+        assert (runs.remote_info(rdir) or {}).get("node_copy") == "removed"
     # the same curve as an uninterrupted run of that variant and seed, on the CPU
     _, local = launch.new_run(
         camp, "lr1e-4", 0, kind="train", overrides=sr.budget_overrides(LONG).flat(), env={"OMP_NUM_THREADS": "1"}

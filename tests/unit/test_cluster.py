@@ -266,3 +266,119 @@ def test_a_node_whose_disk_cannot_hold_its_runs_checkpoints_is_refused_by_name()
     assert "need 7.0 GiB" in note and "[checkpoints] keep = 1" in note, note
     # a node whose free disk is unknown is not refused for it (the survey's task failed: said by its own note)
     assert len(nodes.judge([dataclasses.replace(small, free=None), big], demands, HEAD, disk).usable) == 2
+
+
+def test_with_a_storage_checkpoints_go_there_and_only_their_record_reaches_the_head(tmp_path: Path) -> None:
+    from cockpit.runs import stored
+
+    node, head, store = tmp_path / "node", tmp_path / "head", tmp_path / "shared" / "camp-x" / "r0001"
+    node.mkdir()
+    head.mkdir()
+    m, r = Mirror(node, store), Receiver(head, store)
+    (node / "checkpoints").mkdir()
+    (node / "checkpoints" / "update-00000004.pt").write_bytes(b"\x04" * 3000)
+    (node / "checkpoint.pt").write_bytes(b"last")  # the run's final checkpoint is not a periodic one: it travels
+    (node / "curve.csv").write_text("step,loss\n1,2.0\n")
+    chunks = list(m.scan())
+    for c in chunks:
+        r.apply(c)
+    assert {(c.op, c.path) for c in chunks} == {
+        ("stored", "checkpoints/update-00000004.pt"),
+        ("put", "checkpoint.pt"),
+        ("put", "curve.csv"),
+    }
+    assert sum(len(c.data) for c in chunks if c.op == "stored") < 300  # the record, never the checkpoint's bytes
+    assert not (head / "checkpoints" / "update-00000004.pt").exists()
+    assert (store / "checkpoints" / "update-00000004.pt").read_bytes() == b"\x04" * 3000
+    entry = stored.stored(head)["checkpoints/update-00000004.pt"]
+    assert entry["size"] == 3000 and entry["sha256"] == stored.file_digest(store / "checkpoints/update-00000004.pt")
+    assert stored.checkpoint_steps(head) == [(4, "checkpoints/update-00000004.pt", entry["path"])]
+    # rotated past keep on the node: gone from the storage (removed by the head, when it reads the rm) and from
+    # the head's record
+    (node / "checkpoints" / "update-00000004.pt").unlink()
+    (node / "checkpoints" / "update-00000008.pt").write_bytes(b"\x08" * 300)
+    later = list(m.scan())
+    assert (store / "checkpoints" / "update-00000004.pt").exists()  # the node removes nothing there itself
+    for c in later:
+        r.apply(c)
+    assert not (store / "checkpoints" / "update-00000004.pt").exists()
+    assert [s for s, _, _ in stored.checkpoint_steps(head)] == [8]
+    # a resume on the head brings the newest back into the run's folder, its digest checked
+    assert stored.bring_back(head, "checkpoints/update-00000008.pt").read_bytes() == b"\x08" * 300
+    assert stored.checkpoint_steps(head)[-1] == (8, "checkpoints/update-00000008.pt", "")
+    (store / "checkpoints" / "update-00000008.pt").write_bytes(b"changed")
+    with pytest.raises(stored.StorageError, match="not the one the run wrote"):
+        stored.bring_back(head, "checkpoints/update-00000008.pt")
+
+
+def test_a_node_lost_ahead_of_the_head_leaves_the_checkpoints_the_heads_records_name(tmp_path: Path) -> None:
+    """The node rotates its checkpoints faster than its chunks reach the head; lost before they arrive, the
+    checkpoint the head's records name is still in the storage, and a resume starts from it."""
+    from cockpit.runs import stored
+
+    node, head, store = tmp_path / "node", tmp_path / "head", tmp_path / "shared" / "r0001"
+    node.mkdir()
+    head.mkdir()
+    (node / "checkpoints").mkdir()
+    m, r = Mirror(node, store), Receiver(head, store)
+    (node / "checkpoints" / "update-00000004.pt").write_bytes(b"\x04" * 100)
+    for c in m.scan():
+        r.apply(c)
+    for step in (8, 12):  # the node goes on: keep 1, the older one rotated out, none of it read by the head
+        (node / "checkpoints" / f"update-{step - 4:08d}.pt").unlink()
+        (node / "checkpoints" / f"update-{step:08d}.pt").write_bytes(bytes([step]) * 100)
+        list(m.scan())
+    assert stored.checkpoint_steps(head) == [
+        (4, "checkpoints/update-00000004.pt", str(store / "checkpoints/update-00000004.pt"))
+    ]
+    assert stored.bring_back(head, "checkpoints/update-00000004.pt").read_bytes() == b"\x04" * 100
+    # a record whose file is gone from the storage (removed by hand) is not a checkpoint to resume from
+    (head / "checkpoints" / "update-00000004.pt").unlink()
+    (store / "checkpoints" / "update-00000004.pt").unlink()
+    assert stored.checkpoint_steps(head) == []
+
+
+def test_a_storage_the_node_cannot_write_sends_the_checkpoint_to_the_head(tmp_path: Path) -> None:
+    node, head = tmp_path / "node", tmp_path / "head"
+    node.mkdir()
+    head.mkdir()
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the storage should be")
+    m = Mirror(node, blocked / "r0001")
+    (node / "checkpoints").mkdir()
+    (node / "checkpoints" / "update-00000004.pt").write_bytes(b"\x04" * 300)
+    chunks = list(m.scan())
+    r = Receiver(head, blocked / "r0001")
+    for c in chunks:
+        r.apply(c)
+    assert [c.op for c in chunks] == ["put"] and "not-a-folder" in m.store_error
+    assert (head / "checkpoints" / "update-00000004.pt").read_bytes() == b"\x04" * 300
+
+
+@pytest.mark.parametrize(
+    "path", ["/etc/passwd", "/tmp/elsewhere/checkpoints/update-00000004.pt", "relative/checkpoints/update-4.pt"]
+)
+def test_head_refuses_a_stored_record_outside_the_runs_storage(tmp_path: Path, path: str) -> None:
+    store = tmp_path / "shared" / "r0001"
+    (tmp_path / "head").mkdir()
+    entry = json.dumps({"path": path, "size": 1, "sha256": "0" * 64}).encode()
+    with pytest.raises(BadChunk, match="this run's storage"):
+        Receiver(tmp_path / "head", store).apply(Chunk("stored", "checkpoints/update-00000004.pt", data=entry))
+    with pytest.raises(BadChunk, match="no \\[cluster\\] storage"):
+        Receiver(tmp_path / "head").apply(Chunk("stored", "checkpoints/update-00000004.pt", data=entry))
+
+
+def test_a_node_where_the_storage_is_not_the_heads_folder_is_refused_by_name() -> None:
+    found = [_node("aa", {"CPU": 2}), dataclasses.replace(_node("bb", {"CPU": 2}), storage="/mnt/x: no such file")]
+    v = nodes.judge(found, {"v": cluster.Demand()}, HEAD)
+    assert [n.hostname for n in v.usable] == ["aa"]
+    note = "\n".join(v.notes)
+    assert "node bb" in note and "[cluster] storage is not the head's folder there (/mnt/x: no such file)" in note
+
+
+def test_the_notebook_refuses_a_relative_storage(tmp_path: Path) -> None:
+    camp = make_campaign(tmp_path) / "campaign.toml"
+    text = camp.read_text() + '\n[cluster]\nstorage = "shared/ckpt"\n'
+    camp.write_text(text)
+    with pytest.raises(nbm.NotebookError, match="cluster.storage: give an absolute folder path"):
+        nbm.load(camp)
