@@ -409,15 +409,25 @@ class CockpitApp(EditingApp):
     def action_stop_series(self) -> None:
         from .screens.dialogs import ConfirmScreen
 
-        s = self.series.series
-        if s is None or s.done:
-            self.notify("no series is running", severity="warning")
-            return
+        s, remote = self.series.series, self.series.remote
 
         def confirmed(yes: bool | None) -> None:
             if yes:
                 self.series.stop()
 
+        if remote is not None and (remote.alive or s is None):
+            from .. import cluster
+
+            held = [r.name for r in cluster.held_runs(self.notebook_path)]
+            text = (
+                f"Stop the series on the Ray cluster at {remote.address}?\nIts command ends (no further run is "
+                f"started); {', '.join(held) or 'no run'} on the cluster get SIGTERM, then SIGKILL after 10 s."
+            )
+            self.push_screen(ConfirmScreen(text), confirmed)
+            return
+        if s is None or s.done:
+            self.notify("no series is running", severity="warning")
+            return
         self.push_screen(
             ConfirmScreen(
                 f"Stop the series?\n{len(s.pending)} runs not started are dropped; "

@@ -9,6 +9,7 @@ that finds the previous poll still running does nothing.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,23 @@ class SeriesChoice:
     parallel: int = 1
     updates: int | None = None
     decisions: list[str] = field(default_factory=list)
+    variants: list[str] = field(default_factory=list)  # what the dialog chose: a Ray series is started by them
+    seeds: list[int] = field(default_factory=list)
+    why: str | None = None  # the override's text
+
+
+@dataclass
+class RaySeries:
+    """A series the TUI started on a Ray cluster: ``cockpit series --ray`` in the background, its own driver."""
+
+    address: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    runs: int  # how many runs it was started with
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
 
 class SeriesDriver:
@@ -43,6 +61,7 @@ class SeriesDriver:
         self._start_process = start
         self.interval_s = interval_s
         self.series: sr.Series | None = None
+        self.remote: RaySeries | None = None  # a series on the notebook's Ray cluster, started from here
         self.started: list[str] = []  # run ids, in the order they started
         self._timer: Timer | None = None
         self.busy = False  # a poll is running in a thread (it writes campaign.toml itself)
@@ -51,10 +70,16 @@ class SeriesDriver:
 
     @property
     def running(self) -> bool:
+        if self.remote is not None and self.remote.alive:
+            return True
         return self.series is not None and not self.series.done
 
     def status(self) -> str:
         """The series in a few words, for the campaign screen."""
+        r = self.remote
+        if r is not None and (r.alive or self.series is None):
+            state = "starting its runs" if r.alive else f"its command ended ({r.proc.returncode})"
+            return f"series of {r.runs} runs on the Ray cluster at {r.address}: {state}; log {r.log.name}"
         s = self.series
         if s is None:
             return ""
@@ -83,6 +108,15 @@ class SeriesDriver:
         if not items:
             self.app.notify("nothing to run", title="series", severity="warning")
             return False
+        from .. import cluster
+
+        try:
+            address = cluster.address(nbm.load(self.notebook_path), None)
+        except (CockpitError, nbm.NotebookError) as exc:
+            self.app.notify(str(exc), title="series not started", severity="error", timeout=20)
+            return False
+        if address is not None:
+            return self._start_on_ray(choice, address)
         try:
             notes = sr.parallel_check(self.notebook_path, [i.variant for i in items], parallel)
             series = sr.Series(
@@ -106,6 +140,40 @@ class SeriesDriver:
             self._timer.stop()
         self._timer = self.app.set_interval(self.interval_s, self.tick)
         self.tick()
+        return True
+
+    def _start_on_ray(self, choice: SeriesChoice, address: str) -> bool:
+        """The notebook names a Ray cluster (``[cluster] ray``): the series goes there as ``cockpit series --ray``
+        in the background, which checks the nodes, records the decisions and hands the runs to its keeper; the
+        runs appear in the notebook as it creates them, and their screens follow them from their folders."""
+        from .. import cluster
+        from .. import series as sr
+        from ..errors import CockpitError
+
+        argv = ["--ray", address]
+        resumed = [i.resume for i in choice.items if i.resume]
+        if resumed:
+            argv += ["--resume", *resumed]
+        else:
+            argv += ["--variants", ",".join(choice.variants), "--seeds", ",".join(str(s) for s in choice.seeds)]
+            if choice.updates:
+                argv += ["--updates", str(choice.updates)]
+            if choice.why:
+                argv += ["--without-pilot", choice.why, "--again", choice.why]
+        try:
+            cluster.need_ray("a series on the notebook's Ray cluster")
+            proc, log = sr.in_background(self.notebook_path.parent, argv)
+        except (CockpitError, OSError) as exc:
+            self.app.notify(str(exc), title="series not started", severity="error", timeout=20)
+            return False
+        self.remote, self.series = RaySeries(address, proc, log, len(choice.items)), None
+        self.app.notify(
+            f"{len(choice.items)} runs on the Ray cluster at {address} ([cluster] ray), started in the background "
+            f"(pid {proc.pid}): it checks the nodes, then hands each run to the series' keeper; the runs appear as "
+            f"it creates them. Its words: {log}",
+            title="series",
+            timeout=15,
+        )
         return True
 
     def resume(self) -> bool:
@@ -201,11 +269,38 @@ class SeriesDriver:
     # ---- stopping
 
     def stop(self) -> None:
-        """Drop the waiting runs and stop the running ones (SIGTERM, then SIGKILL), in a worker."""
-        series = self.series
+        """Drop the waiting runs and stop the running ones (SIGTERM, then SIGKILL), in a worker; a series on Ray:
+        its command ended, and each run its keeper holds stopped through it (``cockpit stop``)."""
+        series, remote = self.series, self.remote
 
         def work() -> None:
             said = series.stop() if series is not None else []
+            if remote is not None:
+                said += _stop_on_ray(self.notebook_path, remote)
             self.app.post_message(SeriesStopped(said))
 
         self.app.run_worker(work, thread=True, group="series-stop", exit_on_error=False, description="stop the series")
+
+
+def _stop_on_ray(notebook_path: Path, remote: RaySeries) -> list[str]:
+    """End the background ``cockpit series --ray`` (its runs outlive it) and stop each run a keeper still holds."""
+    import os
+    import signal
+
+    from .. import cluster, launch
+
+    said = []
+    if remote.alive:
+        try:
+            os.killpg(remote.proc.pid, signal.SIGTERM)  # its own session: start_new_session
+        except ProcessLookupError:
+            pass
+        remote.proc.wait(timeout=30)
+        said.append(f"the series command (pid {remote.proc.pid}) ended: no further run is started")
+    held = cluster.held_runs(notebook_path)
+    if held:  # each stop waits up to its SIGKILL: side by side, the last run stops as soon as the first
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(8, len(held))) as pool:
+            said += [f"{r.name}: {out}" for r, out in zip(held, pool.map(launch.stop, held), strict=True)]
+    return said

@@ -404,3 +404,52 @@ async def test_a_remote_run_of_a_ray_series_is_followed_live_with_its_node(make_
         await until(pilot, shows(app, "budget reached: 4 updates"), what="its end, relayed")
         assert "completed" in screen_text(app) and "on node box2" in screen_text(app)
     receiver.close()
+
+
+async def test_a_series_on_the_notebooks_ray_cluster_goes_there_and_stops_from_the_palette(
+    make_app, recorded: Path, launcher, monkeypatch: pytest.MonkeyPatch
+):
+    """With ``[cluster] ray`` in the notebook, the dialog's series is ``cockpit series --ray`` in the background
+    (the Ray driver is that process, never the TUI), with the dialog's variants, seeds and override; the
+    palette's stop ends that command, and no local run is started."""
+    import subprocess
+
+    from cockpit import series as sr
+
+    nbm.mutate(nbm.find(recorded), lambda nb: setattr(nb, "cluster", nbm.ClusterSpec(ray="127.0.0.1:6379")))
+    started: list[list[str]] = []
+
+    def background(campaign_dir: Path, argv: list[str]) -> tuple[subprocess.Popen[bytes], Path]:
+        started.append(argv)
+        log = campaign_dir / "runs" / ".series-test.log"
+        log.write_text("")
+        proc = subprocess.Popen(["sleep", "120"], start_new_session=True)
+        return proc, log
+
+    monkeypatch.setattr(sr, "in_background", background)
+    app = make_app(timing=FAST)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("S")
+        await until(pilot, shows(app, "9 runs (3 variants x 3 seeds)"))
+        await pilot.press("space", "down", "down", "space")  # lr5e-5 only
+        await pilot.press("tab", *["backspace"] * 5, *"3,4")
+        await until(pilot, shows(app, "2 runs (1 variants x 2 seeds)"))
+        await pilot.press("enter")
+        await until(pilot, shows(app, "refused: lr5e-5 has no passed pilot"), what="the guard's refusal")
+        await pilot.press(*"a Ray test", "enter")
+        await until(pilot, lambda: bool(started), what="cockpit series --ray started")
+        argv = started[0]
+        assert argv[:2] == ["--ray", "127.0.0.1:6379"], argv
+        assert argv[argv.index("--variants") + 1] == "lr5e-5" and argv[argv.index("--seeds") + 1] == "3,4"
+        assert argv[argv.index("--without-pilot") + 1] == "a Ray test"
+        await until(pilot, lambda: "2 runs on the Ray cluster at 127.0.0.1:6379" in said(app), what="said")
+        assert not launcher.started  # nothing on this box: the runs are the cluster's
+        proc = app.series.remote.proc
+        assert app.series.running and "on the Ray cluster at 127.0.0.1:6379" in app.series.status()
+        await pilot.press("ctrl+p", *"stop the series")
+        await until(pilot, shows(app, "Stop the series"))
+        await pilot.press("enter")
+        await until(pilot, shows(app, "Stop the series on the Ray cluster at 127.0.0.1:6379?"))
+        await pilot.press("y")
+        await until(pilot, lambda: f"the series command (pid {proc.pid}) ended" in said(app), what="stopped")
+        assert proc.poll() is not None and not app.series.running

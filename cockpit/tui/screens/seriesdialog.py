@@ -175,4 +175,4 @@ class StartSeriesScreen(Dialog["SeriesChoice"]):
             self.mark("series-override", refusal(exc))
             self.query_one("#series-dialog", VerticalScroll).scroll_end(animate=False)
             return
-        self.dismiss(SeriesChoice(items, parallel, updates, decisions))
+        self.dismiss(SeriesChoice(items, parallel, updates, decisions, variants, seeds, why))
