@@ -34,7 +34,9 @@ from ..pilot.phases.worst_case import worst_batch
 from ..pilot.task import Task
 from ..pilot.trainer import Trainer, user
 from . import cpu, gpu
+from . import strategy as strategy_
 from .counter import Counter, Fallback
+from .strategy import Strategy
 
 MAX_MICROBATCHES = 2
 PHASES = ("forward", "backward", "update_first", "update_second", "worst_case", "validation", "save")
@@ -81,6 +83,8 @@ class _Trainer(Trainer):
 
     semantics: gpu.CudaSemantics | None = None
     counter: Counter | None = None
+    strategy: Strategy = Strategy()
+    buckets: Any = ()  # DDP's gradient buckets, held for the run (a traced rank's; a real one's are DDP's)
 
     def collate(self, examples: list[Example]) -> Any:
         """The task's collate runs for real on the host, as in training (its values are real: a collate that pads
@@ -145,6 +149,20 @@ class _Trainer(Trainer):
         return model
 
     def build(self, allow_frozen: bool = False) -> None:
+        """The pilot's build; a traced DDP rank wraps nothing (no process group) and holds what DDP would
+        allocate instead (:func:`.strategy.wrap`)."""
+        counter, world = self.counter, self.world
+        if counter is not None and counter.fake_mode is not None:
+            self.world = 1
+        try:
+            self._build(allow_frozen)
+        finally:
+            self.world = world
+        if self.strategy.ddp and self.ddp is None and counter is not None:
+            with counter.device():
+                self.buckets = strategy_.wrap(self.model)
+
+    def _build(self, allow_frozen: bool) -> None:
         counter = self.counter
         if self.semantics is None or counter is None:
             return super().build(allow_frozen)
@@ -263,8 +281,11 @@ def run(
     fake: bool = True,
     trainable_only: bool = False,
     mark: bool = False,
+    strategy: Strategy | None = None,
+    rank: int = 0,
 ) -> Trace:
-    """Trace the pilot's memory phases. ``fake=False`` runs the same on real CPU tensors (what the tests compare)."""
+    """Trace the pilot's memory phases. ``fake=False`` runs the same on real CPU tensors (what the tests compare).
+    ``strategy``: one rank of it (``rank``, its share of the data); a real DDP run needs its process group."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     params = dict(params)
@@ -272,7 +293,10 @@ def run(
         params["microbatch"] = microbatch
     params["device"] = "cpu"
     t0 = time.perf_counter()
-    tr = _Trainer(task, params, seed, device=torch.device("cpu"))
+    strategy = strategy or Strategy()
+    world = strategy.gpus if strategy.ddp else 1
+    tr = _Trainer(task, params, seed, device=torch.device("cpu"), rank=rank if world > 1 else 0, world=world)
+    tr.strategy = strategy
     tr.load_data()  # real data, outside the fake mode: the collate makes each batch from it as in training
     sem = gpu.CudaSemantics() if gpu_semantics else None
     tr.semantics = sem
@@ -297,6 +321,8 @@ def run(
         tr.build()
         if sem is not None:
             notes += gpu.optimizer_defaults(tr.optimizer)
+        if strategy.gpus > 1:
+            notes.append(strategy.note())
         tr.update(first)  # the splitter cuts it into forward, backward and update_first
         counter.end()
         inputs = {name: describe(task, params, first[0]) for name in ("forward", "backward", "update_first")}
