@@ -40,20 +40,24 @@ class Strategy:
         return self.name == "DDP" and self.gpus > 1
 
     def note(self) -> str:
-        """The line the estimate says about it."""
+        """What the estimate says it modelled for DDP ("" for one GPU, and for FSDP, which it does not model)."""
+        if not self.ddp:
+            return ""
+        return (
+            f"DDP over {self.gpus} GPUs, per rank: the full model, gradients and optimizer state, plus DDP's "
+            "gradient buckets (gradient_as_bucket_view=False: a second copy of the gradients, one bucket per "
+            f"dtype until the reducer rebuilds them at {BUCKET_CAP_MIB} MiB) and the broadcast of rank 0's "
+            "weights while it wraps the model; the all-reduce runs in place"
+        )
+
+    def missing(self) -> str:
+        """What the estimate says it left out of this strategy ("" when nothing)."""
         if self.name == "FSDP":
             return (
-                f"FSDP over {self.gpus} GPUs: not modelled, measure with cockpit pilot (these are one GPU's figures; "
-                "FSDP shards parameters, gradients and optimizer state, and adds an all-gather working set)"
+                f"FSDP over {self.gpus} GPUs: not modelled, measure with cockpit pilot (these are one GPU's "
+                "figures; FSDP shards parameters, gradients and optimizer state and adds an all-gather working set)"
             )
-        if self.ddp:
-            return (
-                f"DDP over {self.gpus} GPUs, per rank: the full model, gradients and optimizer state, plus DDP's "
-                "gradient buckets (gradient_as_bucket_view=False: a second copy of the gradients, one bucket per "
-                f"dtype until the reducer rebuilds them at {BUCKET_CAP_MIB} MiB) and the broadcast of rank 0's "
-                "weights while it wraps the model; the all-reduce runs in place"
-            )
-        return "one GPU"
+        return ""
 
 
 def bucket_sizes(model: torch.nn.Module) -> dict[torch.dtype, int]:

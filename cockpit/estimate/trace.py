@@ -321,7 +321,7 @@ def run(
         tr.build()
         if sem is not None:
             notes += gpu.optimizer_defaults(tr.optimizer)
-        if strategy.gpus > 1:
+        if strategy.ddp:
             notes.append(strategy.note())
         tr.update(first)  # the splitter cuts it into forward, backward and update_first
         counter.end()
