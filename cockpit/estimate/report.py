@@ -197,10 +197,18 @@ def modelled(t: Trace) -> list[str]:
             f"cuBLAS workspace {gpu.CUBLAS_WORKSPACE_MIB:.0f} MiB in allocated and reserved (torch's default on "
             "Hopper, through the caching allocator)"
         )
-    out.append(
-        "reserved: a model of the CUDA caching allocator (512 B blocks, 2 MiB small-pool segments, 20 MiB segments "
-        "under 10 MiB, 2 MiB-rounded segments above, best fit with splitting, no empty_cache)"
-    )
+    if t.expandable:
+        out.append(
+            "reserved: a model of the CUDA caching allocator with expandable_segments:True (PYTORCH_CUDA_ALLOC_CONF "
+            "here): 512 B blocks, one growing segment per pool mapped in 2 MiB (small) and 20 MiB (large) pages, "
+            "best fit with splitting, no empty_cache"
+        )
+    else:
+        out.append(
+            "reserved: a model of the CUDA caching allocator (512 B blocks, 2 MiB small-pool segments, 20 MiB "
+            "segments under 10 MiB, 2 MiB-rounded segments above, best fit with splitting, no empty_cache; "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True here models those instead)"
+        )
     out.append(
         f"NVML-visible = reserved + CUDA context {gpu.CONTEXT_MIB:.0f} MiB + kernels and libraries loaded by the "
         f"first step {gpu.LIBRARIES_MIB:.0f} MiB (both measured once on an H200, torch 2.11; other GPUs and "

@@ -35,6 +35,7 @@ from ..pilot.task import Task
 from ..pilot.trainer import Trainer, user
 from . import cpu, gpu
 from . import strategy as strategy_
+from .allocator import CachingAllocator, expandable_segments
 from .counter import Counter, Fallback
 from .strategy import Strategy
 
@@ -67,6 +68,7 @@ class Trace:
     fallbacks: list[Fallback] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     optimizer: str = ""
+    expandable: bool = False  # reserved modelled with expandable segments
 
     def phase(self, name: str) -> PhaseMemory:
         return next(p for p in self.phases if p.name == name)
@@ -301,7 +303,14 @@ def run(
     sem = gpu.CudaSemantics() if gpu_semantics else None
     tr.semantics = sem
     fm = FakeTensorMode(allow_non_fake_inputs=True) if fake else None
-    counter = Counter(invent_scalars=fake, fake_mode=fm, mark=mark, workspace=None if sem else cpu.workspace)
+    expandable = expandable_segments()  # the process's allocator configuration, as the pilot's run would read it
+    counter = Counter(
+        invent_scalars=fake,
+        fake_mode=fm,
+        mark=mark,
+        workspace=None if sem else cpu.workspace,
+        allocator=CachingAllocator(expandable=expandable),
+    )
     counter.on_op = _Splitter(counter)
     tr.counter = counter
     phases: list[PhaseMemory] = []
@@ -373,4 +382,5 @@ def run(
         fallbacks=list(counter.fallbacks.values()),
         notes=notes,
         optimizer=tr.optimizer_source,
+        expandable=expandable,
     )
