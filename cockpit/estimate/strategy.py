@@ -10,8 +10,9 @@ the first 1 MiB) in the order gradients became ready, freeing the old ones first
 parameters' bytes, per dtype. Wrapping also broadcasts rank 0's parameters and buffers (``_sync_module_states``),
 flattened into buckets of up to 250 MiB, a transient copy while the model is built.
 
-**FSDP** (sharded parameters, gradients and optimizer state, and the all-gather working set) and
-``torch.compile`` are not modelled: :data:`NOT_MODELLED` says so by name in every estimate.
+**FSDP** (sharded parameters, gradients and optimizer state, and the all-gather working set) is not modelled:
+:meth:`Strategy.missing` says so by name, and ``torch.compile`` is in :data:`NOT_MODELLED`, which every estimate
+lists.
 """
 
 from __future__ import annotations

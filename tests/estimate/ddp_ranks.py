@@ -23,7 +23,8 @@ PARAMS: dict[str, Any] = dict(
 )  # fmt: skip
 
 
-def _task() -> Any:
+def task() -> Any:
+    """The nanoGPT-shaped test task (tests/estimate/gpt_task.py)."""
     sys.path.insert(0, str(HERE))
     import gpt_task
 
@@ -44,7 +45,7 @@ def _rank(rank: int, world: int, port: int, params: dict[str, Any], out: Any) ->
         timeout=datetime.timedelta(seconds=120),
     )
     try:
-        m = measure(_task(), params, strategy=Strategy("DDP", world), rank=rank)
+        m = measure(task(), params, strategy=Strategy("DDP", world), rank=rank)
         out.put((rank, dict(m.peaks)))
     finally:
         dist.destroy_process_group()
@@ -79,7 +80,7 @@ def estimated(params: dict[str, Any], world: int = 2, strategy: str = "DDP") -> 
 
     out = {}
     for r in range(world):
-        t = run(_task(), params, gpu_semantics=False, strategy=Strategy(strategy, world), rank=r)
+        t = run(task(), params, gpu_semantics=False, strategy=Strategy(strategy, world), rank=r)
         out[r] = {p.name: p.peak_bytes for p in t.phases}
     return out
 

@@ -24,7 +24,7 @@ def test_a_ddp_rank_agrees_with_ddp_run_under_gloo() -> None:
     real = ddp_ranks.measured(params)
     fake = ddp_ranks.estimated(params)
     one = ddp_ranks.estimated(params, 1, "one GPU")[0]
-    buckets = 4 * trace.run(ddp_ranks._task(), params, gpu_semantics=False).trainable  # float32 gradients, again
+    buckets = 4 * trace.run(ddp_ranks.task(), params, gpu_semantics=False).trainable  # float32 gradients, again
     assert sorted(real) == sorted(fake) == [0, 1]
     for rank in real:
         for phase in CHECKED:
@@ -41,12 +41,12 @@ def test_activation_checkpointing_agrees_with_a_real_cpu_run(precision: str) -> 
     with the pilot's grad scaler: the recomputation inside backward is traced like any other op."""
     params = {**ddp_ranks.PARAMS, "layers": 3, "block": 64, "min_length": 64, "precision": precision}
     on = {**params, "activation_checkpointing": True}
-    fake = trace.run(ddp_ranks._task(), on, gpu_semantics=False)
-    real = measure(ddp_ranks._task(), on)
+    fake = trace.run(ddp_ranks.task(), on, gpu_semantics=False)
+    real = measure(ddp_ranks.task(), on)
     for phase in CHECKED:
         ratio = fake.phase(phase).peak_bytes / real.peaks[phase]
         assert 0.95 <= ratio <= 1.05, (phase, fake.phase(phase).peak_bytes, real.peaks[phase])
-    off = trace.run(ddp_ranks._task(), params, gpu_semantics=False)
+    off = trace.run(ddp_ranks.task(), params, gpu_semantics=False)
     assert fake.phase("forward").peak_bytes < 0.6 * off.phase("forward").peak_bytes  # it checkpointed
 
 
