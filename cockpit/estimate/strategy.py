@@ -6,8 +6,9 @@ buckets: with ``gradient_as_bucket_view=False`` (the default) a bucket is its ow
 gradients it holds, allocated when DDP wraps the model and kept for the run. On torch 2.13 with
 ``find_unused_parameters=False`` the first bucketing puts every parameter of a dtype in one bucket (the limit is
 ``sys.maxsize``); after the first synchronised backward the reducer rebuilds them at ``bucket_cap_mb`` (25 MiB,
-the first 1 MiB) in the order gradients became ready, freeing the old ones first: the bytes stay the trainable
-parameters' bytes, per dtype. Wrapping also broadcasts rank 0's parameters and buffers (``_sync_module_states``),
+the first 1 MiB) in the order gradients became ready: the bytes stay the trainable parameters' bytes, per dtype,
+and the model keeps the first buckets (whether the rebuild holds old and new at once for a moment is not modelled;
+in the gloo check it moved no phase's peak). Wrapping also broadcasts rank 0's parameters and buffers (``_sync_module_states``),
 flattened into buckets of up to 250 MiB, a transient copy while the model is built.
 
 **FSDP** (sharded parameters, gradients and optimizer state, and the all-gather working set) is not modelled:
