@@ -47,5 +47,6 @@ GPU.
 
 Modules: :mod:`.trace` (one trace of the pilot's phases), :mod:`.counter` (live storages by size, the CPU fallback),
 :mod:`.allocator` (the caching allocator model), :mod:`.gpu` (CUDA semantics and the memory outside torch),
-:mod:`.report` (rows, the table, the text), :mod:`.campaign` (a campaign's estimate, errors for users).
+:mod:`.report` (rows, the table, the text), :mod:`.campaign` (a campaign's estimate, errors for users),
+:mod:`.strategy` (what a DDP rank holds beyond one GPU; what is not modelled).
 """

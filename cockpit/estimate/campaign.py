@@ -16,6 +16,7 @@ from ..contract import Params
 from ..errors import UsageError
 from ..notebook.settings import Settings
 from . import report
+from .strategy import Strategy
 
 if TYPE_CHECKING:
     from ..pilot.task import Task
@@ -83,23 +84,28 @@ def estimate(
         ) from None
     trainable_only = bool(getattr(nb.checkpoints, "trainable_only", False))
     params = settings.flat()  # what the task's functions receive
-    main = traced(nb, vid, task, params, settings.microbatch, trainable_only)
+    how = strategy_of(nb, settings)
+    main = traced(nb, vid, task, params, settings.microbatch, trainable_only, strategy=how)
     other = None
     if second:
         m2 = second_microbatch(main.microbatch)
         try:
-            other = traced(nb, vid, task, params, m2, trainable_only)
+            other = traced(nb, vid, task, params, m2, trainable_only, strategy=how)
         except UsageError:
             other = None  # e.g. too few examples for the second size: the table then says so
     shorter, lengths, knob = None, (0, 0), length_param(task, params)
     if second and knob is not None:
         key, length = knob
         try:
-            shorter = traced(nb, vid, task, {**params, key: length // 2}, main.microbatch, trainable_only)
+            shorter = traced(nb, vid, task, {**params, key: length // 2}, main.microbatch, trainable_only, strategy=how)
             lengths = (length, length // 2)
         except UsageError:
             shorter = None  # the table then has no length column
-    cpu = traced(nb, vid, task, params, main.microbatch, trainable_only, gpu_semantics=False) if compare_cpu else None
+    cpu = (
+        traced(nb, vid, task, params, main.microbatch, trainable_only, gpu_semantics=False, strategy=how)
+        if compare_cpu
+        else None
+    )
     return report.build(
         main,
         other,
@@ -112,7 +118,17 @@ def estimate(
         shorter=shorter,
         lengths=lengths,
         length_param=knob[0] if knob is not None else "",
+        strategy=how,
     )
+
+
+def strategy_of(nb: nbm.Notebook, settings: Settings) -> Strategy:
+    """The strategy the selection sheet gives the variant (its ``strategy_of``: ``[selection] strategy``, else
+    DDP over the data replicas, FSDP with model parallelism), the estimate's ranks."""
+    from ..sheet.phases import strategy_of as sheet_strategy
+
+    name, gpus = sheet_strategy(nb, settings)
+    return Strategy(name, gpus)
 
 
 def traced(
@@ -123,16 +139,25 @@ def traced(
     m: int,
     trainable_only: bool,
     gpu_semantics: bool = True,
+    strategy: Strategy | None = None,
 ) -> Trace:
-    """One trace of a campaign's variant at microbatch ``m``; what the task does that fake tensors cannot is a
-    UsageError naming the op, or the task's line that raised."""
+    """One trace of a campaign's variant at microbatch ``m`` (rank 0 of ``strategy``); what the task does that fake
+    tensors cannot is a UsageError naming the op, or the task's line that raised."""
     from .trace import run
 
     return guarded(
         nb,
         vid,
         m,
-        lambda: run(task, params, seed=0, microbatch=m, trainable_only=trainable_only, gpu_semantics=gpu_semantics),
+        lambda: run(
+            task,
+            params,
+            seed=0,
+            microbatch=m,
+            trainable_only=trainable_only,
+            gpu_semantics=gpu_semantics,
+            strategy=strategy,
+        ),
     )
 
 

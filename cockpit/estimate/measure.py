@@ -18,6 +18,7 @@ from typing import Any
 
 from ..contract import Params
 from .counter import MARK
+from .strategy import Strategy
 from .trace import Trace, run
 
 
@@ -27,11 +28,31 @@ class Measured:
     peaks: dict[str, int]  # phase -> the most bytes c10's CPU allocator held in it, from the first phase's start
 
 
-def measure(task: Any, params: Params, *, seed: int = 0, microbatch: int | None = None) -> Measured:
+def measure(
+    task: Any,
+    params: Params,
+    *,
+    seed: int = 0,
+    microbatch: int | None = None,
+    strategy: Strategy | None = None,
+    rank: int = 0,
+) -> Measured:
+    """The phases run for real and measured by torch's profiler; with a DDP ``strategy``, this process is ``rank``
+    of it, in the process group the caller made (gloo, on the CPU), and the figures are that rank's."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        t = run(task, params, seed=seed, microbatch=microbatch, gpu_semantics=False, fake=False, mark=True)
+        t = run(
+            task,
+            params,
+            seed=seed,
+            microbatch=microbatch,
+            gpu_semantics=False,
+            fake=False,
+            mark=True,
+            strategy=strategy,
+            rank=rank,
+        )
     events = prof.profiler.kineto_results.events()
     stream: list[tuple[int, int, str]] = []  # (ns, order, what): marks, then allocations and frees
     for e in events:

@@ -12,6 +12,7 @@ from ..notebook.settings import Settings
 from ..termout import Block
 from . import gpu
 from .allocator import segment_size
+from .strategy import NOT_MODELLED, Strategy
 from .trace import Trace
 
 MIB = 2**20
@@ -83,6 +84,9 @@ class Estimate:
     length: int = 0  # the campaign's max_length (the length axis), 0 when the task has no length parameter
     second_length: int = 0
     length_param: str = ""  # the [task.params] key that is the length
+    strategy: str = "one GPU"  # the sheet's strategy; the figures are one rank's
+    gpus: int = 1
+    not_modelled: list[str] = field(default_factory=list)
 
 
 def gpu_size(name: str) -> tuple[str, int]:
@@ -193,10 +197,18 @@ def modelled(t: Trace) -> list[str]:
             f"cuBLAS workspace {gpu.CUBLAS_WORKSPACE_MIB:.0f} MiB in allocated and reserved (torch's default on "
             "Hopper, through the caching allocator)"
         )
-    out.append(
-        "reserved: a model of the CUDA caching allocator (512 B blocks, 2 MiB small-pool segments, 20 MiB segments "
-        "under 10 MiB, 2 MiB-rounded segments above, best fit with splitting, no empty_cache)"
-    )
+    if t.expandable:
+        out.append(
+            "reserved: a model of the CUDA caching allocator with expandable_segments:True (PYTORCH_CUDA_ALLOC_CONF "
+            "here): 512 B blocks, one growing segment per pool mapped in 2 MiB (small) and 20 MiB (large) pages, "
+            "best fit with splitting, no empty_cache"
+        )
+    else:
+        out.append(
+            "reserved: a model of the CUDA caching allocator (512 B blocks, 2 MiB small-pool segments, 20 MiB "
+            "segments under 10 MiB, 2 MiB-rounded segments above, best fit with splitting, no empty_cache; "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True here models those instead)"
+        )
     out.append(
         f"NVML-visible = reserved + CUDA context {gpu.CONTEXT_MIB:.0f} MiB + kernels and libraries loaded by the "
         f"first step {gpu.LIBRARIES_MIB:.0f} MiB (both measured once on an H200, torch 2.11; other GPUs and "
@@ -218,8 +230,10 @@ def build(
     shorter: Trace | None = None,
     lengths: tuple[int, int] = (0, 0),
     length_param: str = "",
+    strategy: Strategy | None = None,
 ) -> Estimate:
     settings = Settings(params)
+    strategy = strategy or Strategy()
     rs = rows(main)
     if cpu is not None:
         ws = gpu.CUBLAS_WORKSPACE_MIB  # the same on both sides: the column shows what the semantics changed
@@ -255,7 +269,15 @@ def build(
         length=lengths[0] if shorter is not None else 0,
         second_length=lengths[1] if shorter is not None else 0,
         length_param=length_param if shorter is not None else "",
+        strategy=strategy.name,
+        gpus=strategy.gpus,
+        not_modelled=not_modelled(strategy),
     )
+
+
+def not_modelled(strategy: Strategy) -> list[str]:
+    """What the estimate leaves out, said in every estimate."""
+    return [m for m in (strategy.missing(), NOT_MODELLED) if m]
 
 
 def bound(x: int, at_least: bool, limit: int) -> str:
@@ -272,6 +294,14 @@ def bound(x: int, at_least: bool, limit: int) -> str:
 
 def _count(n: int) -> str:
     return f"{n / 1e9:,.2f} B" if n >= 1e9 else f"{n / 1e6:,.1f} M" if n >= 1e6 else f"{n:,}"
+
+
+def _ranks(e: Estimate) -> str:
+    if e.strategy == "DDP" and e.gpus > 1:
+        return f", per rank of DDP over {e.gpus} GPUs"
+    if e.strategy == "FSDP":
+        return f", one GPU's figures (FSDP over {e.gpus} GPUs is not modelled)"
+    return ""
 
 
 def render(e: Estimate) -> list[str]:
@@ -307,7 +337,7 @@ def blocks(e: Estimate, tables: bool = True) -> list[str | Block]:
         drop=["CPU semantics MiB", "input", "NVML-visible MiB"],
     )
     out: list[str | Block] = [
-        f"Estimate for {e.campaign}, variant {e.variant}: {_count(e.parameters)} parameters "
+        f"Estimate for {e.campaign}, variant {e.variant}{_ranks(e)}: {_count(e.parameters)} parameters "
         f"({_count(e.trainable)} trainable), {e.precision}, microbatch {e.microbatch} x accumulation "
         f"{e.accumulation}; {e.optimizer}.",
         f"Traced on fake tensors in {e.seconds:.1f} s (no GPU memory was used; no GPU was needed).",
@@ -343,6 +373,7 @@ def blocks(e: Estimate, tables: bool = True) -> list[str | Block]:
         )
     out += ["", f"Peak allocated: {e.peak_allocated_mib:,.0f} MiB in {e.peak_phase}.", "", "Modelled:"]
     out += [f"  - {m}" for m in e.modelled]
+    out += ["", "Not modelled:"] + [f"  - {m}" for m in e.not_modelled]
     if e.fallbacks:
         out += ["", "Measured on the CPU instead (fake tensors cannot run these operations):"]
         out += [

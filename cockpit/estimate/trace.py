@@ -34,7 +34,10 @@ from ..pilot.phases.worst_case import worst_batch
 from ..pilot.task import Task
 from ..pilot.trainer import Trainer, user
 from . import cpu, gpu
+from . import strategy as strategy_
+from .allocator import CachingAllocator, expandable_segments
 from .counter import Counter, Fallback
+from .strategy import Strategy
 
 MAX_MICROBATCHES = 2
 PHASES = ("forward", "backward", "update_first", "update_second", "worst_case", "validation", "save")
@@ -65,6 +68,7 @@ class Trace:
     fallbacks: list[Fallback] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     optimizer: str = ""
+    expandable: bool = False  # reserved modelled with expandable segments
 
     def phase(self, name: str) -> PhaseMemory:
         return next(p for p in self.phases if p.name == name)
@@ -81,6 +85,8 @@ class _Trainer(Trainer):
 
     semantics: gpu.CudaSemantics | None = None
     counter: Counter | None = None
+    strategy: Strategy = Strategy()
+    buckets: Any = ()  # DDP's gradient buckets, held for the run (a traced rank's; a real one's are DDP's)
 
     def collate(self, examples: list[Example]) -> Any:
         """The task's collate runs for real on the host, as in training (its values are real: a collate that pads
@@ -145,6 +151,20 @@ class _Trainer(Trainer):
         return model
 
     def build(self, allow_frozen: bool = False) -> None:
+        """The pilot's build; a traced DDP rank wraps nothing (no process group) and holds what DDP would
+        allocate instead (:func:`.strategy.wrap`)."""
+        counter, world = self.counter, self.world
+        if counter is not None and counter.fake_mode is not None:
+            self.world = 1
+        try:
+            self._build(allow_frozen)
+        finally:
+            self.world = world
+        if self.strategy.ddp and self.ddp is None and counter is not None:
+            with counter.device():
+                self.buckets = strategy_.wrap(self.model)
+
+    def _build(self, allow_frozen: bool) -> None:
         counter = self.counter
         if self.semantics is None or counter is None:
             return super().build(allow_frozen)
@@ -263,8 +283,11 @@ def run(
     fake: bool = True,
     trainable_only: bool = False,
     mark: bool = False,
+    strategy: Strategy | None = None,
+    rank: int = 0,
 ) -> Trace:
-    """Trace the pilot's memory phases. ``fake=False`` runs the same on real CPU tensors (what the tests compare)."""
+    """Trace the pilot's memory phases. ``fake=False`` runs the same on real CPU tensors (what the tests compare).
+    ``strategy``: one rank of it (``rank``, its share of the data); a real DDP run needs its process group."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     params = dict(params)
@@ -272,12 +295,22 @@ def run(
         params["microbatch"] = microbatch
     params["device"] = "cpu"
     t0 = time.perf_counter()
-    tr = _Trainer(task, params, seed, device=torch.device("cpu"))
+    strategy = strategy or Strategy()
+    world = strategy.gpus if strategy.ddp else 1
+    tr = _Trainer(task, params, seed, device=torch.device("cpu"), rank=rank if world > 1 else 0, world=world)
+    tr.strategy = strategy
     tr.load_data()  # real data, outside the fake mode: the collate makes each batch from it as in training
     sem = gpu.CudaSemantics() if gpu_semantics else None
     tr.semantics = sem
     fm = FakeTensorMode(allow_non_fake_inputs=True) if fake else None
-    counter = Counter(invent_scalars=fake, fake_mode=fm, mark=mark, workspace=None if sem else cpu.workspace)
+    expandable = expandable_segments()  # the process's allocator configuration, as the pilot's run would read it
+    counter = Counter(
+        invent_scalars=fake,
+        fake_mode=fm,
+        mark=mark,
+        workspace=None if sem else cpu.workspace,
+        allocator=CachingAllocator(expandable=expandable),
+    )
     counter.on_op = _Splitter(counter)
     tr.counter = counter
     phases: list[PhaseMemory] = []
@@ -297,6 +330,8 @@ def run(
         tr.build()
         if sem is not None:
             notes += gpu.optimizer_defaults(tr.optimizer)
+        if strategy.ddp:
+            notes.append(strategy.note())
         tr.update(first)  # the splitter cuts it into forward, backward and update_first
         counter.end()
         inputs = {name: describe(task, params, first[0]) for name in ("forward", "backward", "update_first")}
@@ -347,4 +382,5 @@ def run(
         fallbacks=list(counter.fallbacks.values()),
         notes=notes,
         optimizer=tr.optimizer_source,
+        expandable=expandable,
     )

@@ -23,7 +23,7 @@ from cockpit import cli
 from cockpit import notebook as nbm
 from cockpit.errors import UsageError
 from cockpit.estimate import campaign, gpu, report, trace
-from cockpit.estimate.allocator import MIB, CachingAllocator
+from cockpit.estimate.allocator import MIB, CachingAllocator, expandable_segments
 from cockpit.estimate.counter import Counter
 from cockpit.pilot.task import Task
 from cockpit.pilot.usercode import UserCodeError
@@ -120,6 +120,36 @@ def test_allocator_rounding_segments_and_reuse() -> None:
     a.free(3)
     a.malloc(6, 19 * MIB)  # the freed neighbours merged back into one 20 MiB block
     assert a.reserved == 34 * MIB and a.segments == 3
+
+
+def test_expandable_segments_grow_in_pages() -> None:
+    """expandable_segments:True: one segment per pool that grows at its end in pages (2 MiB small, 20 MiB large),
+    where fixed segments would add one per request that found no room."""
+    a = CachingAllocator(expandable=True)
+    assert a.malloc(1, 1) == 512 and a.reserved == 2 * MIB  # the small pool maps its first 2 MiB page
+    a.malloc(2, 5 * MIB)
+    assert a.reserved == 22 * MIB  # the large pool's first 20 MiB page
+    a.malloc(3, 11 * MIB)
+    assert a.reserved == 22 * MIB  # inside the mapped page, as in a fixed segment
+    a.malloc(4, 11 * MIB + 1)
+    assert a.reserved == 42 * MIB  # grown at the end: 27 MiB + 1 B used, mapped to 40 MiB (fixed: 34 MiB)
+    a.malloc(5, 12 * MIB)
+    assert a.reserved == 42 * MIB  # the grown page's free 12 MiB and a bit hold it (fixed: a 12 MiB segment more)
+    a.free(5)
+    a.free(4)
+    a.malloc(6, 30 * MIB)  # the free end (24 MiB from 16 MiB on) extended, not a new segment
+    assert a.reserved == 2 * MIB + 60 * MIB and a.segments == 2
+    f = CachingAllocator()
+    for key, n in enumerate([1, 5 * MIB, 11 * MIB, 11 * MIB + 1, 12 * MIB]):
+        f.malloc(key, n)
+    assert f.reserved == 46 * MIB  # the same requests in fixed segments
+
+
+def test_expandable_segments_are_read_from_the_allocators_configuration() -> None:
+    assert expandable_segments({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128,expandable_segments:True"})
+    assert expandable_segments({"PYTORCH_ALLOC_CONF": "expandable_segments:True"})
+    assert not expandable_segments({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"})
+    assert not expandable_segments({})
 
 
 # --------------------------------------------------------------------------- the host and the device
@@ -366,3 +396,18 @@ def test_a_small_model_gets_a_bound_never_any() -> None:
     table = "\n".join(report.render(e))
     assert "any" not in table.split("Fits (", 1)[1]
     assert "at least 2, the largest traced" in table
+
+
+def test_the_trace_models_expandable_segments_when_the_environment_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpt_task
+
+    params = {**TINY, "microbatch": 4, "accumulation": 1, "precision": "fp32"}
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    grown = trace.run(gpt_task.task, params)
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF")
+    fixed = trace.run(gpt_task.task, params)
+    assert grown.expandable and not fixed.expandable
+    assert any("expandable_segments:True" in m for m in report.modelled(grown))
+    # the same blocks, so the same allocated; reserved is each pool's mapped pages, never below what is allocated
+    assert [p.peak_allocated for p in grown.phases] == [p.peak_allocated for p in fixed.phases]
+    assert all(p.peak_allocated <= p.reserved <= p.peak_allocated + 22 * MIB for p in grown.phases)
