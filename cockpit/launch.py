@@ -178,6 +178,13 @@ def resume_run(
             f"({st.stop_reason or 'no reason recorded'})"
         )
     points = stored.checkpoint_steps(rdir)  # in the run's folder, or in [cluster] storage (a Ray series')
+    recorded_there = sorted(e["path"] for e in stored.stored(rdir).values())
+    if not points and recorded_there:
+        raise UsageError(
+            f"{rid}: its periodic checkpoints are recorded in [cluster] storage ({recorded_there[-1]}), which this "
+            f"machine does not reach: mount that storage here at the same path, or resume it on the Ray cluster "
+            f"(`cockpit series {path.parent} --resume --ray ADDRESS`)"
+        )
     if not points:
         raise UsageError(
             f"{rid} wrote no periodic checkpoint before it ended ({st.stop_reason}); nothing to resume "

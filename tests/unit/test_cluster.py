@@ -382,3 +382,17 @@ def test_the_notebook_refuses_a_relative_storage(tmp_path: Path) -> None:
     camp.write_text(text)
     with pytest.raises(nbm.NotebookError, match="cluster.storage: give an absolute folder path"):
         nbm.load(camp)
+
+
+def test_a_resume_on_a_machine_that_does_not_reach_the_storage_says_so(tmp_path: Path) -> None:
+    """The run's checkpoints are recorded in [cluster] storage, not mounted here: the resume names the storage and
+    the two ways on, never "wrote no periodic checkpoint"."""
+    from cockpit import launch
+    from cockpit.runs import stored
+
+    camp = make_campaign(tmp_path)
+    rid, rdir = write_run(camp, kind="train", status=None)  # crashed
+    gone = "/nonexistent-storage/camp-x/r0001/checkpoints/update-00000008.pt"
+    stored.write_stored(rdir, {"checkpoints/update-00000008.pt": {"path": gone, "size": 3, "sha256": "0" * 64}})
+    with pytest.raises(UsageError, match="recorded in \\[cluster\\] storage .*does not reach.*--resume --ray"):
+        launch.resume_run(camp, rid)
