@@ -241,7 +241,7 @@ def survey(timeout_s: float = 120.0, storage: tuple[str, str] | None = None) -> 
         out.append(
             NodeFacts(
                 node_id=n["NodeID"],
-                hostname=str(n.get("NodeName") or n.get("NodeManagerHostname") or "?"),
+                hostname=node_name(n),
                 ip=str(n.get("NodeManagerAddress") or "?"),
                 resources={k: float(v) for k, v in (n.get("Resources") or {}).items()},
                 versions=versions,
@@ -251,6 +251,15 @@ def survey(timeout_s: float = 120.0, storage: tuple[str, str] | None = None) -> 
             )
         )
     return out
+
+
+def node_name(n: dict[str, object]) -> str:
+    """A node's name as its user knows it: ``ray start --node-name``'s, else the box's hostname (Ray's NodeName is
+    the node's address when none was given, which printed the address twice: "node 10.0.0.3 10.0.0.3")."""
+    given, ip = str(n.get("NodeName") or ""), str(n.get("NodeManagerAddress") or "")
+    if given and given != ip:
+        return given
+    return str(n.get("NodeManagerHostname") or given or "?")
 
 
 def connect(address: str, campaign_dir: Path) -> None:

@@ -232,9 +232,20 @@ def keeper_name(campaign: Path) -> str:
     return f"{KEEPER}{Path(campaign).parent.name}:{key}:{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
+def said(text: str, limit: int = 300) -> str:
+    """An exception's first line, at most ``limit`` characters, cut after its last whole sentence rather than in a
+    word (Ray's NodeDiedError ran on into "To see node death information, use `ray")."""
+    first = (text.strip().splitlines() or [""])[0]
+    if len(first) <= limit:
+        return first
+    cut = first[:limit]
+    end = cut.rfind(". ")
+    return cut[: end + 1] if end > 0 else cut.rsplit(" ", 1)[0] + " ..."
+
+
 def lost(exc: BaseException) -> str:
     """How a task's end reads in the run's record."""
-    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    first = said(str(exc))
     if isinstance(exc, ray.exceptions.TaskCancelledError):
         return "its Ray task was cancelled"
     if isinstance(exc, (ray.exceptions.NodeDiedError, ray.exceptions.LocalRayletDiedError)):

@@ -396,3 +396,29 @@ def test_a_resume_on_a_machine_that_does_not_reach_the_storage_says_so(tmp_path:
     stored.write_stored(rdir, {"checkpoints/update-00000008.pt": {"path": gone, "size": 3, "sha256": "0" * 64}})
     with pytest.raises(UsageError, match="recorded in \\[cluster\\] storage .*does not reach.*--resume --ray"):
         launch.resume_run(camp, rid)
+
+
+def test_a_node_is_named_by_its_hostname_unless_ray_start_gave_it_a_name() -> None:
+    from cockpit.cluster.onray import node_name
+
+    # Ray's NodeName is the node's address when `ray start` got no --node-name: the hostname says more
+    assert (
+        node_name({"NodeName": "10.0.0.3", "NodeManagerAddress": "10.0.0.3", "NodeManagerHostname": "box3"}) == "box3"
+    )
+    assert node_name({"NodeName": "gpu-a", "NodeManagerAddress": "10.0.0.3", "NodeManagerHostname": "box3"}) == "gpu-a"
+    assert node_name({"NodeManagerAddress": "10.0.0.3"}) == "?"
+
+
+def test_a_lost_tasks_reason_is_cut_after_a_sentence_not_inside_a_word() -> None:
+    from cockpit.cluster.ray_keeper import said
+
+    ray_text = (
+        "The node with node id: 9c3e71f0d2aa and address: 10.0.0.3 and node name: 10.0.0.3 has been marked dead "
+        "because the detector has missed too many heartbeats from it. This can happen when a (1) raylet crashes "
+        "unexpectedly (OOM, etc.) (2) raylet has lagging heartbeats due to slow network or busy workload. "
+        'To see node death information, use `ray list nodes --filter "node_id=9c3e71f0d2aa" --detail`.'
+    )
+    out = said(ray_text)
+    assert len(out) <= 300 and out.endswith("too many heartbeats from it."), out
+    assert said("short reason\nsecond line") == "short reason"
+    assert said("word " * 100).endswith(" ...")
