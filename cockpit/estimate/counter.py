@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_map_only
 
 from .allocator import CachingAllocator, rounded
@@ -100,6 +100,7 @@ class Counter(TorchDispatchMode):
     # swap_tensors), and few (each is a 512 B block live a little longer than in the task)
     _any: deque[Any] = field(default_factory=lambda: deque(maxlen=4))
     _sizes: dict[int, int] = field(default_factory=dict)  # token -> the storage's own bytes
+    _tokens: dict[int, int] = field(default_factory=dict)  # a live storage's id -> its block's token
     live_bytes: int = 0  # live storages' own bytes, unrounded
     mark: bool = False  # put each phase's start and end in torch's profiler (what :mod:`.measure` reads)
     workspace: Any = None  # (func, args, kwargs, out) -> bytes a kernel holds inside beyond its outputs (:mod:`.cpu`)
@@ -109,6 +110,27 @@ class Counter(TorchDispatchMode):
 
     def __post_init__(self) -> None:
         TorchDispatchMode.__init__(self)
+
+    def __enter__(self) -> Counter:
+        # A storage resized in place (FSDP frees an unsharded parameter's memory with resize_(0) and gathers into
+        # it again with resize_(n)) is not an operation the dispatcher sees: the resize is followed here, as torch's
+        # own MemTracker follows it, while the counter is active.
+        self._resize = torch.UntypedStorage.resize_
+        original, counter = self._resize, self
+
+        @functools.wraps(original)
+        def resize_(st: Any, size: int) -> Any:
+            out = original(st, size)
+            counter.resized(st)
+            return out
+
+        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign, assignment]
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        torch.UntypedStorage.resize_ = self._resize  # type: ignore[method-assign]
 
     # ---- phases
 
@@ -190,6 +212,9 @@ class Counter(TorchDispatchMode):
         are not the device's; under fake tensors only fake ones count)."""
         flat, _ = tree_flatten(tree)
         for t in flat:
+            if is_traceable_wrapper_subclass(t):  # a DTensor (FSDP's shards): the storages are its inner tensors'
+                self.see([getattr(t, name) for name in t.__tensor_flatten__()[0]])
+                continue
             if isinstance(t, torch.Tensor) and t.layout == torch.strided:
                 if self.fake_mode is not None and not isinstance(t, FakeTensor):
                     continue
@@ -205,31 +230,58 @@ class Counter(TorchDispatchMode):
         nbytes = st.nbytes()
         if nbytes == 0:
             return
+        self._take(key, nbytes)
+        self._refs[key] = weakref.ref(st, functools.partial(self._freed, key))
+
+    def _take(self, key: int, nbytes: int) -> None:
         self._next += 1
         token = self._next
+        self._tokens[key] = token
         self.allocator.malloc(token, nbytes)
         self._sizes[token] = nbytes
         self.live_bytes += nbytes
         if self.current is not None:
             self.current.peak_allocated = max(self.current.peak_allocated, self.allocator.allocated)
             self.current.peak_bytes = max(self.current.peak_bytes, self.live_bytes)
-        self._refs[key] = weakref.ref(st, functools.partial(self._freed, key, token))
 
-    def _freed(self, key: int, token: int, _ref: Any = None) -> None:
+    def _release(self, key: int) -> None:
+        token = self._tokens.pop(key, None)
+        if token is not None:
+            self.live_bytes -= self._sizes.pop(token, 0)
+            self.allocator.free(token)
+
+    def resized(self, st: Any) -> None:
+        """A storage's size changed in place: a tracked one's block goes back to the allocator and one of the new
+        size is taken (none at 0 bytes), an untracked one is counted from now on, as any new storage."""
+        key = id(st)
+        if key in self._host or (self.fake_mode is not None and st.device.type != "meta"):
+            return
+        if key not in self._refs:
+            if self._host_depth:
+                self._mark_host(st)
+            else:
+                self._storage(st)
+            return
+        self._release(key)
+        if st.nbytes():
+            self._take(key, st.nbytes())
+
+    def _freed(self, key: int, _ref: Any = None) -> None:
         self._refs.pop(key, None)
-        self.live_bytes -= self._sizes.pop(token, 0)
-        self.allocator.free(token)
+        self._release(key)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if self.on_op is not None:
             self.on_op()
-        if func is SCALAR and self.invent_scalars and isinstance(args[0], FakeTensor):
+        t = args[0] if func is SCALAR else None
+        if is_traceable_wrapper_subclass(t):  # a value read from a DTensor (FSDP's gradient norm): its local's
+            t = getattr(t, t.__tensor_flatten__()[0][0])
+        if func is SCALAR and self.invent_scalars and isinstance(t, FakeTensor):
             where = _caller()
             self.invented[where] = self.invented.get(where, 0) + 1
             if self.invented[where] > MAX_READS:
                 raise DataDependent(where, self.invented[where])
-            t = args[0]
             # 1 (a loss, a norm, a count, an optimizer's step: safe to divide by), True (an isfinite(...).all()),
             # except the fp16 grad scaler's found_inf, read as 0.0 so that the optimizer step happens as it would,
             # and False for an any() (``while mask.any(): resample``: nothing left to do, as a check that finds none)

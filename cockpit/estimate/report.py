@@ -297,10 +297,8 @@ def _count(n: int) -> str:
 
 
 def _ranks(e: Estimate) -> str:
-    if e.strategy == "DDP" and e.gpus > 1:
-        return f", per rank of DDP over {e.gpus} GPUs"
-    if e.strategy == "FSDP":
-        return f", one GPU's figures (FSDP over {e.gpus} GPUs is not modelled)"
+    if e.strategy in ("DDP", "FSDP") and e.gpus > 1:
+        return f", per rank of {e.strategy} over {e.gpus} GPUs"
     return ""
 
 

@@ -11,14 +11,25 @@ and the model keeps the first buckets (whether the rebuild holds old and new at 
 in the gloo check it moved no phase's peak). Wrapping also broadcasts rank 0's parameters and buffers (``_sync_module_states``),
 flattened into buckets of up to 250 MiB, a transient copy while the model is built.
 
-**FSDP** (sharded parameters, gradients and optimizer state, and the all-gather working set) is not modelled:
-:meth:`Strategy.missing` says so by name, and ``torch.compile`` is in :data:`NOT_MODELLED`, which every estimate
-lists.
+**FSDP** is modelled by running it: torch's FSDP2 (``fully_shard``, its defaults: ``reshard_after_forward=True``,
+no mixed-precision policy, the task's autocast as it is) applied as torchtitan and Hugging Face's accelerate apply
+it, each block of the model's repeated layers (every child of an ``nn.ModuleList``) a unit of its own, then the
+root, before the optimizer is made, as FSDP2 requires. The trace then holds what a rank holds, because FSDP's own
+code allocates it: each parameter's padded shard, the optimizer state on the shards, each unit's all-gather buffer
+and unsharded parameters while it runs forward or backward (freed after, so the working set is the largest units
+in flight, prefetch included), the reduce-scatter's input and output for its gradients. On the trace's fake
+tensors the collectives run on a process group of torch's ``fake`` backend (no other process; a rank's figures do
+not depend on the others' values), as torch's own ``FSDPMemTracker`` does. A model without a ``ModuleList`` is
+one unit: FSDP then saves little beyond the sharded optimizer state, and the estimate says so.
+
+``torch.compile`` is in :data:`NOT_MODELLED`, which every estimate lists.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +52,28 @@ class Strategy:
     def ddp(self) -> bool:
         return self.name == "DDP" and self.gpus > 1
 
-    def note(self) -> str:
-        """What the estimate says it modelled for DDP ("" for one GPU, and for FSDP, which it does not model)."""
+    @property
+    def fsdp(self) -> bool:
+        return self.name == "FSDP" and self.gpus > 1
+
+    @property
+    def ranks(self) -> int:
+        """The processes the strategy runs: its GPUs under DDP or FSDP, else 1."""
+        return self.gpus if self.ddp or self.fsdp else 1
+
+    def note(self, units: int = 0) -> str:
+        """What the estimate says it modelled for DDP or FSDP ("" for one GPU); ``units``: FSDP's sharded units."""
+        if self.fsdp:
+            return (
+                f"FSDP over {self.gpus} GPUs, per rank (FSDP2 fully_shard, reshard_after_forward): 1/{self.gpus} of "
+                f"the parameters, gradients and optimizer state, and the all-gather working set of {units} "
+                "units (each block of the model's ModuleLists, then the root)"
+                + (
+                    "; the model has no ModuleList: one unit, gathered whole for forward and backward"
+                    if units <= 1
+                    else ""
+                )
+            )
         if not self.ddp:
             return ""
         return (
@@ -54,10 +85,10 @@ class Strategy:
 
     def missing(self) -> str:
         """What the estimate says it left out of this strategy ("" when nothing)."""
-        if self.name == "FSDP":
+        if self.fsdp:
             return (
-                f"FSDP over {self.gpus} GPUs: not modelled, measure with cockpit pilot (these are one GPU's "
-                "figures; FSDP shards parameters, gradients and optimizer state and adds an all-gather working set)"
+                f"FSDP over {self.gpus} GPUs: another wrapping policy than one unit per block, FSDP's "
+                "MixedPrecisionPolicy, CPU offload and the NCCL buffers of the collectives"
             )
         return ""
 
@@ -97,3 +128,55 @@ def wrap(model: torch.nn.Module) -> list[Any]:
         in_flight.append(torch.empty(n, dtype=dtype, device=device))
     in_flight.clear()
     return [torch.empty(n, dtype=dtype, device=device) for dtype, n in bucket_sizes(model).items()]
+
+
+def units(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """FSDP's units, innermost first: every child of each ``nn.ModuleList`` that holds parameters of its own
+    (the repeated blocks), then the model itself; a unit nested in another one's list is sharded first."""
+    found: list[torch.nn.Module] = []
+    seen: set[int] = set()
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList):
+            for child in module:
+                if id(child) not in seen and any(True for _ in child.parameters()):
+                    seen.add(id(child))
+                    found.append(child)
+    depth = {id(m): 0 for m in found}
+    for m in found:  # a unit inside another unit's subtree is sharded before it, as fully_shard asks
+        for inner in m.modules():
+            if inner is not m and id(inner) in depth:
+                depth[id(inner)] += 1
+    return [*sorted(found, key=lambda m: -depth[id(m)]), model]
+
+
+def shard(model: torch.nn.Module, mesh: Any) -> int:
+    """Apply FSDP2's ``fully_shard`` to each of :func:`units`, in place, on ``mesh``; the units sharded."""
+    from torch.distributed.fsdp import fully_shard
+
+    us = units(model)
+    for m in us:
+        fully_shard(m, mesh=mesh)
+    return len(us)
+
+
+@contextmanager
+def process_group(strategy: Strategy, rank: int, device: str = "cpu") -> Iterator[Any]:
+    """A device mesh for an FSDP rank: the process group there is (a real run's, gloo on the CPU), else one of
+    torch's ``fake`` backend made here, of ``strategy.gpus`` ranks, and destroyed after; None when not FSDP."""
+    if not strategy.fsdp:
+        yield None
+        return
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    made = False
+    if not dist.is_initialized():
+        from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
+
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=strategy.gpus)
+        made = True
+    try:
+        yield init_device_mesh(device, (strategy.gpus,))
+    finally:
+        if made:
+            dist.destroy_process_group()

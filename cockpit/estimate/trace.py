@@ -87,6 +87,8 @@ class _Trainer(Trainer):
     counter: Counter | None = None
     strategy: Strategy = Strategy()
     buckets: Any = ()  # DDP's gradient buckets, held for the run (a traced rank's; a real one's are DDP's)
+    mesh: Any = None  # FSDP's device mesh (:func:`.strategy.process_group`)
+    units = 0  # FSDP's sharded units
 
     def collate(self, examples: list[Example]) -> Any:
         """The task's collate runs for real on the host, as in training (its values are real: a collate that pads
@@ -133,8 +135,8 @@ class _Trainer(Trainer):
         counter = self.counter
         if counter is None or counter.fake_mode is None:
             return super().to_device_model(model)
-        if self.semantics is None:
-            return model
+        if self.semantics is None or self.mesh is not None:
+            return model  # under FSDP, fully_shard moves each parameter's shard to the device, never the whole
         moved: dict[int, Any] = {}
         with counter.device(), torch.no_grad():
             for module in model.modules():
@@ -154,8 +156,8 @@ class _Trainer(Trainer):
         """The pilot's build; a traced DDP rank wraps nothing (no process group) and holds what DDP would
         allocate instead (:func:`.strategy.wrap`)."""
         counter, world = self.counter, self.world
-        if counter is not None and counter.fake_mode is not None:
-            self.world = 1
+        if (counter is not None and counter.fake_mode is not None) or self.mesh is not None:
+            self.world = 1  # no DDP wrapper: a traced rank holds its buckets instead, an FSDP rank is sharded
         try:
             self._build(allow_frozen)
         finally:
@@ -163,6 +165,12 @@ class _Trainer(Trainer):
         if self.strategy.ddp and self.ddp is None and counter is not None:
             with counter.device():
                 self.buckets = strategy_.wrap(self.model)
+
+    def _build_optimizer(self) -> None:
+        """FSDP shards the model before its optimizer is made (the optimizer then holds the shards)."""
+        if self.mesh is not None:
+            self.units = strategy_.shard(self.model, self.mesh)
+        super()._build_optimizer()
 
     def _build(self, allow_frozen: bool) -> None:
         counter = self.counter
@@ -296,7 +304,7 @@ def run(
     params["device"] = "cpu"
     t0 = time.perf_counter()
     strategy = strategy or Strategy()
-    world = strategy.gpus if strategy.ddp else 1
+    world = strategy.ranks
     tr = _Trainer(task, params, seed, device=torch.device("cpu"), rank=rank if world > 1 else 0, world=world)
     tr.strategy = strategy
     tr.load_data()  # real data, outside the fake mode: the collate makes each batch from it as in training
@@ -316,6 +324,7 @@ def run(
     phases: list[PhaseMemory] = []
     notes: list[str] = []
     with contextlib.ExitStack() as stack:
+        tr.mesh = stack.enter_context(strategy_.process_group(strategy, rank))  # made before the fake mode
         if fm is not None:
             # a meta kernel that refuses logs its traceback before raising; the counter runs the op on the CPU
             # instead and the estimate names it, so the log is noise on the user's terminal
@@ -330,8 +339,8 @@ def run(
         tr.build()
         if sem is not None:
             notes += gpu.optimizer_defaults(tr.optimizer)
-        if strategy.ddp:
-            notes.append(strategy.note())
+        if strategy.ddp or strategy.fsdp:
+            notes.append(strategy.note(tr.units))
         tr.update(first)  # the splitter cuts it into forward, backward and update_first
         counter.end()
         inputs = {name: describe(task, params, first[0]) for name in ("forward", "backward", "update_first")}

@@ -1,7 +1,8 @@
-"""The estimate's DDP model against DDP run for real: two ranks under gloo on the CPU, each measured by torch's
-profiler (:func:`cockpit.estimate.measure.measure`), beside the fake trace of the same rank (issue 38).
+"""The estimate's DDP and FSDP models against DDP and FSDP run for real: two ranks under gloo on the CPU, each
+measured by torch's profiler (:func:`cockpit.estimate.measure.measure`), beside the fake trace of the same rank
+(issue 38).
 
-    python -m tests.estimate.ddp_ranks   # prints each rank's estimated / measured peak per phase
+    python -m tests.estimate.ddp_ranks [DDP|FSDP]   # prints each rank's estimated / measured peak per phase
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def task() -> Any:
     return gpt_task.task
 
 
-def _rank(rank: int, world: int, port: int, params: dict[str, Any], out: Any) -> None:
+def _rank(rank: int, world: int, port: int, params: dict[str, Any], out: Any, strategy: str) -> None:
     import torch.distributed as dist
 
     from cockpit.estimate.measure import measure
@@ -45,21 +46,22 @@ def _rank(rank: int, world: int, port: int, params: dict[str, Any], out: Any) ->
         timeout=datetime.timedelta(seconds=120),
     )
     try:
-        m = measure(task(), params, strategy=Strategy("DDP", world), rank=rank)
+        m = measure(task(), params, strategy=Strategy(strategy, world), rank=rank)
         out.put((rank, dict(m.peaks)))
     finally:
         dist.destroy_process_group()
 
 
-def measured(params: dict[str, Any], world: int = 2) -> dict[int, dict[str, int]]:
-    """Each rank's measured peak bytes per phase, DDP over ``world`` processes (spawned) under gloo."""
+def measured(params: dict[str, Any], world: int = 2, strategy: str = "DDP") -> dict[int, dict[str, int]]:
+    """Each rank's measured peak bytes per phase, ``strategy`` (DDP or FSDP) over ``world`` processes (spawned)
+    under gloo."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     ctx = multiprocessing.get_context("spawn")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, world, port, params, q)) for r in range(world)]
+    procs = [ctx.Process(target=_rank, args=(r, world, port, params, q, strategy)) for r in range(world)]
     for p in procs:
         p.start()
     try:
@@ -69,8 +71,18 @@ def measured(params: dict[str, Any], world: int = 2) -> dict[int, dict[str, int]
             p.join(timeout=60)
     bad = [p.exitcode for p in procs if p.exitcode != 0]
     if bad:
-        raise RuntimeError(f"a DDP rank exited with {bad}")
+        raise RuntimeError(f"a {strategy} rank exited with {bad}")
     return got
+
+
+def least(
+    params: dict[str, Any], world: int = 2, strategy: str = "FSDP", repeats: int = 3
+) -> dict[int, dict[str, int]]:
+    """Each rank's least measured peak per phase over ``repeats`` runs: a free the profiler misses (gloo's worker
+    lets go of a collective's tensor after its profiled scope; see :mod:`cockpit.estimate.measure`)
+    only ever adds, so the least of a few runs is the rank's figure."""
+    runs = [measured(params, world, strategy) for _ in range(repeats)]
+    return {r: {ph: min(run[r][ph] for run in runs) for ph in runs[0][r]} for r in runs[0]}
 
 
 def estimated(params: dict[str, Any], world: int = 2, strategy: str = "DDP") -> dict[int, dict[str, int]]:
@@ -86,11 +98,13 @@ def estimated(params: dict[str, Any], world: int = 2, strategy: str = "DDP") -> 
 
 
 def main() -> None:
-    real, fake, one = measured(PARAMS), estimated(PARAMS), estimated(PARAMS, 1, "one GPU")[0]
+    strategy = sys.argv[1] if len(sys.argv) > 1 else "DDP"
+    real = measured(PARAMS, 2, strategy) if strategy == "DDP" else least(PARAMS, 2, strategy)
+    fake, one = estimated(PARAMS, 2, strategy), estimated(PARAMS, 1, "one GPU")[0]
     for r in sorted(real):
         for ph in CHECKED:
             e, m = fake[r][ph], real[r][ph]
-            print(f"rank {r} {ph:<14} one GPU {one[ph] / 2**20:8.3f}  DDP estimated {e / 2**20:8.3f} MiB  "
+            print(f"rank {r} {ph:<14} one GPU {one[ph] / 2**20:8.3f}  {strategy} estimated {e / 2**20:8.3f} MiB  "
                   f"measured {m / 2**20:8.3f} MiB  ratio {e / m:.3f}")  # fmt: skip
 
 

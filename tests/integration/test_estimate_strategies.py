@@ -1,6 +1,6 @@
-"""``cockpit estimate`` per strategy (issue 38): a DDP rank against DDP run for real (two ranks under gloo on the
-CPU, each measured by torch's profiler), activation checkpointing against a real CPU run, and what is not
-modelled (FSDP, torch.compile) said by name in the estimate."""
+"""``cockpit estimate`` per strategy (issue 38): a DDP rank and an FSDP rank against DDP and FSDP run for real (two
+ranks under gloo on the CPU, each measured by torch's profiler), activation checkpointing against a real CPU run,
+and what is not modelled (torch.compile) said by name in the estimate."""
 
 from __future__ import annotations
 
@@ -35,18 +35,25 @@ def test_a_ddp_rank_agrees_with_ddp_run_under_gloo() -> None:
 
 
 @pytest.mark.slow  # real training steps on the CPU, twice
-@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 def test_activation_checkpointing_agrees_with_a_real_cpu_run(precision: str) -> None:
     """The model checkpoints each block (torch.utils.checkpoint, use_reentrant=False), under CPU autocast for fp16
-    with the pilot's grad scaler: the recomputation inside backward is traced like any other op."""
+    (with the pilot's grad scaler) and bf16: the recomputation inside backward is traced like any other op.
+
+    oneDNN is off on both sides: on a CPU with AVX512-FP16 or AMX its fp16 and bf16 matmuls keep reordered copies
+    inside the kernel (the backward measured 0.90 of the trace with it on, 0.998 with it off), which no trace
+    sees and no GPU has; what is checked here is the trace's own storages, which the GPU's estimate shares."""
+    import torch
+
     params = {**ddp_ranks.PARAMS, "layers": 3, "block": 64, "min_length": 64, "precision": precision}
     on = {**params, "activation_checkpointing": True}
-    fake = trace.run(ddp_ranks.task(), on, gpu_semantics=False)
-    real = measure(ddp_ranks.task(), on)
+    with torch.backends.mkldnn.flags(enabled=False):
+        fake = trace.run(ddp_ranks.task(), on, gpu_semantics=False)
+        real = measure(ddp_ranks.task(), on)
+        off = trace.run(ddp_ranks.task(), params, gpu_semantics=False)
     for phase in CHECKED:
         ratio = fake.phase(phase).peak_bytes / real.peaks[phase]
         assert 0.95 <= ratio <= 1.05, (phase, fake.phase(phase).peak_bytes, real.peaks[phase])
-    off = trace.run(ddp_ranks.task(), params, gpu_semantics=False)
     assert fake.phase("forward").peak_bytes < 0.6 * off.phase("forward").peak_bytes  # it checkpointed
 
 
@@ -70,12 +77,31 @@ def test_a_ddp_campaign_is_estimated_per_rank(tmp_path: Path) -> None:
     assert "DDP" not in "\n".join(report.render(one))
 
 
-@pytest.mark.slow  # traces a campaign
-def test_fsdp_and_torch_compile_are_said_not_modelled(tmp_path: Path) -> None:
-    e = campaign.estimate(_notebook(tmp_path, "data_replicas = 2\nmodel_parallel = 2"), second=False, compare_cpu=False)
+@pytest.mark.slow  # spawns two processes that train for real under FSDP2 and gloo, three times, then traces each rank
+def test_an_fsdp_rank_agrees_with_fsdp_run_under_gloo() -> None:
+    params = ddp_ranks.PARAMS
+    real = ddp_ranks.least(params, 2, "FSDP")
+    fake = ddp_ranks.estimated(params, 2, "FSDP")
+    one = ddp_ranks.estimated(params, 1, "one GPU")[0]
+    assert sorted(real) == sorted(fake) == [0, 1]
+    for rank in real:
+        for phase in CHECKED:
+            ratio = fake[rank][phase] / real[rank][phase]
+            assert 0.95 <= ratio <= 1.05, (rank, phase, fake[rank][phase], real[rank][phase])
+        # sharding is there for real: the steady update holds half the optimizer state and gradients of one GPU
+        assert real[rank]["update_second"] < 0.85 * one["update_second"], (rank, real[rank], one)
+
+
+@pytest.mark.slow  # traces a campaign twice
+def test_an_fsdp_campaign_is_estimated_per_rank_and_torch_compile_said_not_modelled(tmp_path: Path) -> None:
+    one = campaign.estimate(_notebook(tmp_path / "one", ""), second=False, compare_cpu=False)
+    e = campaign.estimate(_notebook(tmp_path / "fsdp", "model_parallel = 2"), second=False, compare_cpu=False)
     text = "\n".join(report.render(e))
-    assert e.strategy == "FSDP" and e.gpus == 4
-    assert "FSDP over 4 GPUs: not modelled, measure with cockpit pilot" in text
-    assert "one GPU's figures (FSDP over 4 GPUs is not modelled)" in text
+    assert e.strategy == "FSDP" and e.gpus == 2
+    assert "per rank of FSDP over 2 GPUs" in text
+    assert any("FSDP over 2 GPUs, per rank" in m and "1/2 of the parameters" in m for m in e.modelled), e.modelled
+    assert "not modelled, measure" not in text
     assert "torch.compile" in text.split("Not modelled:")[1]
-    assert not any("DDP" in m for m in e.modelled)
+    steady = {r.name: r.allocated_mib for r in e.phases}["update_second"]
+    alone = {r.name: r.allocated_mib for r in one.phases}["update_second"]
+    assert steady < alone, (steady, alone)  # half the optimizer state and gradients per rank

@@ -411,3 +411,30 @@ def test_the_trace_models_expandable_segments_when_the_environment_asks(monkeypa
     # the same blocks, so the same allocated; reserved is each pool's mapped pages, never below what is allocated
     assert [p.peak_allocated for p in grown.phases] == [p.peak_allocated for p in fixed.phases]
     assert all(p.peak_allocated <= p.reserved <= p.peak_allocated + 22 * MIB for p in grown.phases)
+
+
+def test_fsdp_units_are_the_blocks_of_the_model_then_the_root() -> None:
+    import torch
+
+    from cockpit.estimate.strategy import units
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = torch.nn.ModuleList([torch.nn.Linear(2, 2)])  # a list inside a block: sharded first
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Linear(2, 2)
+            self.blocks = torch.nn.ModuleList([Block(), Block()])
+            self.empty = torch.nn.ModuleList([torch.nn.ReLU()])  # no parameters: not a unit
+
+    net = Net()
+    got = units(net)
+    assert got[-1] is net
+    assert {id(m) for m in got[:-1]} == {id(b) for b in net.blocks} | {id(b.inner[0]) for b in net.blocks}
+    inner = [i for i, m in enumerate(got) if any(m is b.inner[0] for b in net.blocks)]
+    outer = [i for i, m in enumerate(got) if any(m is b for b in net.blocks)]
+    assert max(inner) < min(outer)  # fully_shard asks for the innermost first
+    assert units(torch.nn.Linear(2, 2))[0].__class__ is torch.nn.Linear  # no list: the model is the one unit
