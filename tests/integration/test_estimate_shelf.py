@@ -3,7 +3,7 @@ docs/estimate.md is ``python -m tests.shelf.estimate_table``'s output).
 
 Each healthy family is traced on fake tensors with the CPU's semantics and run for real on the CPU under torch's
 profiler; every phase the table shows agrees within 5 %, or the estimate refused the family and said why by name.
-Two families hold more inside a CPU kernel than any trace can see, and their table rows say so: the test pins their
+One family holds more inside a CPU kernel than any trace can see, and its table row says so: the test pins its
 ratios to an underestimate below 1 so that a change (a model of those kernels, or a new gap) is seen.
 """
 
