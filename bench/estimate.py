@@ -7,6 +7,7 @@ printed. The wall time includes starting Python and torch, as a user running the
 
     .venv/bin/python bench/estimate.py                # the table too (a second trace at microbatch 4)
     .venv/bin/python bench/estimate.py --no-table     # the campaign's microbatch only
+    .venv/bin/python bench/estimate.py --sliced       # the collate as commonly written: labels = t[:, 1:]
 """
 
 from __future__ import annotations
@@ -57,11 +58,17 @@ reference = true
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-table", action="store_true", help="trace the campaign's microbatch only")
+    ap.add_argument(
+        "--sliced",
+        action="store_true",
+        help="the collate returns input_ids = t[:, :-1] and labels = t[:, 1:] of one tensor (issue 38)",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="cockpit-estimate-bench-") as tmp:
         folder = Path(tmp) / "gpt2"
         folder.mkdir()
-        (folder / "campaign.toml").write_text(CAMPAIGN)
+        text = CAMPAIGN.replace("fused = true\n", "fused = true\nsliced = true\n") if args.sliced else CAMPAIGN
+        (folder / "campaign.toml").write_text(text)
         shutil.copy(ROOT / "tests" / "estimate" / "gpt_task.py", folder / "gpt_task.py")
         cmd = [sys.executable, "-m", "cockpit", "estimate", str(folder), "--json"]
         if args.no_table:
@@ -75,7 +82,8 @@ def main() -> int:
         import json
 
         e = json.loads(proc.stdout)
-    print(f"GPT-2 124M, bf16, fused AdamW, microbatch 8 x 1,024 tokens ({e['parameters']:,} parameters)")
+    collate = ", sliced collate (labels = t[:, 1:])" if args.sliced else ""
+    print(f"GPT-2 124M, bf16, fused AdamW, microbatch 8 x 1,024 tokens{collate} ({e['parameters']:,} parameters)")
     print(f"  estimate: {wall:.1f} s wall (command start to end), {e['seconds']:.1f} s tracing")
     print(f"  {'phase':<14} {'allocated':>10} {'reserved':>10} {'NVML':>10} {'CPU sem.':>10}  (MiB)")
     for p in e["phases"]:

@@ -86,6 +86,11 @@ def datasets(p: dict) -> dict:
 
 def collate(examples: list[dict], p: dict) -> dict:
     t = max(len(e["tokens"]) - 1 for e in examples)
+    if p.get("sliced"):  # the collate written the common way (issue 38): two slices of one tensor, strides (T + 1, 1)
+        tokens = torch.zeros(len(examples), t + 1, dtype=torch.long)  # padded with token 0 (equal lengths in use)
+        for i, e in enumerate(examples):
+            tokens[i, : len(e["tokens"])] = e["tokens"]
+        return {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
     x = torch.zeros(len(examples), t, dtype=torch.long)
     y = torch.full((len(examples), t), -1, dtype=torch.long)
     for i, e in enumerate(examples):

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from cockpit import cli
+from cockpit import notebook as nbm
 from cockpit.errors import UsageError
 from cockpit.estimate import campaign, trace
 from tests.unit.test_estimate import HERE, SLICING, TINY, _campaign, _op_task
@@ -157,3 +158,21 @@ def test_the_table_has_both_axes(tmp_path: Path) -> None:
     assert e.fits[0].longest_length <= e.fits[-1].longest_length
     table = "\n".join(report.render(e)).split("Fits (", 1)[1]
     assert "longest length (block) at microbatch 8" in table and " any" not in table
+
+
+@pytest.mark.slow  # traces a campaign twice
+def test_a_sliced_collate_is_estimated_on_the_gpus_semantics_and_the_cpu_column_says_why_it_is_left_out(
+    tmp_path: Path,
+) -> None:
+    """Issue 38: ``labels = t[:, 1:]`` with ``targets.view(-1)`` runs on a GPU (the copy makes the slice
+    contiguous) and fails on the CPU (no copy): the estimate is the GPU's, and only the CPU column is left out."""
+    from tests.unit.test_estimate import _campaign
+
+    nb = _campaign(tmp_path, "")
+    toml = nb.path
+    toml.write_text(toml.read_text().replace("fused = true\n", "fused = true\nsliced = true\n", 1))
+    e = campaign.estimate(nbm.load(nb.directory), second=False, compare_cpu=True)
+    assert all(r.cpu_allocated_mib is None for r in e.phases)
+    left_out = [m for m in e.not_modelled if m.startswith("the CPU-semantics column")]
+    assert left_out and "Cannot view a tensor" in left_out[0], e.not_modelled
+    assert e.peak_allocated_mib > 0
