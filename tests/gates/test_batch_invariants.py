@@ -353,3 +353,71 @@ def test_a_padding_mask_that_moves_few_positions_is_read_and_a_faint_continuous_
     bad = check(gates(tagging(torch.long, cond=True))[0]["data"], FIELDS)
     assert not bad["ok"] and bad.get("warn") and "field 'cond'" in bad["detail"], bad
     assert "scale it cannot resolve" in bad["detail"], bad["detail"]
+
+
+# --------------------------------------------------------------------------- padding invisible to the text
+
+PADDING = "padding invisible to the text"
+
+
+class Encoder(nn.Module):
+    """One bidirectional self-attention layer over the tokens, then a mean over the sequence into a class score.
+    ``mistake``: "" (the mask applied to the attention and the pooling), "inverted" (the mask's 0s taken as text),
+    "pooled" (the attention masked, the mean over every position, padding included)."""
+
+    def __init__(self, mistake: str) -> None:
+        super().__init__()
+        self.emb, self.v = nn.Embedding(VOCAB, 16), nn.Linear(16, 16)
+        self.out, self.mistake = nn.Linear(16, 3), mistake
+
+    def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        text = attention_mask.bool() if self.mistake != "inverted" else ~attention_mask.bool()
+        h = self.emb(ids)
+        scores = h @ h.transpose(1, 2) / 4 - 1e4 * (~text)[:, None, :].float()  # masked as BERT's extended mask
+        h = torch.softmax(scores, dim=-1) @ self.v(h)
+        m = torch.ones_like(text) if self.mistake == "pooled" else text
+        w = m.float()[..., None]
+        return self.out((h * w).sum(1) / w.sum(1).clamp(min=1))
+
+
+def classify(mistake: str, left: bool = False) -> Task:
+    def collate(ex: list[dict[str, Any]], p: dict[str, Any]) -> dict[str, Any]:
+        ids = torch.tensor([e["toks"] for e in ex])
+        mask = torch.ones_like(ids)
+        for i in range(len(ex)):  # examples of 9, 7, 5 tokens: padded after their text (or before, ``left``)
+            pad = 2 * (i % 3)
+            if pad:
+                (mask[i, :pad] if left else mask[i, -pad:]).zero_()
+        return {"tok": ids, "attention_mask": mask, "labels": torch.tensor([e["toks"][0] % 3 for e in ex])}
+
+    def loss(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        return F.cross_entropy(model(batch["tok"], batch["attention_mask"]), batch["labels"])
+
+    return Task(
+        build_model=lambda p: Encoder(mistake),
+        datasets=tokens,
+        collate=collate,
+        loss=loss,
+        kind="classification",
+        input_key="tok",
+        label_names=["a", "b", "c"],
+    )
+
+
+def test_padding_the_model_masks_is_invisible_to_the_text() -> None:
+    c = check(gates(classify(""))[0]["data"], PADDING)
+    assert c["ok"] and not c.get("na") and "left their text's outputs as they were" in c["detail"], c
+
+
+def test_an_inverted_mask_and_a_mean_over_padding_fail_naming_what_to_check() -> None:
+    for mistake in ("inverted", "pooled"):
+        g = gates(classify(mistake))[0]["data"]
+        c = check(g, PADDING)
+        assert not c["ok"] and not c.get("warn"), (mistake, c)
+        assert "changing only the padded tokens" in c["detail"] and "not inverted" in c["detail"], c["detail"]
+        assert check(g, FIELDS)["ok"], mistake  # the mask is read: the check that names unread fields passes
+
+
+def test_left_padding_is_not_applicable_and_says_why() -> None:
+    c = check(gates(classify("", left=True))[0]["data"], PADDING)
+    assert c.get("na") and "pads on the left" in c["detail"], c

@@ -355,18 +355,10 @@ def _verdict(ctx: Context, g: Gate, rel: float, tol: float, found: Found, drops:
         if dec
         else ""
     )
-    mixed = ctx.findings.get("examples mixed")
-    if mixed:  # the cause is measured at the data gate: that check is the finding, this its consequence
-        g.check(
-            name,
-            False,
-            f"differ by {pct} (tolerance {tol:.0e}); loss {how}: the model mixes the examples of a batch (the data "
-            f"gate's check 'examples independent': {mixed}), so a microbatch's outputs are not the whole batch's",
-            warn=True,
-        )
-        g.remedy = (
-            "make each example's output depend on its own inputs only (see the data gate's 'examples independent')"
-        )
+    cause = measured_cause(ctx)
+    if cause:  # the cause is measured at the data gate: that check is the finding, this its consequence
+        g.check(name, False, f"differ by {pct} (tolerance {tol:.0e}); loss {how}: {cause[0]}", warn=True)
+        g.remedy = cause[1]
         return
     g.check(
         name,
@@ -376,6 +368,27 @@ def _verdict(ctx: Context, g: Gate, rel: float, tol: float, found: Found, drops:
         "look for state carried between microbatches (a cache, a counter) or a backward that depends on the "
         "batch (a gradient hook, a custom autograd function scaling by the batch size)",
     )
+
+
+def measured_cause(ctx: Context) -> tuple[str, str] | None:
+    """What the data gate measured that makes a microbatch's outputs differ from the whole batch's: examples the
+    model mixes, or padding that reaches the predictions (a microbatch pads to its own longest example); the words
+    and the remedy, or None."""
+    mixed = ctx.findings.get("examples mixed")
+    if mixed:
+        return (
+            f"the model mixes the examples of a batch (the data gate's check 'examples independent': {mixed}), so "
+            "a microbatch sees other neighbours than the whole batch",
+            "make each example's output depend on its own inputs only (see the data gate's 'examples independent')",
+        )
+    padded = ctx.findings.get("padding seen")
+    if padded:
+        return (
+            f"padding reaches the predictions (the data gate's check 'padding invisible to the text': {padded}), "
+            "and a microbatch pads to its own longest example, not the whole batch's",
+            "keep padding out of every output (see the data gate's 'padding invisible to the text')",
+        )
+    return None
 
 
 def batch_level(ctx: Context, g: Gate, name: str, pct: str, dec: ev.Decomposition, declared: str) -> None:
@@ -391,21 +404,13 @@ def batch_level(ctx: Context, g: Gate, name: str, pct: str, dec: ev.Decompositio
     )
     source = dec.get("source") or ""
     if declared or source:
-        cause = (f"{source}; " if source else "") + (f"declared by {declared}" if declared else "")
-        g.check(name, True, f"expected for this objective: {words}; the term: {cause.rstrip('; ')}")
+        term = (f"{source}; " if source else "") + (f"declared by {declared}" if declared else "")
+        g.check(name, True, f"expected for this objective: {words}; the term: {term.rstrip('; ')}")
         return
-    mixed = ctx.findings.get("examples mixed")
-    if mixed:  # measured where it happens: the data gate's check is the finding, this is its consequence
-        g.check(
-            name,
-            False,
-            f"{words}; the cause is measured: the model mixes the examples of a batch (the data gate's check "
-            f"'examples independent': {mixed}), so a microbatch sees other neighbours than the whole batch",
-            warn=True,
-        )
-        g.remedy = (
-            "make each example's output depend on its own inputs only (see the data gate's 'examples independent')"
-        )
+    cause = measured_cause(ctx)
+    if cause:  # measured where it happens: the data gate's check is the finding, this is its consequence
+        g.check(name, False, f"{words}; the cause is measured: {cause[0]}", warn=True)
+        g.remedy = cause[1]
         return
     g.check(
         name,

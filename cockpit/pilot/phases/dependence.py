@@ -3,7 +3,7 @@
 Run in the data gate on the model ``build_model`` returns (the alignment probe, in eval mode: dropout off and
 BatchNorm on its running statistics, so neither can mix examples or add noise), with the user's own loss, each
 pass under one replayed random state (a diffusion loss draws the same noise and timesteps every time), without
-gradients except where the loss's gradient at the outputs is read. Three invariants of healthy training:
+gradients except where the loss's gradient at the outputs is read. Four invariants of healthy training:
 
 - **every input field read** (``FIELDS``): each tensor field of the batch that differs across examples, and each
   tensor the loss computes and hands the model (a diffusion loss's timesteps), shuffled across the batch alone,
@@ -22,6 +22,8 @@ gradients except where the loss's gradient at the outputs is read. Three invaria
   column left in the features), and an output must not read the input token it is asked to predict (a causal LM
   whose attention was made bidirectional): the target of each output position is read from the loss's gradient
   there (the token a cross-entropy pulls towards), and the input that holds it is changed.
+- **padding invisible to the text** (``PADDING``, ``padding.py``): the tokens at padded positions changed must
+  leave the text's outputs as they were (an inverted mask, a mean pooling over padding).
 """
 
 from __future__ import annotations
@@ -53,10 +55,11 @@ from ..perturb import (
 )
 from ..rng import rng_state, set_rng_state
 from .independence import INDEPENDENT, independent
+from .padding import PADDING, invisible
 from .targets_hidden import HIDDEN, hidden
 
 FIELDS = "every input field read"
-CHECKS = (FIELDS, INDEPENDENT, HIDDEN)
+CHECKS = (FIELDS, INDEPENDENT, HIDDEN, PADDING)
 
 UNRESOLVED = 1e-3  # a field moving the outputs this share of what the strongest input does: seen, barely
 STRETCH = 100.0  # a scalar field's values multiplied by this ...
@@ -103,6 +106,7 @@ def measure(ctx: Context, g: Gate, batch: Batch, model: torch.nn.Module | None, 
         fields_read(ctx, g, on, model, base, lab)
         independent(ctx, g, on, model, base)
         hidden(ctx, g, on, model, base)
+        invisible(ctx, g, on, model, base)
     except Exception as exc:  # an extra measurement: whatever stops it, the checks say why instead of guessing
         done = {c["name"] for c in g.checks}
         for name in CHECKS:
