@@ -32,6 +32,7 @@ import torch
 
 from .order import Position
 from .outputs import LossOut
+from .unregistered import Stray
 from .usercode import NonFinite, UserCodeError
 
 
@@ -266,3 +267,4 @@ class FirstUpdate:
     microbatches: list[list[Example]]
     accumulation: Accumulation
     zero_first: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    strays: list[Stray] | None = None  # tensors the first loss trains outside the model's parameters (None: unmeasured)

@@ -315,3 +315,60 @@ def test_an_image_size_is_a_hint_only_where_someone_chose_it() -> None:
     stats = inputrange.FieldStats()
     stats.add(torch.rand(4, 3, 64, 64) * 2 - 1, None)
     assert "resized far" in " ".join(ranges.size_causes("pixel_values", stats, ranges.Declared(image_size=8)))
+
+
+# --------------------------------------------------------------------------- every trained tensor is registered
+
+REGISTERED = "every trained tensor is registered"
+
+
+class Blocks(nn.Module):
+    """Two hidden layers and a learned output scale, held as ``how`` says: "registered" (nn.ModuleList and
+    nn.Parameter), "list" (a plain Python list of layers), "tensor" (the scale a tensor with requires_grad=True)."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        layers = [nn.Linear(6, 16), nn.Linear(16, 16)]
+        self.blocks: Any = nn.ModuleList(layers) if how != "list" else layers
+        self.out = nn.Linear(16, 3)
+        self.scale: Any = torch.ones(3, requires_grad=True) if how == "tensor" else nn.Parameter(torch.ones(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for b in self.blocks:
+            x = torch.relu(b(x))
+        return self.out(x) * self.scale
+
+
+def blocks(how: str, **kw: Any) -> Task:
+    return classifier(build_model=lambda p: Blocks(how), **kw)
+
+
+def test_a_model_whose_trained_tensors_are_all_registered_passes() -> None:
+    c = check(through(blocks("registered"), "backward")["backward"], REGISTERED)
+    assert c["ok"] and not c.get("na"), c
+
+
+def test_layers_in_a_plain_list_and_a_tensor_made_with_requires_grad_fail_naming_where_the_model_holds_them() -> None:
+    c = check(through(blocks("list"), "backward")["backward"], REGISTERED)
+    assert not c["ok"], c
+    assert "blocks[0].weight [16, 6]" in c["detail"] and "blocks[1].bias" in c["detail"], c["detail"]
+    assert "never updates them" in c["detail"] and "nn.ModuleList" in c["detail"], c["detail"]
+    t = check(through(blocks("tensor"), "backward")["backward"], REGISTERED)
+    assert not t["ok"] and "scale [3]" in t["detail"] and "nn.Parameter" in t["detail"], t
+
+
+def test_a_tensor_the_optimizer_updates_but_no_state_dict_holds_is_named_as_lost_at_every_checkpoint() -> None:
+    def optimizer(model: nn.Module, params: dict[str, Any]) -> torch.optim.Optimizer:
+        return torch.optim.AdamW([*model.parameters(), model.scale], lr=1e-3)
+
+    c = check(through(blocks("tensor", optimizer=optimizer), "backward")["backward"], REGISTERED)
+    assert not c["ok"] and "checkpoint and export loses" in c["detail"], c
+
+
+def test_a_perturbation_made_in_the_loss_is_not_the_models_and_is_left_alone() -> None:
+    def loss(m: nn.Module, b: dict[str, Any]) -> torch.Tensor:
+        delta = torch.zeros_like(b["x"], requires_grad=True)  # an adversarial perturbation, the loss's own
+        return F.cross_entropy(m(b["x"] + delta), b["labels"])
+
+    c = check(through(blocks("registered", loss=loss), "backward")["backward"], REGISTERED)
+    assert c["ok"], c

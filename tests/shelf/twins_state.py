@@ -93,4 +93,14 @@ CASES: dict[str, Case] = {
         verdict="warn",
         words=("input_values", "16-bit"),
     ),
+    "nanogpt_blocks_in_list": Case(
+        "nanogpt_blocks_in_list.py:task",
+        {"block_size": 64, "n_layer": 2, "n_head": 2, "n_embd": 64},
+        training={"lr": 1e-3, "weight_decay": 0.1, "grad_clip": 1.0},
+        family="nanogpt",
+        expect="failed",
+        gate="backward",
+        check="every trained tensor is registered",
+        words=("blocks[0].attn", "never updates them", "nn.ModuleList"),
+    ),
 }

@@ -17,7 +17,7 @@ import torch
 
 from ... import events as ev
 from ...contract import Batch
-from .. import frozenmode, outputs, tensorscan
+from .. import frozenmode, outputs, tensorscan, unregistered
 from ..context import Context
 from ..gate import Gate, Phase
 from ..microsteps import Accumulation, FirstUpdate
@@ -65,6 +65,8 @@ def forward(ctx: Context, g: Gate) -> None:
         taken = acc.forward()  # under DDP's no_sync until its backward, when the update has more microbatches
     batch, lo = taken.batch, taken.loss
     value, count = lo.value, lo.count
+    if isinstance(value, torch.Tensor) and value.grad_fn is not None:
+        ctx.first_update.strays = unregistered.strays(tr.model, value, tr.optimizer)
     g.inputs["loss"] = lo.form
     ok_shape = value.dim() == 0
     g.check(
@@ -159,6 +161,15 @@ def backward(ctx: Context, g: Gate) -> None:
         not frozen_grad,
         "none" if not frozen_grad else f"{', '.join(frozen_grad[:4])} have gradients",
     )
+    strays = first.strays
+    if strays is None:
+        g.not_applicable(unregistered.NAME, "the first loss has no graph to follow")
+    elif strays:
+        g.check(unregistered.NAME, False, unregistered.describe(strays))
+    else:
+        g.check(
+            unregistered.NAME, True, f"every tensor the loss trains is one of the model's {total} trainable parameters"
+        )
 
 
 def trainable_as_declared(ctx: Context, g: Gate) -> None:
@@ -238,7 +249,8 @@ BACKWARD = Phase(
         "every trainable parameter has a gradient",
         "finite gradients",
         "frozen parameters get no gradient",
+        unregistered.NAME,
     ),
     inputs=base_inputs,
-    doc="finite gradient on every trainable parameter, none on frozen",
+    doc="finite gradient on every trainable parameter, none on frozen, none outside the model's parameters",
 )
