@@ -32,6 +32,13 @@ def ids_text(xs: list[Any], k: int = 5) -> str:
     return shown + (f" (+{len(xs) - k} more)" if len(xs) > k else "")
 
 
+def batch_ids(batch: Any) -> list[Any]:
+    """The examples' ids a batch carries (its ``"ids"`` list), or none: a tensor under that key is the user's data
+    under a name the contract keeps for ids (the data gate says so), never a list of ids."""
+    got = batch.get("ids") if isinstance(batch, dict) else None
+    return list(got) if isinstance(got, (list, tuple)) else []
+
+
 def share_text(n: int, total: int) -> str:
     return f"{n} of {total} ({100.0 * n / max(total, 1):.1f}%)"
 
@@ -141,6 +148,13 @@ def scan(
         got = batch.get("ids")
         if got is None:
             s.ids_from_cockpit = True  # the collate returns none: Cockpit knows which examples it gave
+        elif torch.is_tensor(got):
+            if not s.problems["ids"]:
+                s.problems["ids"].append(
+                    f"'ids' holds a tensor {tuple(got.shape)}, where the batch key 'ids' is kept for the examples' "
+                    "ids (a list, in order): name the tensor otherwise (input_ids, and Task.input_key if the model "
+                    "takes token ids)"
+                )
         elif list(got) != want:
             s.problems["ids"].append(
                 f"{split}[{start}:{start + len(chunk)}]: ids {ids_text(list(got), 3)} for examples {ids_text(want, 3)}"

@@ -18,7 +18,7 @@ import torch
 from ..contract import Batch
 from . import outputs
 from .context import Context
-from .datascan import ids_text
+from .datascan import batch_ids, ids_text
 from .gate import Gate
 from .rng import RngState, set_rng_state
 
@@ -178,7 +178,7 @@ def tolerance(ctx: Context, noise: float) -> float:
 
 
 def rows_named(batch: Batch, rows: list[int]) -> str:
-    ids = batch.get("ids") or []
+    ids = batch_ids(batch)
     return ids_text([str(ids[r]) if r < len(ids) else f"row {r}" for r in rows], 3)
 
 

@@ -421,3 +421,22 @@ def test_an_inverted_mask_and_a_mean_over_padding_fail_naming_what_to_check() ->
 def test_left_padding_is_not_applicable_and_says_why() -> None:
     c = check(gates(classify("", left=True))[0]["data"], PADDING)
     assert c.get("na") and "pads on the left" in c["detail"], c
+
+
+def test_token_ids_under_the_batch_key_kept_for_example_ids_are_the_users_to_rename_not_a_crash() -> None:
+    """'ids' is the contract's key for the examples' ids; a tensor of token ids under it crashed the data gate
+    (``batch.get("ids") or []`` on a tensor), which read as a defect of Cockpit's."""
+    import dataclasses
+
+    base = classify("")
+
+    def collate(ex: list[dict[str, Any]], p: dict[str, Any]) -> dict[str, Any]:
+        b = base.collate(ex, p)
+        return {"ids": b.pop("tok"), **b}
+
+    def loss(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        return F.cross_entropy(model(batch["ids"], batch["attention_mask"]), batch["labels"])
+
+    task = dataclasses.replace(base, collate=collate, loss=loss, input_key="ids")
+    c = check(gates(task)[0]["data"], "batch carries ids")
+    assert not c["ok"] and "'ids' holds a tensor (24, 9)" in c["detail"] and "input_ids" in c["detail"], c

@@ -30,6 +30,7 @@ import torch
 from ...contract import Batch
 from .. import outputs
 from ..context import Context
+from ..datascan import batch_ids
 from ..gate import Gate
 from ..rng import rng_state, set_rng_state
 from .semantics import decoder_key
@@ -194,7 +195,7 @@ def own_example(g: Gate, batch: Batch, s: Scored | str) -> None:
     if isinstance(s, str):
         g.not_applicable(OWN, s)
         return
-    ids = batch.get("ids") or []
+    ids = batch_ids(batch)
     who = str(ids[s.row]) if s.row < len(ids) else f"row {s.row}"
     n = s.shape[0]
     mixed = [i for i in s.rows if i != s.row]

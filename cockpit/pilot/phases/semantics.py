@@ -19,7 +19,7 @@ import torch
 from ...contract import Batch, Example
 from .. import outputs
 from ..context import Context
-from ..datascan import ids_text
+from ..datascan import batch_ids, ids_text
 from ..gate import Gate
 from ..trainer import user
 
@@ -142,7 +142,7 @@ def causal_mask(ctx: Context, g: Gate, batch: Batch) -> None:
         )
         return
     rows, cols = bad.nonzero(as_tuple=True)
-    ids = batch.get("ids") or []
+    ids = batch_ids(batch)
     who = [str(ids[int(r)]) if int(r) < len(ids) else f"row {int(r)}" for r in rows.unique()]
     g.check(
         "causal mask",
