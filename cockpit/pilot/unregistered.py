@@ -14,6 +14,7 @@ perturbation) is not the model's and is left alone.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,17 +50,22 @@ def leaves(loss: torch.Tensor) -> list[torch.Tensor]:
     return list(out.values())
 
 
-def strays(model: torch.nn.Module, loss: torch.Tensor, optimizer: Any) -> list[Stray]:
-    """The tensors the loss trains that the model holds outside its registered parameters."""
-    registered = {id(p) for p in model.parameters()}
-    stepped = {id(p) for group in getattr(optimizer, "param_groups", ()) for p in group.get("params", ())}
+def strays(models: Iterable[torch.nn.Module], loss: torch.Tensor, optimizers: Iterable[Any]) -> list[Stray]:
+    """The tensors the loss trains that the models hold outside their registered parameters (a script's models are
+    each named by their class: ``Generator.blocks[0].weight``, where there are several)."""
+    models = list(models)
+    registered = {id(p) for m in models for p in m.parameters()}
+    stepped = {id(p) for o in optimizers for group in getattr(o, "param_groups", ()) for p in group.get("params", ())}
     found: list[Stray] = []
     for t in leaves(loss):
         if id(t) in registered:
             continue
-        path = held_at(model, t)
-        if path is not None:
-            found.append(Stray(path, tuple(t.shape), id(t) in stepped))
+        for m in models:
+            path = held_at(m, t)
+            if path is not None:
+                where = f"{type(m).__name__}.{path}" if len(models) > 1 else path
+                found.append(Stray(where, tuple(t.shape), id(t) in stepped))
+                break
     return sorted(found, key=lambda s: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", s.path)])
 
 

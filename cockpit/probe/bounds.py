@@ -22,6 +22,7 @@ from .. import events as ev
 from ..machine import CpuWatch, busy_words
 from ..pilot.gate import Gate
 from ..pilot.meter import Meter, PhaseMeasure
+from ..pilot.unregistered import Stray
 from . import phases as ph
 from .channel import Diverged, Save
 from .config import ChildConfig
@@ -157,6 +158,7 @@ class Bounds:
         self.second_pending = False
         self.before: dict[str, tuple[float, float, float]] = {}
         self.forward_inputs: dict[str, ev.JSON] = {}
+        self.strays: list[Stray] | None = None  # what the first loss trains outside the models' parameters
         self.saves: list[Save] = []
         self.burst: Burst | None = None  # the save phase's files so far
         self.loaded: list[str] = []

@@ -21,7 +21,7 @@ import torch
 
 from .. import events as ev
 from ..machine import CpuWatch, gpu_others
-from ..pilot import tensorscan
+from ..pilot import tensorscan, unregistered
 from ..pilot.gate import Gate
 from ..pilot.meter import PhaseMeasure, stack_info
 from ..pilot.stillness import classify
@@ -98,6 +98,9 @@ class Training(Bounds):
                 self.diverged = {"phase": ph.FORWARD, "value": str(v), "step": 1}
                 self.stop_reason = f"non-finite loss ({v}) in the first forward pass"
         self.forward_inputs = {k: v for k, v in g.inputs.items() if k in ("microbatch", "shapes", "module")}
+        if loss is not None and loss.grad_fn is not None:  # the graph, before backward frees it
+            models = [m for m in (ref() for ref in self.roots.values()) if m is not None]
+            self.strays = unregistered.strays(models, loss, list(self.optimizers))
         self.record(o)
 
     def _end_backward(self) -> None:
@@ -132,6 +135,16 @@ class Training(Bounds):
             if not frozen_grad
             else f"{short_list(frozen_grad)} have gradients",
         )
+        if self.strays is None:
+            g.not_applicable(unregistered.NAME, "the first loss's graph was not read")
+        elif self.strays:
+            g.check(unregistered.NAME, False, unregistered.describe(self.strays))
+        else:
+            g.check(
+                unregistered.NAME,
+                True,
+                f"every tensor the loss trains is one of the {len(trainable)} trainable parameters",
+            )
         self.record(o)
         self.read_modes()
         # The rest of the first update (its other microbatches and the step) is measured as update_first;

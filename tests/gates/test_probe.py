@@ -847,3 +847,35 @@ def test_a_file_saved_before_training_is_no_checkpoint(probe, tmp_path):
     why = loop(model, opt, eval_after=0, save_after=3, path=tmp_path / "ck.pt")
     assert why.endswith("one save (at step 3)")
     assert sink.gates["save"]["inputs"]["files"] == ["ck.pt"]
+
+
+def test_a_scripts_layer_kept_in_a_plain_list_is_named_at_backward(probe, tmp_path):
+    """The layer runs in forward and gets a gradient, but model.parameters() (so the optimizer and state_dict)
+    never sees it: named where the model holds it, never a pass."""
+
+    class Listed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inp = nn.Linear(8, 16)
+            self.hidden = [nn.Linear(16, 16)]  # the mistake: nn.ModuleList registers it
+            self.out = nn.Linear(16, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.out(torch.relu(self.hidden[0](torch.relu(self.inp(x)))))
+
+    _, sink = probe(steps=3)
+    torch.manual_seed(0)
+    model = Listed()
+    loop(model, torch.optim.AdamW(model.parameters(), lr=1e-2), path=tmp_path / "ck.pt")
+    c = sink.check("backward", "every trained tensor is registered")
+    assert not c["ok"] and "hidden[0].weight [16, 16]" in c["detail"] and "never updates them" in c["detail"], c
+    ok_probe = sink.check("backward", "frozen parameters get no gradient")
+    assert ok_probe["ok"], ok_probe
+
+
+def test_a_scripts_registered_model_passes_the_registration_check(probe, tmp_path):
+    _, sink = probe(steps=3)
+    model, opt = model_and_opt()
+    loop(model, opt, path=tmp_path / "ck.pt")
+    c = sink.check("backward", "every trained tensor is registered")
+    assert c["ok"] and not c.get("na"), c

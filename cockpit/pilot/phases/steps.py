@@ -66,7 +66,7 @@ def forward(ctx: Context, g: Gate) -> None:
     batch, lo = taken.batch, taken.loss
     value, count = lo.value, lo.count
     if isinstance(value, torch.Tensor) and value.grad_fn is not None:
-        ctx.first_update.strays = unregistered.strays(tr.model, value, tr.optimizer)
+        ctx.first_update.strays = unregistered.strays([tr.model], value, [tr.optimizer])
     g.inputs["loss"] = lo.form
     ok_shape = value.dim() == 0
     g.check(
