@@ -372,3 +372,29 @@ def test_a_perturbation_made_in_the_loss_is_not_the_models_and_is_left_alone() -
 
     c = check(through(blocks("registered", loss=loss), "backward")["backward"], REGISTERED)
     assert c["ok"], c
+
+
+# --------------------------------------------------------------------------- targets scored against their own example
+
+OWN = "targets scored against their own example"
+
+
+def test_targets_reordered_apart_from_the_outputs_are_named_at_data() -> None:
+    """A roll or a sort of the labels inside the loss: every gate but the overfit's (a vague warning) passed it."""
+    for reorder in (lambda y: torch.roll(y, 1), lambda y: y.sort().values):
+
+        def loss(m: nn.Module, b: dict[str, Any], reorder: Any = reorder) -> torch.Tensor:
+            return F.cross_entropy(m(b["x"]), reorder(b["labels"]))
+
+        c = check(through(classifier(loss=loss), "data")["data"], OWN)
+        assert not c["ok"] and "and not at its own" in c["detail"] and "index off by one" in c["detail"], c
+
+
+def test_a_loss_that_reads_only_the_first_example_is_named_at_data() -> None:
+    def loss(m: nn.Module, b: dict[str, Any]) -> torch.Tensor:
+        return F.cross_entropy(m(b["x"])[:1], b["labels"][:1])
+
+    c = check(through(classifier(loss=loss), "data")["data"], OWN)
+    assert not c["ok"] and "reads only part of the batch" in c["detail"], c
+    ok = check(through(classifier(), "data")["data"], OWN)
+    assert ok["ok"] and "at its own output" in ok["detail"], ok

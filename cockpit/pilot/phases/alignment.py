@@ -48,6 +48,7 @@ class Scored:
     others: float = 0.0  # the largest change at another example's output
     least: float = 0.0  # the smallest change at another example's output
     shape: tuple[int, ...] = ()  # the outputs' shape
+    first_reaches: bool | None = None  # where ``row``'s target moved nothing: whether the first example's does
 
     def offset(self, feeds_decoder: bool = False) -> int | None:
         """``t - p`` for the one output position the target at ``t`` is scored at; None when not exactly one.
@@ -99,10 +100,11 @@ def release(probe: Probe) -> None:
 
 
 def _pick(lab: torch.Tensor, ignore: int) -> tuple[int, int | None] | None:
-    """The target to change: in the row with the most targets, the middle one (away from the edges)."""
+    """The target to change: in the row with the most targets, the middle one (away from the edges); one target per
+    example: the middle example's (a loss that reads only the first or the last example does not score it)."""
     if lab.dim() == 1:
         rows = (lab != ignore).nonzero().flatten().tolist()
-        return (int(rows[0]), None) if rows else None
+        return (int(rows[len(rows) // 2]), None) if rows else None
     sup = (lab != ignore).reshape(lab.shape[0], lab.shape[1], -1).any(-1)
     r = int(sup.sum(1).argmax())
     cols = sup[r].nonzero().flatten().tolist()
@@ -160,6 +162,13 @@ def measure(ctx: Context, probe: Probe, batch: Batch) -> Scored | str:
             classes = a.shape[-1] if a.dim() >= 2 else 2
             set_rng_state(start)  # the same draws for both calls: a stochastic loss compares like with like
             b = _grad_at_outputs(ctx, probe.model, {**on, task.label_key: _changed(on[task.label_key], where, classes)})
+            first = _pick(lab[:1], task.ignore_index) if lab.dim() == 1 and where[0] != 0 else None
+            c = None
+            if b is not None and first is not None and a.shape == b.shape and torch.equal(a, b):
+                set_rng_state(start)  # the middle example's target moved nothing: does the first one's?
+                c = _grad_at_outputs(
+                    ctx, probe.model, {**on, task.label_key: _changed(on[task.label_key], first, classes)}
+                )
     except Exception as exc:  # the measurement is an extra: whatever stops it, the checks fall back and say why
         return f"the loss could not be run with one target changed ({type(exc).__name__}: {str(exc)[:160]})"
     if b is None or a.shape != b.shape or a.dim() == 0 or a.shape[0] != lab.shape[0]:
@@ -180,6 +189,8 @@ def measure(ctx: Context, probe: Probe, batch: Batch) -> Scored | str:
     if pos is not None and a.dim() >= 3:
         per_pos = diff[r].reshape(diff.shape[1], -1).amax(1)
         s.positions = [int(i) for i in (per_pos > tol).nonzero().flatten().tolist()]
+    if c is not None and c.shape == a.shape:
+        s.first_reaches = bool(((a - c).abs() > tol).any())
     return s
 
 
@@ -201,6 +212,29 @@ def own_example(g: Gate, batch: Batch, s: Scored | str) -> None:
     mixed = [i for i in s.rows if i != s.row]
     if n < 3:
         g.not_applicable(OWN, f"{n} examples in the batch: a loss over pairs and a broadcast target look alike")
+        return
+    if s.row not in s.rows and mixed:  # another example's output took the change, its own none
+        named = ", ".join(str(ids[i]) if i < len(ids) else f"row {i}" for i in mixed[:3])
+        g.check(
+            OWN,
+            False,
+            f"changing only the target of {who} changed the loss's gradient at the output of {named} and not at "
+            f"its own: the loss scores each target against another example's output, so the model learns "
+            "targets that belong to other inputs. Look for targets reordered apart from the outputs (a roll, a "
+            "sort, a shuffle of one of the two, an index off by one)",
+        )
+        return
+    if not s.rows and s.first_reaches:  # the first example's target counts, the middle one's does not
+        g.check(
+            OWN,
+            False,
+            f"changing the target of {who} changed nothing in the loss's gradient, where the first example's "
+            f"target does: the loss reads only part of the batch (an index such as out[:1] or labels[0], a "
+            "reduction over the wrong dimension), so most examples never train the model",
+        )
+        return
+    if not s.rows:
+        g.not_applicable(OWN, f"changing the target of {who} moved no output's gradient: the loss does not read it")
         return
     # every other example's output moved as much as its own: a target compared with the whole batch (a pair or
     # preference loss moves its partner only; class weights from the batch's counts move the rest a little)
