@@ -25,6 +25,7 @@ from ..contract import Batch, Example, Params
 from ..notebook.settings import Settings
 from . import adapter as adapter_
 from . import frozen as frozen_
+from . import loads as loads_
 from . import outputs, splits
 from .microsteps import Accumulated, Accumulation, Applied, ControlOutputs, Evaluated, Updated
 from .order import DataOrder, Position
@@ -134,6 +135,7 @@ class Trainer:
         self.scheduler: Any = None
         self.scheduler_start: dict[str, Any] | None = None  # the scheduler's state_dict before its first step
         self.nothing_trains = ""  # what froze the model, when no parameter requires grad
+        self.loads: list[loads_.Load] = []  # the state dicts build_model loaded (loads.recorded)
 
     @property
     def splits(self) -> dict[str, Sequence[Example]]:
@@ -167,7 +169,8 @@ class Trainer:
         seed_everything(self.seed)
         if self._splits is None:
             self.load_data()
-        model = user("build_model", self.task.build_model, self.params)
+        with loads_.recorded() as self.loads:
+            model = user("build_model", self.task.build_model, self.params)
         if not isinstance(model, torch.nn.Module):
             raise UserCodeError("build_model", TypeError(f"returned a {type(model).__name__}, not a torch.nn.Module"))
         self.model = self.to_device_model(model)
@@ -237,8 +240,7 @@ class Trainer:
                 self.optimizer, _schedule(kind, warmup, self.total_updates)
             )
             self.scheduler_source = f"Cockpit's {kind} schedule" + (f", {warmup} warm-up updates" if warmup else "")
-        # The schedule's state before its first update, so the update gate can replay it over the run's updates
-        # apart from the run (a scheduler that keeps no state_dict cannot be checkpointed either).
+        # the schedule before its first update, replayed apart by the update gate (no state_dict: no checkpoint)
         try:
             self.scheduler_start = copy.deepcopy(self.scheduler.state_dict())
         except Exception:
@@ -345,9 +347,7 @@ class Trainer:
 
     def grad_norm(self) -> float:
         grads = [p.grad.detach().float().norm() for p in self.model.parameters() if p.grad is not None]
-        if not grads:
-            return 0.0
-        return float(torch.stack(grads).norm())
+        return float(torch.stack(grads).norm()) if grads else 0.0
 
     def apply(self, check_finite: bool = True) -> Applied:
         clip = self.settings.grad_clip  # 0 (or absent): no clipping

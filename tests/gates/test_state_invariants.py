@@ -398,3 +398,44 @@ def test_a_loss_that_reads_only_the_first_example_is_named_at_data() -> None:
     assert not c["ok"] and "reads only part of the batch" in c["detail"], c
     ok = check(through(classifier(), "data")["data"], OWN)
     assert ok["ok"] and "at its own output" in ok["detail"], ok
+
+
+# --------------------------------------------------------------------------- weights loaded where they belong
+
+LOADED = "weights loaded where they belong"
+
+
+def pretrained(tmp_path: Any, saved: str, head: bool = False) -> Task:
+    """build_model loads a checkpoint with strict=False: saved from the bare model ("bare"), from a DDP wrapper
+    ("ddp": every key prefixed module.); ``head``: a new head the file does not hold (fine-tuning)."""
+    path = tmp_path / "pretrained.pt"
+    torch.manual_seed(1)
+    body = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 3))
+    state = body.state_dict()
+    if saved == "ddp":
+        state = {f"module.{k}": v for k, v in state.items()}
+    if head:
+        state = {k: v for k, v in state.items() if not k.endswith(("2.weight", "2.bias"))}
+    torch.save(state, path)
+
+    def build(params: dict[str, Any]) -> nn.Module:
+        model = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 3))
+        model.load_state_dict(torch.load(path, weights_only=True), strict=False)
+        return model
+
+    return classifier(build_model=build)
+
+
+def test_a_checkpoint_saved_from_a_ddp_wrapper_and_loaded_non_strict_is_named_as_loading_nothing(tmp_path: Any) -> None:
+    c = check(through(pretrained(tmp_path, "ddp"), "forward")["forward"], LOADED)
+    assert not c["ok"], c
+    assert "filled 0 of its 4 keys" in c["detail"] and "prefix 'module.'" in c["detail"], c["detail"]
+
+
+def test_a_whole_load_and_a_new_head_over_a_loaded_body_pass(tmp_path: Any) -> None:
+    c = check(through(pretrained(tmp_path, "bare"), "forward")["forward"], LOADED)
+    assert c["ok"] and "4 of 4 keys" in c["detail"], c
+    h = check(through(pretrained(tmp_path, "bare", head=True), "forward")["forward"], LOADED)
+    assert h["ok"] and "2 of 4 keys, 2 of the model's not in the file" in h["detail"], h
+    none = check(through(classifier(), "forward")["forward"], LOADED)
+    assert none.get("na") and "loaded no state dict" in none["detail"], none

@@ -17,7 +17,7 @@ import torch
 
 from ... import events as ev
 from ...contract import Batch
-from .. import frozenmode, outputs, tensorscan, unregistered
+from .. import frozenmode, loads, outputs, tensorscan, unregistered
 from ..context import Context
 from ..gate import Gate, Phase
 from ..microsteps import Accumulation, FirstUpdate
@@ -48,6 +48,11 @@ def forward(ctx: Context, g: Gate) -> None:
     n_params = sum(p.numel() for p in tr.model.parameters())
     n_train = sum(p.numel() for n, p in tr.model.named_parameters() if n in tr.trainable_names)
     g.inputs.update({"parameters": n_params, "trainable": n_train})
+    ok, words = loads.judge(tr.loads)
+    if ok is None:
+        g.not_applicable(loads.NAME, words)
+    else:
+        g.check(loads.NAME, ok, words)
     before = param_fingerprint(tr.model)
     mbs = tr.next_microbatches()
     g.inputs.update(ctx.batch_inputs(mbs[0]))
@@ -236,9 +241,10 @@ FORWARD = Phase(
         lossinit.NAME,
         lossterms.AT_INIT,
         frozenmode.NAME,
+        loads.NAME,
     ),
     inputs=base_inputs,
-    doc="shapes, finite loss, initial loss vs what the objective implies",
+    doc="shapes, finite loss, initial loss vs what the objective implies, the weights build_model loaded",
 )
 BACKWARD = Phase(
     "backward",
