@@ -7,11 +7,11 @@ reaches the predictions."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from transformers import BertForSequenceClassification
 
-from cockpit.pilot.task import Task
 from tests.shelf import hf_bert_task as base
 
 
@@ -20,15 +20,4 @@ def loss(model: BertForSequenceClassification, batch: dict[str, Any]) -> Any:
     return model(input_ids=batch["input_ids"], attention_mask=padding, labels=batch["labels"])
 
 
-task = Task(
-    build_model=base.build_model,
-    datasets=base.datasets,
-    collate=base.collate,
-    loss=loss,
-    kind="classification",
-    label_names=base.LABELS,
-    trainable=base.head_only,
-    max_length=lambda params: int(params.get("max_length", 16)),
-    length=lambda e: len(e["words"]) + 1,
-    group_unit="sentence",
-)
+task = dataclasses.replace(base.task, loss=loss)

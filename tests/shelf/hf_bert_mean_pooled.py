@@ -7,13 +7,13 @@ predictions."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cockpit.pilot.task import Task
 from tests.shelf import hf_bert_task as base
 
 
@@ -34,15 +34,9 @@ def loss(model: MeanPooled, batch: dict[str, Any]) -> torch.Tensor:
     return F.cross_entropy(model(batch["input_ids"], batch["attention_mask"]), batch["labels"])
 
 
-task = Task(
+task = dataclasses.replace(
+    base.task,
     build_model=MeanPooled,
-    datasets=base.datasets,
-    collate=base.collate,
     loss=loss,
-    kind="classification",
-    label_names=base.LABELS,
     trainable=lambda model: [n for n, _ in model.named_parameters() if n.startswith("head.")],
-    max_length=lambda params: int(params.get("max_length", 16)),
-    length=lambda e: len(e["words"]) + 1,
-    group_unit="sentence",
 )
