@@ -124,13 +124,15 @@ class Counter(TorchDispatchMode):
             counter.resized(st)
             return out
 
-        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign, assignment]
         super().__enter__()
+        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign, assignment]
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        super().__exit__(*exc)
-        torch.UntypedStorage.resize_ = self._resize  # type: ignore[method-assign]
+        try:
+            super().__exit__(*exc)
+        finally:
+            torch.UntypedStorage.resize_ = self._resize  # type: ignore[method-assign]
 
     # ---- phases
 

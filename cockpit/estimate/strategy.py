@@ -131,22 +131,19 @@ def wrap(model: torch.nn.Module) -> list[Any]:
 
 
 def units(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """FSDP's units, innermost first: every child of each ``nn.ModuleList`` that holds parameters of its own
-    (the repeated blocks), then the model itself; a unit nested in another one's list is sharded first."""
+    """FSDP's units: every child of the outermost ``nn.ModuleList``s that holds parameters (the repeated blocks; a
+    list inside a block, a mixture's experts, stays in its block's unit, as accelerate and torchtitan wrap whole
+    decoder blocks), then the model itself."""
     found: list[torch.nn.Module] = []
-    seen: set[int] = set()
-    for module in model.modules():
-        if isinstance(module, torch.nn.ModuleList):
-            for child in module:
-                if id(child) not in seen and any(True for _ in child.parameters()):
-                    seen.add(id(child))
-                    found.append(child)
-    depth = {id(m): 0 for m in found}
-    for m in found:  # a unit inside another unit's subtree is sharded before it, as fully_shard asks
-        for inner in m.modules():
-            if inner is not m and id(inner) in depth:
-                depth[id(inner)] += 1
-    return [*sorted(found, key=lambda m: -depth[id(m)]), model]
+    inside: set[int] = set()  # modules under a unit already chosen
+    for module in model.modules():  # parents come before their children
+        if id(module) in inside or not isinstance(module, torch.nn.ModuleList):
+            continue
+        for child in module:
+            if id(child) not in inside and any(True for _ in child.parameters()):
+                found.append(child)
+                inside.update(id(m) for m in child.modules())
+    return [*found, model]
 
 
 def shard(model: torch.nn.Module, mesh: Any) -> int:

@@ -36,6 +36,8 @@ def batch_ids(batch: Any) -> list[Any]:
     """The examples' ids a batch carries (its ``"ids"`` list), or none: a tensor under that key is the user's data
     under a name the contract keeps for ids (the data gate says so), never a list of ids."""
     got = batch.get("ids") if isinstance(batch, dict) else None
+    if torch.is_tensor(got) and got.dim() == 1:
+        return got.tolist()  # integer ids a collator tensorised
     return list(got) if isinstance(got, (list, tuple)) else []
 
 
@@ -148,6 +150,8 @@ def scan(
         got = batch.get("ids")
         if got is None:
             s.ids_from_cockpit = True  # the collate returns none: Cockpit knows which examples it gave
+        elif torch.is_tensor(got) and got.dim() == 1 and got.tolist() == want:
+            pass  # the examples' integer ids, tensorised with the rest of the batch (Hugging Face's collators)
         elif torch.is_tensor(got):
             if not s.problems["ids"]:
                 s.problems["ids"].append(

@@ -13,6 +13,7 @@ few of the model's it fills (an adapter over its base, a pretrained body under a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ def recorded() -> Iterator[list[Load]]:
     original = torch.nn.Module.load_state_dict
     got: list[Load] = []
 
+    @functools.wraps(original)
     def load_state_dict(self: torch.nn.Module, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, state_dict, *args, **kwargs)
         strict = bool(kwargs.get("strict", args[0] if args else True))
@@ -65,22 +67,24 @@ def recorded() -> Iterator[list[Load]]:
         torch.nn.Module.load_state_dict = original  # type: ignore[method-assign]
 
 
-def prefix(load: Load) -> str:
-    """The wrapper prefix that tells the file's keys from the model's ("" when none explains them)."""
+def prefix(load: Load) -> tuple[str, bool]:
+    """The wrapper prefix that tells the file's keys from the model's, and whether the file's keys carry it (saved
+    from a wrapper) rather than the model's (a wrapper loaded with a plain file); ("", False) when none does."""
     missing = set(load.missing)
     for p in WRAPPERS:
         stripped = {k[len(p) :] for k in load.unexpected if k.startswith(p)}
         if load.unexpected and len(stripped) == len(load.unexpected) and stripped & missing:
-            return p  # the file's keys carry it (saved from the wrapper)
+            return p, True
         if missing and all(k.startswith(p) for k in missing) and {p + k for k in load.unexpected} & missing:
-            return p
-    return ""
+            return p, False
+    return "", False
 
 
-def judge(loads: list[Load]) -> tuple[bool | None, str]:
-    """(ok, words): None for not applicable (no load), False for a non-strict load that filled too little."""
+def judge(loads: list[Load]) -> tuple[str, str]:
+    """(verdict, words): "na" (no load), "pass", "fail" (a non-strict load that filled nothing, or a wrapper's
+    prefix in the way), "warn" (one that filled less than half the model while the file's weights went nowhere)."""
     if not loads:
-        return None, "build_model loaded no state dict"
+        return "na", "build_model loaded no state dict"
     loose = [ld for ld in loads if not ld.strict]
     # every key of the file landing (an adapter loaded over its base, a body under a new head) is what strict=False
     # is for, however few of the model's keys it fills; weights of the file going nowhere while most of the model
@@ -94,22 +98,35 @@ def judge(loads: list[Load]) -> tuple[bool | None, str]:
             + ("" if ld.strict else " (strict=False)")
             for ld in loads[:3]
         )
-        return True, f"{len(loads)} state dict{'s' if len(loads) > 1 else ''} loaded: {said}"
+        return "pass", f"{len(loads)} state dict{'s' if len(loads) > 1 else ''} loaded: {said}"
     ld = bad[0]
-    p = prefix(ld)
-    cause = (
-        f"the file's keys carry the prefix {p!r} the model's do not (saved from a "
-        f"{'DDP' if p == 'module.' else 'torch.compile' if p == '_orig_mod.' else 'wrapper'}'s state_dict): strip "
-        "it before loading, or save the unwrapped model"
-        if p
-        else f"the file's keys are not the model's ({_names(ld.unexpected)} against {_names(ld.missing)}): a "
-        "checkpoint of another model or version"
-    )
-    return False, (
-        f"load_state_dict(strict=False) on {ld.module} filled {ld.filled} of its {ld.filled + len(ld.missing)} "
-        f"keys ({ld.share:.0%}); {len(ld.missing)} stay at their random initialisation and {len(ld.unexpected)} "
-        f"of the file's weights went nowhere: {cause}. The run would train from scratch while believed "
-        "pretrained; load with strict=True to see the mismatch as an error"
+    p, in_file = prefix(ld)
+    wrapper = "DDP" if p == "module." else "torch.compile" if p == "_orig_mod." else "a wrapper"
+    if p and in_file:
+        cause = (
+            f"the file's keys carry the prefix {p!r} the model's do not (saved from {wrapper}'s state_dict): "
+            "strip it before loading, or save the unwrapped model"
+        )
+    elif p:
+        cause = (
+            f"the model's keys carry the prefix {p!r} the file's do not (a plain state dict loaded into "
+            f"{wrapper}): load it into the unwrapped model ({'model.module' if p == 'module.' else 'model._orig_mod' if p == '_orig_mod.' else 'the inner model'})"
+        )
+    else:
+        cause = (
+            f"the file's keys are not the model's ({_names(ld.unexpected)} against {_names(ld.missing)}): a "
+            "checkpoint of another model or version"
+        )
+    nothing = ld.filled == 0 or bool(p)
+    return (
+        "fail" if nothing else "warn",
+        (
+            f"load_state_dict(strict=False) on {ld.module} filled {ld.filled} of its {ld.filled + len(ld.missing)} "
+            f"keys ({ld.share:.0%}); {len(ld.missing)} stay as built and {len(ld.unexpected)} of the file's weights "
+            f"went nowhere: {cause}. "
+            + ("The run would train from scratch while believed pretrained; " if nothing else "")
+            + "load with strict=True to see the mismatch as an error"
+        ),
     )
 
 

@@ -50,15 +50,44 @@ def leaves(loss: torch.Tensor) -> list[torch.Tensor]:
     return list(out.values())
 
 
-def strays(models: Iterable[torch.nn.Module], loss: torch.Tensor, optimizers: Iterable[Any]) -> list[Stray]:
-    """The tensors the loss trains that the models hold outside their registered parameters (a script's models are
-    each named by their class: ``Generator.blocks[0].weight``, where there are several)."""
+def held(models: Iterable[torch.nn.Module]) -> set[int]:
+    """The tensors requiring grad that the models' objects hold outside their registries, before a forward: a
+    tensor that forward itself makes and keeps (a physics-informed network's input coordinates, a perturbation)
+    is the forward's, not a weight left out."""
+    out: set[int] = set()
+    for model in models:
+        for module in model.modules():
+            for attr, value in vars(module).items():
+                if not attr.startswith("_"):
+                    _collect(value, out, 0)
+    return out
+
+
+def _collect(value: Any, out: set[int], depth: int) -> None:
+    if isinstance(value, torch.Tensor):
+        if value.requires_grad:
+            out.add(id(value))
+    elif isinstance(value, torch.nn.Module):
+        out.update(id(p) for p in value.parameters() if p.requires_grad)
+    elif depth < DEPTH and isinstance(value, (list, tuple)):
+        for v in value:
+            _collect(v, out, depth + 1)
+    elif depth < DEPTH and isinstance(value, dict):
+        for v in value.values():
+            _collect(v, out, depth + 1)
+
+
+def strays(
+    models: Iterable[torch.nn.Module], loss: torch.Tensor, optimizers: Iterable[Any], before: set[int] | None = None
+) -> list[Stray]:
+    """The tensors the loss trains that the models held outside their registered parameters (``before``: the
+    ids :func:`held` found before the forward; a script's models are each named by their class, where several)."""
     models = list(models)
     registered = {id(p) for m in models for p in m.parameters()}
     stepped = {id(p) for o in optimizers for group in getattr(o, "param_groups", ()) for p in group.get("params", ())}
     found: list[Stray] = []
     for t in leaves(loss):
-        if id(t) in registered:
+        if id(t) in registered or (before is not None and id(t) not in before):
             continue
         for m in models:
             path = held_at(m, t)

@@ -159,6 +159,7 @@ class Bounds:
         self.before: dict[str, tuple[float, float, float]] = {}
         self.forward_inputs: dict[str, ev.JSON] = {}
         self.strays: list[Stray] | None = None  # what the first loss trains outside the models' parameters
+        self.held_before: set[int] | None = None  # what the first model held before its first training forward
         self.saves: list[Save] = []
         self.burst: Burst | None = None  # the save phase's files so far
         self.loaded: list[str] = []

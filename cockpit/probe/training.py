@@ -37,6 +37,10 @@ class Training(Bounds):
 
     def _stack(self, module: torch.nn.Module, args: Any) -> None:
         """The stack gate, at the first training forward: the device is known from the model."""
+        try:  # what the model holds outside its registries before any forward (unregistered.held)
+            self.held_before = unregistered.held([module])
+        except Exception:
+            self.held_before = None
         p = next(module.parameters(), None)
         t = p if p is not None else first_tensor(args, None)
         self.device = t.device if t is not None else torch.device("cpu")
@@ -100,7 +104,10 @@ class Training(Bounds):
         self.forward_inputs = {k: v for k, v in g.inputs.items() if k in ("microbatch", "shapes", "module")}
         if loss is not None and loss.grad_fn is not None:  # the graph, before backward frees it
             models = [m for m in (ref() for ref in self.roots.values()) if m is not None]
-            self.strays = unregistered.strays(models, loss, list(self.optimizers))
+            try:  # an extra measurement inside the user's script: whatever stops it, the check says not applicable
+                self.strays = unregistered.strays(models, loss, list(self.optimizers), self.held_before)
+            except Exception:
+                self.strays = None
         self.record(o)
 
     def _end_backward(self) -> None:

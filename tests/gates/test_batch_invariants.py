@@ -5,6 +5,7 @@ labels tensor fed as a feature, the target column left in the features, a decode
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from typing import Any
@@ -358,6 +359,7 @@ def test_a_padding_mask_that_moves_few_positions_is_read_and_a_faint_continuous_
 # --------------------------------------------------------------------------- padding invisible to the text
 
 PADDING = "padding invisible to the text"
+PAD = VOCAB - 1  # a pad id of its own
 
 
 class Encoder(nn.Module):
@@ -406,7 +408,7 @@ def classify(mistake: str, left: bool = False) -> Task:
 
 def test_padding_the_model_masks_is_invisible_to_the_text() -> None:
     c = check(gates(classify(""))[0]["data"], PADDING)
-    assert c["ok"] and not c.get("na") and "left their text's outputs as they were" in c["detail"], c
+    assert c["ok"] and not c.get("na") and "left the text's outputs" in c["detail"], c
 
 
 def test_an_inverted_mask_and_a_mean_over_padding_fail_naming_what_to_check() -> None:
@@ -414,13 +416,50 @@ def test_an_inverted_mask_and_a_mean_over_padding_fail_naming_what_to_check() ->
         g = gates(classify(mistake))[0]["data"]
         c = check(g, PADDING)
         assert not c["ok"] and not c.get("warn"), (mistake, c)
-        assert "changing only the padded tokens" in c["detail"] and "not inverted" in c["detail"], c["detail"]
+        assert "more padded positions" in c["detail"] and "not inverted" in c["detail"], c["detail"]
         assert check(g, FIELDS)["ok"], mistake  # the mask is read: the check that names unread fields passes
 
 
-def test_left_padding_is_not_applicable_and_says_why() -> None:
+def test_left_padding_is_measured_too_and_a_batch_without_padding_is_not_applicable() -> None:
     c = check(gates(classify("", left=True))[0]["data"], PADDING)
-    assert c.get("na") and "pads on the left" in c["detail"], c
+    assert c["ok"] and not c.get("na"), c
+    bad = check(gates(classify("pooled", left=True))[0]["data"], PADDING)
+    assert not bad["ok"], bad
+    full = dataclasses.replace(
+        classify(""),
+        collate=lambda ex, p: {
+            **classify("").collate(ex, p),
+            "attention_mask": torch.ones(len(ex), 9, dtype=torch.long),
+        },
+    )
+    na = check(gates(full)[0]["data"], PADDING)
+    assert na.get("na") and "pad id is not known" in na["detail"], na
+
+
+def test_a_classifier_that_pools_at_the_last_token_before_the_first_pad_id_passes() -> None:
+    """Hugging Face's GPT-2 and Llama sequence classifiers find the last text token by the pad id: more padding
+    keeps it where it was (other tokens at the padded positions would have moved it: a false alarm)."""
+
+    class LastToken(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb, self.out = nn.Embedding(VOCAB, 16), nn.Linear(16, 3)
+
+        def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            h = torch.cumsum(self.emb(ids) * attention_mask[..., None], dim=1)  # causal: tokens 0..t, masked
+            last = (ids == PAD).int().argmax(-1) - 1  # the first pad, less one; -1 (the last) where none
+            return self.out(h[torch.arange(ids.shape[0]), last % ids.shape[1]])
+
+    base = classify("")
+
+    def collate(ex: list[dict[str, Any]], p: dict[str, Any]) -> dict[str, Any]:
+        b = base.collate(ex, p)
+        b["tok"] = b["tok"].masked_fill(b["attention_mask"] == 0, PAD)
+        return b
+
+    task = dataclasses.replace(base, build_model=lambda p: LastToken(), collate=collate)
+    c = check(gates(task)[0]["data"], PADDING)
+    assert c["ok"] and not c.get("na"), c
 
 
 def test_token_ids_under_the_batch_key_kept_for_example_ids_are_the_users_to_rename_not_a_crash() -> None:

@@ -439,3 +439,44 @@ def test_a_whole_load_and_a_new_head_over_a_loaded_body_pass(tmp_path: Any) -> N
     assert h["ok"] and "2 of 4 keys, 2 of the model's not in the file" in h["detail"], h
     none = check(through(classifier(), "forward")["forward"], LOADED)
     assert none.get("na") and "loaded no state dict" in none["detail"], none
+
+
+def test_a_tensor_the_forward_makes_and_keeps_on_the_model_is_not_a_weight_left_out() -> None:
+    """A physics-informed network differentiates by its input coordinates, made requires_grad in forward and kept
+    on the model: a leaf of the loss outside the parameters, but the forward's, not a weight."""
+
+    class Coords(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Linear(6, 3)
+            self.coords: torch.Tensor | None = None
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.coords = x.detach().clone().requires_grad_(True)
+            return self.net(self.coords)
+
+    c = check(through(classifier(build_model=lambda p: Coords()), "backward")["backward"], REGISTERED)
+    assert c["ok"], c
+
+
+def test_a_plain_state_dict_loaded_into_a_compiled_wrapper_says_to_load_the_inner_model(tmp_path: Any) -> None:
+    path = tmp_path / "plain.pt"
+    torch.manual_seed(1)
+    torch.save(nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 3)).state_dict(), path)
+
+    class Wrapped(nn.Module):  # keys prefixed _orig_mod., as torch.compile's wrapper has them
+        def __init__(self) -> None:
+            super().__init__()
+            self._orig_mod = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self._orig_mod(x)
+
+    def build(params: dict[str, Any]) -> nn.Module:
+        model = Wrapped()
+        model.load_state_dict(torch.load(path, weights_only=True), strict=False)
+        return model
+
+    c = check(through(classifier(build_model=build), "forward")["forward"], LOADED)
+    assert not c["ok"] and "the model's keys carry the prefix '_orig_mod.'" in c["detail"], c
+    assert "model._orig_mod" in c["detail"], c["detail"]

@@ -421,7 +421,7 @@ def test_fsdp_units_are_the_blocks_of_the_model_then_the_root() -> None:
     class Block(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.inner = torch.nn.ModuleList([torch.nn.Linear(2, 2)])  # a list inside a block: sharded first
+            self.experts = torch.nn.ModuleList([torch.nn.Linear(2, 2)])  # a list inside a block: in its unit
 
     class Net(torch.nn.Module):
         def __init__(self) -> None:
@@ -433,8 +433,5 @@ def test_fsdp_units_are_the_blocks_of_the_model_then_the_root() -> None:
     net = Net()
     got = units(net)
     assert got[-1] is net
-    assert {id(m) for m in got[:-1]} == {id(b) for b in net.blocks} | {id(b.inner[0]) for b in net.blocks}
-    inner = [i for i, m in enumerate(got) if any(m is b.inner[0] for b in net.blocks)]
-    outer = [i for i, m in enumerate(got) if any(m is b for b in net.blocks)]
-    assert max(inner) < min(outer)  # fully_shard asks for the innermost first
+    assert [id(m) for m in got[:-1]] == [id(b) for b in net.blocks]  # whole blocks, experts inside, as accelerate
     assert units(torch.nn.Linear(2, 2))[0].__class__ is torch.nn.Linear  # no list: the model is the one unit

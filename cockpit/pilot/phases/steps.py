@@ -48,11 +48,11 @@ def forward(ctx: Context, g: Gate) -> None:
     n_params = sum(p.numel() for p in tr.model.parameters())
     n_train = sum(p.numel() for n, p in tr.model.named_parameters() if n in tr.trainable_names)
     g.inputs.update({"parameters": n_params, "trainable": n_train})
-    ok, words = loads.judge(tr.loads)
-    if ok is None:
+    verdict, words = loads.judge(tr.loads)
+    if verdict == "na":
         g.not_applicable(loads.NAME, words)
     else:
-        g.check(loads.NAME, ok, words)
+        g.check(loads.NAME, verdict == "pass", words, warn=verdict == "warn")
     before = param_fingerprint(tr.model)
     mbs = tr.next_microbatches()
     g.inputs.update(ctx.batch_inputs(mbs[0]))
@@ -62,6 +62,7 @@ def forward(ctx: Context, g: Gate) -> None:
         tr.optimizer.zero_grad(set_to_none=True)
     acc = Accumulation(tr, mbs)
     ctx.first = FirstUpdate(before=before, microbatches=mbs, accumulation=acc)
+    held = unregistered.held([tr.model])  # what the model holds before forward runs
     with (
         outputs.capture(tr.model) as cap,
         semantics.dtypes_seen() as dtypes,
@@ -71,7 +72,10 @@ def forward(ctx: Context, g: Gate) -> None:
     batch, lo = taken.batch, taken.loss
     value, count = lo.value, lo.count
     if isinstance(value, torch.Tensor) and value.grad_fn is not None:
-        ctx.first_update.strays = unregistered.strays([tr.model], value, [tr.optimizer])
+        try:  # an extra measurement: whatever stops it leaves the check not applicable, never the phase failed
+            ctx.first_update.strays = unregistered.strays([tr.model], value, [tr.optimizer], held)
+        except Exception:
+            ctx.first_update.strays = None
     g.inputs["loss"] = lo.form
     ok_shape = value.dim() == 0
     g.check(
