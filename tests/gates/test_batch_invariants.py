@@ -390,6 +390,7 @@ def classify(mistake: str, left: bool = False) -> Task:
             pad = 2 * (i % 3)
             if pad:
                 (mask[i, :pad] if left else mask[i, -pad:]).zero_()
+        ids = ids.masked_fill(mask == 0, PAD)  # padded with the pad id, as a tokenizer pads
         return {"tok": ids, "attention_mask": mask, "labels": torch.tensor([e["toks"][0] % 3 for e in ex])}
 
     def loss(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
@@ -436,6 +437,19 @@ def test_left_padding_is_measured_too_and_a_batch_without_padding_is_not_applica
     assert na.get("na") and "pad id is not known" in na["detail"], na
 
 
+def test_a_mask_of_the_other_convention_is_not_judged_by_this_one() -> None:
+    """1 marking padding (key_padding_mask's convention), read so by the model: the 0s cover varied text ids, so
+    the check cannot tell padding from text and says so (judging it would call a healthy model broken)."""
+    base = classify("inverted")  # the model takes 0 as text: right for a mask of the other convention
+
+    def collate(ex: list[dict[str, Any]], p: dict[str, Any]) -> dict[str, Any]:
+        b = base.collate(ex, p)
+        return {**b, "attention_mask": 1 - b["attention_mask"]}
+
+    c = check(gates(dataclasses.replace(base, collate=collate))[0]["data"], PADDING)
+    assert c.get("na") and "key_padding_mask" in c["detail"], c
+
+
 def test_a_classifier_that_pools_at_the_last_token_before_the_first_pad_id_passes() -> None:
     """Hugging Face's GPT-2 and Llama sequence classifiers find the last text token by the pad id: more padding
     keeps it where it was (other tokens at the padded positions would have moved it: a false alarm)."""
@@ -452,12 +466,7 @@ def test_a_classifier_that_pools_at_the_last_token_before_the_first_pad_id_passe
 
     base = classify("")
 
-    def collate(ex: list[dict[str, Any]], p: dict[str, Any]) -> dict[str, Any]:
-        b = base.collate(ex, p)
-        b["tok"] = b["tok"].masked_fill(b["attention_mask"] == 0, PAD)
-        return b
-
-    task = dataclasses.replace(base, build_model=lambda p: LastToken(), collate=collate)
+    task = dataclasses.replace(base, build_model=lambda p: LastToken())
     c = check(gates(task)[0]["data"], PADDING)
     assert c["ok"] and not c.get("na"), c
 

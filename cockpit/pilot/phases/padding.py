@@ -14,7 +14,8 @@ token the pad id: a model that finds the padding by its id (Hugging Face's seque
 token before the first pad) sees padding where there was padding.
 
 Preconditions, each said when it does not hold: token ids beside a 0/1 mask of the same shape, padded somewhere in
-the first batch (the pad id is read there); the model reads the mask (a mask it never reads is the "every input
+the first batch with one id at every padded position (the pad id, read there; ids that vary under the 0s are text
+under a mask of the other convention, 1 marking padding); the model reads the mask (a mask it never reads is the "every input
 field read" check's); room for ``EXTRA`` more positions (a model whose positions end at the batch's width says so
 by raising, and the check is not applicable).
 """
@@ -60,7 +61,15 @@ def invisible(ctx: Context, g: Gate, batch: Batch, model: torch.nn.Module, base:
     if bool(text.all()):
         g.not_applicable(PADDING, "no position of the first batch is padded: the pad id is not known")
         return
-    pad = int(torch.mode(ids[~text].flatten()).values)  # the pad id: what the padded positions hold most
+    held = ids[~text].unique()
+    if held.numel() > 1:  # padding holds one id; many ids under 0s are text under a mask of the other convention
+        g.not_applicable(
+            PADDING,
+            f"the positions {task.mask_key!r} marks 0 hold {held.numel()} different ids, not one pad id: a mask "
+            "where 1 marks padding (nn.MultiheadAttention's key_padding_mask) is not measured here",
+        )
+        return
+    pad = int(held[0])  # the pad id: what every padded position holds
     width = ids.shape[1]
     longer = _padded(batch, width, n, task.input_key, task.mask_key, task.label_key, pad, task.ignore_index)
     try:
