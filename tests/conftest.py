@@ -7,6 +7,8 @@ so tests never depend on runs that a pilot appended to a user's ``campaigns/demo
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,6 +101,28 @@ def _no_inherited_width(monkeypatch: pytest.MonkeyPatch) -> None:
     ``COLUMNS=80`` from the runner, so a test that reads whole lines passed alone and failed in the suite. Every
     test starts without it; a test that wants a width sets it (monkeypatch.setenv, or a subprocess's env)."""
     monkeypatch.delenv("COLUMNS", raising=False)
+
+
+_WORKER_THREADS: list[int] = []
+
+
+@pytest.fixture(autouse=True)
+def _one_share_of_the_cpus() -> None:
+    """Phases run in the test's own process (``Context.in_memory``) compute with torch's default threads, one per
+    CPU, in each of pytest-xdist's workers: on 2 CPUs, two workers (and a second suite beside them) make 4-8
+    spinning intra-op threads, and a 26 s CLIP calibration test ran past its 300 s timeout under that load. Each
+    worker computes on its share of the CPUs, as the pilot itself does on a busy box (cockpit/pilot/threads.py);
+    pilots started as processes choose their own threads. Set once per worker, after torch is imported by a test
+    module; a test that changes the threads restores them."""
+    if _WORKER_THREADS or "torch" not in sys.modules:
+        return
+    import torch
+
+    from cockpit.machine import available_cpus
+
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    _WORKER_THREADS.append(max(1, int(available_cpus() // workers)))
+    torch.set_num_threads(_WORKER_THREADS[0])
 
 
 @pytest.fixture
