@@ -100,11 +100,20 @@ class Mirror:
 
     def scan(self) -> Iterator[Chunk]:
         """The chunks that bring the head up to date with the folder as it is now."""
-        present: set[str] = set()
-        for rel, st in self._files():
-            present.add(rel)
+        # The folder is listed whole first, then what the run appends to is read (as it is after the listing) and
+        # sent before anything else: a checkpoint this scan sends was written before the listing, so the curve and
+        # events the head holds reach it, even when the node is lost before the scan's last chunk (the run writes
+        # an update's row before that update's checkpoint; a resume then goes on from a curve without a gap).
+        listed = sorted(self._files(), key=lambda item: item[0] not in APPENDED)
+        present = {rel for rel, _ in listed}
+        for rel, st in listed:
             old = self.seen.get(rel)
             lines = APPENDED.get(rel)
+            if lines is not None:
+                try:
+                    st = os.lstat(self.rdir / rel)
+                except OSError:
+                    continue
             if old is not None and (old.ino, old.size, old.mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns):
                 continue
             if lines is not None and old is not None and old.ino == st.st_ino and st.st_size >= old.size:

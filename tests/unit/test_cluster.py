@@ -65,6 +65,33 @@ def test_mirror_brings_appends_replacements_and_removals(tmp_path: Path) -> None
     assert list(m.scan()) == []  # nothing changed: nothing travels
 
 
+def test_a_checkpoint_never_reaches_the_head_ahead_of_its_curve(tmp_path: Path) -> None:
+    """The run writes update 7's and 8's rows, then update 8's checkpoint, while a scan is under way (its first
+    chunk sent): whatever that scan sends, the head's curve reaches the newest checkpoint it holds, so a node
+    lost right after leaves a resume a curve without a gap (a series on Ray once resumed from update 8 over a
+    curve that ended at 6)."""
+    node, head = tmp_path / "node", tmp_path / "head"
+    head.mkdir()
+    (node / "checkpoints").mkdir(parents=True)
+    (node / "checkpoints" / "update-00000004.pt").write_bytes(b"\x04" * 10)
+    (node / "curve.csv").write_text("step,loss\n" + "".join(f"{i},2.0\n" for i in range(1, 7)))
+    m, r = Mirror(node), Receiver(head)
+    scan = m.scan()
+    r.apply(next(scan))
+    with open(node / "curve.csv", "a") as fh:
+        fh.write("7,1.9\n8,1.8\n")
+    (node / "checkpoints" / "update-00000008.pt").write_bytes(b"\x08" * 10)
+    for c in scan:
+        r.apply(c)
+    newest = max(int(p.stem.split("-")[1]) for p in (head / "checkpoints").iterdir())
+    last_row = int((head / "curve.csv").read_text().splitlines()[-1].split(",")[0])
+    assert newest <= last_row, (newest, last_row)
+    for c in m.scan():  # the next scan brings the rest
+        r.apply(c)
+    assert sorted(p.name for p in (head / "checkpoints").iterdir())[-1] == "update-00000008.pt"
+    assert (head / "curve.csv").read_text() == (node / "curve.csv").read_text()
+
+
 def test_large_file_travels_in_parts_and_lands_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from cockpit.cluster import mirror
 
