@@ -169,6 +169,19 @@ def shown(filename: str) -> str:
     return filename if rel.startswith(os.pardir) else rel
 
 
+def defined_at(fn: object) -> str:
+    """Where a function of the user's is defined, as a message names it: ``tasks/gpt.py:41 (collate)``; its name
+    alone when it has no source (a builtin, a C extension's callable)."""
+    f = getattr(fn, "__func__", fn)
+    while hasattr(f, "__wrapped__"):
+        f = f.__wrapped__
+    code = getattr(f, "__code__", None)
+    name = getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or type(fn).__name__
+    if code is None:
+        return str(name)
+    return f"{shown(code.co_filename)}:{code.co_firstlineno} ({name})"
+
+
 def frame_words(f: traceback.FrameSummary) -> str:
     return f"{shown(f.filename)}:{f.lineno} in {f.name}"
 

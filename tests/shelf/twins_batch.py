@@ -81,4 +81,15 @@ CASES: dict[str, Case] = {
         check="padding invisible to the text",
         words=("more padded positions", "pooling over the sequence"),
     ),
+    # the end token masked with the padding: a pad id equal to the end token, labels masked by token id
+    "gpt2_eos_padded": Case(
+        "hf_gpt2_eos_padded.py:task",
+        {"max_length": 32, "n_layer": 2, "n_head": 2, "n_embd": 64, "train_examples": 256, "val_examples": 32},
+        training={"lr": 1e-3},
+        family="gpt2",
+        expect="failed",
+        gate="data",
+        check="end of text is a target",
+        words=("never learns to end", "tokenizer.pad_token = tokenizer.eos_token", "hf_gpt2_eos_padded.py:"),
+    ),
 }

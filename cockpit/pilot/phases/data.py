@@ -47,7 +47,7 @@ from ..datascan import SCAN_SECONDS, SplitScan, collate, ids_text, scan, share_t
 from ..gate import Gate, Phase
 from ..splits import data_revision
 from ..trainer import Trainer, user
-from . import alignment, dependence, labelmap, ranges, semantics
+from . import alignment, dependence, ending, labelmap, ranges, semantics
 
 
 def run(ctx: Context, g: Gate) -> None:
@@ -107,6 +107,7 @@ def data_gate(ctx: Context, g: Gate) -> None:
     if task.kind == "classification":
         labelmap.label_checks(ctx, g, scans, dense)
     if task.kind == "generation":
+        ending.check(ctx, g, encdec)
         _truncation_checks(ctx, g, scans["train"], ml)
     _ignored_batches(ctx, g, scans["train"])
     _finish(ctx, g, scans)
