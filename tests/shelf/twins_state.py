@@ -39,6 +39,22 @@ CASES: dict[str, Case] = {
         verdict="warn",
         words=("resnet", "running_", ".eval()"),
     ),
+    # the pretrained weights overwritten in build_model by an initialisation run after the load
+    "resnet_init_after_load": Case(
+        "resnet_init_after_load.py:task",
+        RESNET,
+        batch={"microbatch": 8, "accumulation": 1, "eval_microbatch": 16},
+        training={"lr": 1e-3},
+        family="resnet",
+        expect="failed",
+        gate="forward",
+        check="weights loaded where they belong",
+        words=(
+            "resnet_init_after_load.py:34",
+            "resnet_init_after_load.py:26 in init_weights wrote over them",
+            "believed pretrained",
+        ),
+    ),
     # class 8: a tensor kept from each step, attached to its graph, so memory grows with the steps
     "regression_loss_history": Case(
         "regression_loss_history.py:task",
