@@ -55,6 +55,17 @@ CASES: dict[str, Case] = {
             "believed pretrained",
         ),
     ),
+    # bf16 weights stepped in place at a fine-tuning rate: most updates round back to the same weight
+    "gpt2_bf16_weights": Case(
+        "hf_gpt2_bf16_weights.py:task",
+        {"max_length": 32, "n_layer": 2, "n_head": 2, "n_embd": 64, "train_examples": 256, "val_examples": 32},
+        training={"lr": 2e-5},
+        family="gpt2",
+        expect="failed",
+        gate="update_first",
+        check="updates survive the weights' rounding",
+        words=("stored in bfloat16", "rounds back to the same weight", "hf_gpt2_bf16_weights.py:17 (build_model)"),
+    ),
     # class 8: a tensor kept from each step, attached to its graph, so memory grows with the steps
     "regression_loss_history": Case(
         "regression_loss_history.py:task",

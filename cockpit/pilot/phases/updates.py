@@ -20,7 +20,7 @@ from ..context import Context
 from ..gate import Gate, Phase
 from ..microsteps import Updated
 from ..stillness import classify
-from . import optimizing, schedules
+from . import optimizing, rounding, schedules
 from .augmentation import epochs_differ
 from .steps import base_inputs, param_fingerprint, short_names
 
@@ -36,6 +36,7 @@ def update_first(ctx: Context, g: Gate) -> None:
     loss = first.accumulation.finish()["loss"]
     scale_before = tr.scaler.get_scale() if tr.scaler is not None else None
     at_zero = optimizing.zero_rate_names(tr)  # a warm-up from 0 steps nothing in its first update
+    rounded = rounding.judge(ctx, rounding.sample(ctx))  # bf16/fp16 weights and their gradients, before the step
     applied = tr.apply()
     skipped = tr.scaler is not None and scale_before is not None and tr.scaler.get_scale() < scale_before
     out: Updated = {**applied, "step": tr.step, "loss": loss, "examples": sum(len(m) for m in mbs), "count": None}
@@ -82,6 +83,7 @@ def update_first(ctx: Context, g: Gate) -> None:
                 else ""
             )
             + (f"; {still.cancelled_words()}" if still.cancelled else "")
+            + (f"; their updates round away ({rounding.NAME})" if unchanged and rounded[0] in ("fail", "warn") else "")
             + (
                 f"; {len(resting)} are in groups whose learning rate was 0 at this step ({short_names(resting)}: "
                 "a warm-up that starts from 0, as get_linear_schedule_with_warmup's); the next updates must move them "
@@ -106,6 +108,7 @@ def update_first(ctx: Context, g: Gate) -> None:
     optimizer_holds_trainable(ctx, g)
     optimizing.held_outside_model(ctx, g)
     optimizing.weight_decay(ctx, g)
+    rounding.check(ctx, g, rounded)
     g.check("gradient accumulation", True, f"{n} microbatches of {len(mbs[0])} per update")
     effective_batch(ctx, g, len(mbs[0]), n)
     if ctx.dist:
