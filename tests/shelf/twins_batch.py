@@ -92,4 +92,15 @@ CASES: dict[str, Case] = {
         check="end of text is a target",
         words=("never learns to end", "tokenizer.pad_token = tokenizer.eos_token", "hf_gpt2_eos_padded.py:"),
     ),
+    # a causal body pooled at its first position, as the BERT code it was copied from pools [CLS]
+    "gpt2_cls_first_token": Case(
+        "hf_gpt2_cls_first_token.py:task",
+        {"max_length": 16, "hidden": 32, "train_examples": 256, "val_examples": 48},
+        training={"lr": 1e-3},
+        family="bert",
+        expect="failed",
+        gate="forward",
+        check="predictions read the context",
+        words=("only the first token", "hf_gpt2_cls_first_token.py:36 (Classifier.forward)", "hidden[:, 0]"),
+    ),
 }

@@ -23,7 +23,7 @@ from ..gate import Gate, Phase
 from ..microsteps import Accumulation, FirstUpdate
 from ..outputs import LossOut
 from ..trainer import NonFinite, user
-from . import lossinit, lossterms, semantics
+from . import lossinit, lossterms, reach, semantics
 
 
 def param_fingerprint(model: torch.nn.Module, chunk: int = tensorscan.CHUNK) -> dict[str, tuple[float, ...]]:
@@ -106,6 +106,7 @@ def forward(ctx: Context, g: Gate) -> None:
     semantics.settings_applied(ctx, g, dtypes)
     semantics.outputs_are_logits(ctx, g, cap.logits)
     semantics.causal_mask(ctx, g, batch)
+    reach.check(ctx, g, batch)
     frozenmode.judge(
         g, tr.model, tr.trainable_names, frozen_calls, lambda: tr.loss_call(batch, net=tr.model).value, tr.autocast
     )
