@@ -40,6 +40,7 @@ CASES: dict[str, Case] = {
         "nanogpt_double_softmax.py:task",
         NANOGPT,
         training={"lr": 1e-3, "weight_decay": 0.1, "grad_clip": 1.0},
+        pilot={"overfit_examples": 8},
         family="nanogpt",
         expect="failed",
         gate="overfit",
