@@ -38,6 +38,15 @@ CASES: dict[str, Case] = {
         verdict="warn",
         words=("BatchNorm",),
     ),
+    "multilabel_double_sigmoid": Case(
+        "multilabel_double_sigmoid.py:task",
+        training={"lr": 1e-3},
+        family="multilabel",
+        expect="failed",
+        gate="forward",
+        check="initial loss as the objective implies",
+        words=("a double sigmoid", "Remove the model's last sigmoid", "multilabel_task.py:"),
+    ),
     "vae_kl_flipped": Case(
         "vae_kl_flipped.py:task",
         training={"lr": 1e-3},

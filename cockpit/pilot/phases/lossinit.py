@@ -18,6 +18,7 @@ import math
 
 import torch
 
+from ... import blame
 from ... import events as ev
 from ..context import Context
 from ..gate import Gate
@@ -53,6 +54,8 @@ def check(
     rel = 2e-3 if ctx.trainer.precision == "fp32" else 3e-2
     if im is not None and im.ce is not None and im.classes:
         _cross_entropy(g, loss, im, rel, ctx.the_task, logits, batch, value, terms or [])
+    elif im is not None and im.bce is not None and _binary(g, loss, im, rel, ctx.the_task.loss):
+        pass
     elif im is not None and im.mse is not None and im.variance is not None and im.variance > 1e-12:
         _squared_error(g, loss, im, rel)
     else:
@@ -176,6 +179,38 @@ def _cross_entropy(
             "layer's size and initialisation"
         )
     g.check(NAME, False, head + ": far above uniform: " + "; ".join(causes), warn=True)
+
+
+def _binary(g: Gate, loss: float, im: objective.Implied, rel: float, fn: object) -> bool:
+    """Targets in [0, 1] and a loss that is the binary cross-entropy with logits of the model's output: recorded
+    when the output is logits, a failure when it is a sigmoid's (a double sigmoid); False: not that form."""
+    assert im.bce is not None and im.mean is not None
+    if not objective.close(loss, im.bce, rel):
+        return False
+    ln2 = math.log(2.0)
+    if not im.sigmoid:
+        ratio = _record(g, loss, ln2, "ln 2", "the mean binary cross-entropy of the logits", bce=im.bce)
+        g.check(
+            NAME,
+            True,
+            f"{loss:.3f} against ln 2 = {ln2:.3f} for logits at 0 ({ratio:.2f}x); the loss is the mean binary "
+            "cross-entropy of the logits",
+        )
+        return True
+    _record(g, loss, ln2, "ln 2", "the binary cross-entropy with logits of a sigmoid's output", bce=im.bce)
+    floor = objective.double_sigmoid_floor(im.mean)
+    g.check(
+        NAME,
+        False,
+        f"the model's output is a sigmoid's (probabilities) and your loss ({loss:.3f}) is the binary cross-entropy "
+        "with logits of it: a double sigmoid"
+        + (f" (the loss: {blame.defined_at(fn)})" if fn is not None else "")
+        + ". binary_cross_entropy_with_logits (BCEWithLogitsLoss) applies a sigmoid of its own, so a positive "
+        "target is at best scored as sigmoid(1) = 0.73 and a negative one as sigmoid(0) = 0.5: the loss cannot go "
+        f"below {floor:.3f} on these targets, the negatives never train, and the gradient flattens. Remove the "
+        "model's last sigmoid (apply it at prediction) or use binary_cross_entropy on the probabilities",
+    )
+    return True
 
 
 def _squared_error(g: Gate, loss: float, im: objective.Implied, rel: float) -> None:

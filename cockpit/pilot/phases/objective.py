@@ -44,6 +44,8 @@ class Implied:
     mse: float | None = None
     variance: float | None = None
     mean: float | None = None
+    bce: float | None = None  # targets in [0, 1]: the mean binary cross-entropy with logits of the output
+    sigmoid: bool = False  # the output is a sigmoid's (its last operation; without a graph: every value in [0, 1])
 
     @property
     def main(self) -> float | None:
@@ -53,6 +55,29 @@ class Implied:
     @property
     def form(self) -> str:
         return "the mean cross-entropy of the logits" if self.ce is not None else "the mean squared error"
+
+
+PASSING = frozenset(
+    {"ToCopyBackward0", "ViewBackward0", "CloneBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0"}
+)
+
+
+def ends_in_sigmoid(output: torch.Tensor) -> bool:
+    """Whether the model's last operation on its output was a sigmoid (casts and views passed through); an output
+    without a graph: whether every value lies in [0, 1]."""
+    fn = output.grad_fn
+    if fn is None:
+        out = output.detach()
+        return bool(((out >= 0) & (out <= 1)).all())
+    while type(fn).__name__ in PASSING and fn.next_functions and fn.next_functions[0][0] is not None:
+        fn = fn.next_functions[0][0]
+    return type(fn).__name__ == "SigmoidBackward0"
+
+
+def double_sigmoid_floor(positive_share: float) -> float:
+    """The lowest binary cross-entropy with logits over ``sigmoid(p)``, p in [0, 1]: a positive target at best sees
+    sigmoid(1), a negative one sigmoid(0)."""
+    return positive_share * math.log1p(math.exp(-1.0)) + (1 - positive_share) * math.log(2.0)
 
 
 def double_softmax_floor(classes: int) -> float:
@@ -92,12 +117,16 @@ def implied(task: Task, output: torch.Tensor | None, batch: dict[str, object]) -
         if out.numel() != labels.numel() or out.shape[0] != labels.shape[0]:
             return None
         y = labels.detach().float().reshape(out.shape)
+        binary = bool(((y >= 0) & (y <= 1)).all())
+        bce = torch.nn.functional.binary_cross_entropy_with_logits
         return Implied(
             count=y.numel(),
             rows=rows,
             mse=float((out - y).pow(2).mean()),
             variance=float(y.var(unbiased=False)),
             mean=float(y.mean()),
+            bce=float(bce(out, y)) if binary else None,
+            sigmoid=ends_in_sigmoid(output),
         )
     if labels.dtype == torch.bool or out.dim() < 2 or out.shape[-1] < 2:
         return None
