@@ -163,7 +163,7 @@ def _sample(t: torch.Tensor) -> torch.Tensor | None:
 
 def _sampled(module: torch.nn.Module, state_dict: Any) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     """The floating, non-constant parameters the load filled, each with a sample of its values as loaded."""
-    out = []
+    out: list[tuple[str, torch.Tensor, torch.Tensor]] = []
     try:
         keys = set(state_dict.keys())
         for name, p in module.named_parameters():
