@@ -32,7 +32,8 @@ from torch.overrides import TorchFunctionMode
 from ..contract import Example, Params
 from ..pilot.phases.worst_case import worst_batch
 from ..pilot.task import Task
-from ..pilot.trainer import Trainer, user
+from ..pilot.trainer import Trainer
+from ..pilot.usercode import user_int
 from . import cpu, gpu
 from . import strategy as strategy_
 from .allocator import CachingAllocator, expandable_segments
@@ -199,8 +200,8 @@ class _Trainer(Trainer):
 def describe(task: Task, params: Params, examples: list[Example]) -> str:
     text = f"{len(examples)} examples"
     if task.length is not None and examples:
-        longest = max(int(user("length", task.length, e)) for e in examples)
-        limit = int(user("max_length", task.max_length, params)) if task.max_length else None
+        longest = max(user_int("length", task.length, e) for e in examples)
+        limit = user_int("max_length", task.max_length, params, none=True) if task.max_length else None
         text += f", longest {min(longest, limit) if limit else longest}" + (
             f" (cropped from {longest})" if limit and longest > limit else ""
         )

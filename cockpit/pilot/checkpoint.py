@@ -150,6 +150,7 @@ def export_trained(tr: Any, out_dir: Path, meta: ExportMeta, controls: list[Exam
         manifest["load"] = (
             "state = torch.load('model.pt', weights_only=True); model = build_model(params); model.load_state_dict(state)"
         )
+    controls = [_python_scalars(c) for c in controls]  # numpy ids and labels (pandas rows): safe to load back
     outputs = tr.control_outputs(controls)
     recorded: Recorded = {
         "ids": [c.get("id") if isinstance(c, dict) else None for c in controls],
@@ -168,6 +169,20 @@ def export_trained(tr: Any, out_dir: Path, meta: ExportMeta, controls: list[Exam
     manifest["files"][CONTROL_FILE] = {"sha256": sha256(out_dir / CONTROL_FILE), "bytes": csize}
     write_manifest(out_dir, manifest)
     return manifest
+
+
+def _python_scalars(obj: Any) -> Any:
+    """Numpy scalars (a row from pandas) as Python numbers, inside dicts and lists: control.pt loads back with
+    ``weights_only=True``, which refuses numpy objects."""
+    if isinstance(obj, dict):
+        return {k: _python_scalars(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_python_scalars(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_python_scalars(v) for v in obj)
+    if type(obj).__module__ == "numpy" and getattr(obj, "ndim", None) == 0:
+        return obj.item()
+    return obj
 
 
 def controls_of(manifest: Mapping[str, object], recorded: Mapping[str, object]) -> list[Example]:

@@ -29,7 +29,8 @@ from .datascan import SplitScan
 from .meter import Meter
 from .microsteps import ChildFound, FirstUpdate, Saved, Updated
 from .task import Task
-from .trainer import Trainer, resolve_device, user
+from .trainer import Trainer, resolve_device
+from .usercode import user_int
 
 Emit = Callable[..., object]  # emit(kind, **fields): writes one event
 # spawn(what, ctx, distributed) -> (what the new process found, or None) and its words when it failed
@@ -146,14 +147,14 @@ class Context:
 
     def max_length(self) -> int | None:
         if self.task is not None and self.task.max_length:
-            return int(user("max_length", self.task.max_length, self.params))
+            return user_int("max_length", self.task.max_length, self.params, none=True)
         return None
 
     def batch_inputs(self, examples: list[Example]) -> dict[str, ev.JSON]:
         out: dict[str, ev.JSON] = {"microbatch": len(examples), "ids": [e.get("id") for e in examples][:8]}
         task = self.the_task
         if task.length:
-            out["lengths"] = [int(user("length", task.length, e)) for e in examples]
+            out["lengths"] = [user_int("length", task.length, e) for e in examples]
             ml = self.max_length()
             if ml:
                 out["cropped_to"] = ml

@@ -21,6 +21,7 @@ from ..contract import Batch, Example, Params
 from .inputrange import InputStats
 from .task import Task
 from .trainer import UserCodeError, user
+from .usercode import user_int
 
 CHUNK = 256  # examples per collate call while scanning a split
 SCAN_LIMIT = 50_000  # examples scanned per split; beyond that the gate says it stopped short
@@ -79,6 +80,11 @@ def collate(task: Task, params: Params, examples: list[Example]) -> Batch:
         raise UserCodeError(
             "collate", TypeError(f"must return a dict of tensors and 'ids', got {type(batch).__name__}")
         )
+    odd = next((k for k in batch if not isinstance(k, str)), None)
+    if odd is not None:
+        raise UserCodeError(
+            "collate", TypeError(f"returned a dict with the key {odd!r}: its keys must be the fields' names (strings)")
+        )
     return {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in batch.items()}
 
 
@@ -136,7 +142,7 @@ def scan(
     data = data[:SCAN_LIMIT]
     ign = task.ignore_index
     classes = len(task.label_names) if task.label_names else None
-    vocab = int(user("vocab_size", task.vocab_size, params)) if task.vocab_size else None
+    vocab = user_int("vocab_size", task.vocab_size, params) if task.vocab_size else None
     field_name = task.extras.get("label_field", "label")
     for start in range(0, len(data), CHUNK):
         if start and time.monotonic() > budget:
@@ -302,7 +308,7 @@ def _input_hashes(task: Task, inp: torch.Tensor, mask: torch.Tensor | None, lab:
 
 def _truncation(task: Task, params: Params, s: SplitScan, chunk: list[Example], n_sup: list[int], ml: int) -> None:
     if task.length is not None:
-        lens = [int(user("length", task.length, e)) for e in chunk]
+        lens = [user_int("length", task.length, e) for e in chunk]
         idx = [i for i, n in enumerate(lens) if n > ml]
     else:
         lens, idx = [], list(range(len(chunk)))

@@ -73,9 +73,24 @@ def rows_as_seen(ctx: Context, examples: list[Example], split: str) -> list[Insp
     return out
 
 
+def _pair(counts: object) -> bool:
+    """``extras["inspect_examples"]`` as (train, val) whole numbers; anything else falls back to (4, 2)."""
+    return isinstance(counts, (tuple, list)) and len(counts) >= 2 and all(isinstance(c, int) for c in counts[:2])
+
+
+def plain(obj: object) -> object:
+    """What JSON cannot hold, as it reads best: a numpy or torch scalar (an id from pandas) as its value, the rest
+    as text."""
+    item = getattr(obj, "item", None)
+    if callable(item) and getattr(obj, "ndim", 1) == 0:
+        return item()
+    return str(obj)
+
+
 def write(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
     task = ctx.the_task
-    n_train, n_val = task.extras.get("inspect_examples", (4, 2))
+    counts = task.extras.get("inspect_examples", (4, 2))
+    n_train, n_val = (counts, counts) if isinstance(counts, int) else tuple(counts)[:2] if _pair(counts) else (4, 2)
     examples: list[InspectedExample] = []
     for split, n, size in (("train", n_train, ctx.trainer.microbatch), ("val", n_val, ctx.trainer.eval_microbatch)):
         chosen = list(ctx.trainer.splits.get(split, [])[: int(n)])
@@ -93,7 +108,7 @@ def write(ctx: Context, g: Gate, scans: dict[str, SplitScan]) -> None:
         }
         doc["label_names"] = list(names) if names else None
     # every rank of a distributed pilot writes it: each through a temporary of its own
-    fsutil.write_text(ctx.rdir / runs.INSPECT_FILE, json.dumps(doc, indent=1))
+    fsutil.write_text(ctx.rdir / runs.INSPECT_FILE, json.dumps(doc, indent=1, default=plain))
     g.extra["inspect"] = {"file": runs.INSPECT_FILE, "examples": len(examples)}
     if doc.get("class_counts"):
         g.extra["class_counts"] = doc["class_counts"]
@@ -124,5 +139,5 @@ def add_generated(ctx: Context) -> int:
                 e["generated"] = by_id[str(e.get("id"))]
                 e["generated_step"] = tr.step
                 done += 1
-    fsutil.write_text(path, json.dumps(doc, indent=1))
+    fsutil.write_text(path, json.dumps(doc, indent=1, default=plain))
     return done

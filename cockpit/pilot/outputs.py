@@ -72,8 +72,7 @@ def read_loss(out: Any, device: torch.device) -> LossOut:
                 )
             return LossOut(b, None, "(logits, loss)")
         if torch.is_tensor(a) and a.dim() == 0:
-            c = torch.as_tensor(b, dtype=torch.float32, device=device).detach()
-            return LossOut(a, c, "sum/count")
+            return LossOut(a, _count(b, device), "sum/count")
     raise UserCodeError(
         "loss",
         TypeError(
@@ -84,6 +83,23 @@ def read_loss(out: Any, device: torch.device) -> LossOut:
 
 
 _MISSING = object()
+
+
+def _count(b: Any, device: torch.device | str | None) -> torch.Tensor:
+    """The count of ``(sum, count)``: one real number; anything else is the task's mistake, said as such."""
+    number = isinstance(b, (int, float)) and not isinstance(b, bool)
+    one = torch.is_tensor(b) and b.numel() == 1 and not b.dtype.is_complex and b.dtype != torch.bool
+    if not (number or one or (type(b).__module__ == "numpy" and getattr(b, "size", 0) == 1)):
+        said = f"a tensor of shape {tuple(b.shape)}" if torch.is_tensor(b) else f"a {type(b).__name__}"
+        raise UserCodeError(
+            "loss",
+            TypeError(
+                f"returned (loss, {said}): the second element of (sum, count) must be one number, the count the sum "
+                "is divided by. To return the logits with the loss, put them first: (logits, loss); named terms "
+                "go in a dict of scalar tensors: (loss, {'aux': aux})"
+            ),
+        )
+    return torch.as_tensor(b, dtype=torch.float32, device=device).detach().reshape(())
 
 
 def terms_of(out: Any) -> dict[str, torch.Tensor]:

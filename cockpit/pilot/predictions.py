@@ -185,6 +185,8 @@ def _decoded(task: Task, batch: Batch, r: int, swapped: Batch | None) -> Decoded
         spans = user("decode", task.decode, batch, r)
     except UserCodeError as exc:
         return {"decode_error": str(exc)}
+    if not _decodes(spans):
+        return {"decode_error": f"decode returned {_said(spans)}: return the text (a str) or (text, is_target) pairs"}
     out: Decoded = {}
     if isinstance(spans, str):
         out["text"] = spans
@@ -194,8 +196,23 @@ def _decoded(task: Task, batch: Batch, r: int, swapped: Batch | None) -> Decoded
     if swapped is not None and swapped["_rows_ok"][r] and not isinstance(spans, str):
         try:
             pspans = user("decode", task.decode, swapped, r)
+            if not _decodes(pspans):
+                raise UserCodeError("decode", TypeError(f"returned {_said(pspans)}"))
             out["prediction"] = "".join(t for t, s in pspans if s)
             out["prediction_mode"] = "teacher-forced next token at each target position"
         except UserCodeError as exc:
             out["decode_error"] = str(exc)
     return out
+
+
+def _decodes(spans: Any) -> bool:
+    """What ``Task.decode`` must return: a str, or a list of (text, is_target) pairs."""
+    if isinstance(spans, str):
+        return True
+    return isinstance(spans, (list, tuple)) and all(
+        isinstance(x, (list, tuple)) and len(x) == 2 and isinstance(x[0], str) for x in spans
+    )
+
+
+def _said(value: Any) -> str:
+    return f"a {type(value).__name__}" + (f" ({value!r:.60})" if isinstance(value, (list, tuple, int)) else "")

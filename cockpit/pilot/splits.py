@@ -32,7 +32,25 @@ class Split(Sequence[Example]):
         n = len(data)
         if n:
             first = self._raw(0)
-            self.named_by_position = isinstance(first, Mapping) and first.get("id") in (None, "")
+            if not isinstance(first, Mapping):
+                raise UserCodeError(
+                    "datasets",
+                    TypeError(
+                        f"split {name!r}: its first example is a {type(first).__name__}, not a dict: each example "
+                        "must be a dict of its fields by name ({'x': ..., 'label': ...}); a torch Dataset whose "
+                        "__getitem__ returns (x, y) can return {'x': x, 'y': y} instead"
+                    ),
+                )
+            ident = first.get("id")
+            if ident is not None and not isinstance(ident, (str, int)) and not _scalar(ident):
+                raise UserCodeError(
+                    "datasets",
+                    TypeError(
+                        f"split {name!r}: its first example's id is a {type(ident).__name__}: an id must be a string "
+                        "or a whole number, unique across the splits"
+                    ),
+                )
+            self.named_by_position = ident in (None, "")
 
     def _raw(self, i: int) -> Any:
         return self.data[i]
@@ -59,6 +77,11 @@ class Split(Sequence[Example]):
     def __iter__(self) -> Iterator[Example]:
         for i in range(len(self)):
             yield self[i]
+
+
+def _scalar(value: Any) -> bool:
+    """A numpy or torch scalar (an id read from pandas or a tensor column): hashable by its value."""
+    return getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None))
 
 
 def load(raw: Any) -> dict[str, Split]:

@@ -185,6 +185,16 @@ class Task:
                 "'aligned' when labels[t] is the target of the output at t (nanoGPT, classification), "
                 "'shift_in_loss' when labels equal the inputs and the loss shifts them (Hugging Face)"
             )
+        if isinstance(self.ignore_index, bool) or not isinstance(self.ignore_index, int):
+            raise TaskError(
+                f"Task.ignore_index must be an int (the label the loss skips, -100 by default), got "
+                f"{self.ignore_index!r}"
+            )
+        for key in ("group_unit", "input_key", "mask_key", "label_key", "name"):
+            if not isinstance(getattr(self, key), str):
+                raise TaskError(f"Task.{key} must be a string, got {getattr(self, key)!r}")
+        if self.loss_mask_key is not None and not isinstance(self.loss_mask_key, str):
+            raise TaskError(f"Task.loss_mask_key must be a string or left out, got {self.loss_mask_key!r}")
         if self.causal is None:
             self.causal = self.kind == "generation"
         if self.label_names is not None:

@@ -26,7 +26,7 @@ from ..notebook.settings import Settings
 from . import adapter as adapter_
 from . import frozen as frozen_
 from . import loads as loads_
-from . import outputs, splits
+from . import outputs, returned, splits
 from .microsteps import Accumulated, Accumulation, Applied, ControlOutputs, Evaluated, Updated
 from .order import DataOrder, Position
 from .rng import RngState, rng_state, seed_everything, set_rng_state
@@ -171,13 +171,11 @@ class Trainer:
             self.load_data()
         with loads_.recorded() as self.loads:
             model = user("build_model", self.task.build_model, self.params)
-        if not isinstance(model, torch.nn.Module):
-            raise UserCodeError("build_model", TypeError(f"returned a {type(model).__name__}, not a torch.nn.Module"))
-        self.model = self.to_device_model(model)
+        self.model = self.to_device_model(returned.model(model))
         names = {n for n, _ in self.model.named_parameters()}
         self.trainable_names = {n for n, p in self.model.named_parameters() if p.requires_grad}
         if self.task.trainable is not None:
-            declared = set(user("trainable", self.task.trainable, self.model))
+            declared = returned.names(user("trainable", self.task.trainable, self.model))
             unknown = declared - names
             if unknown:
                 raise UserCodeError("trainable", ValueError(f"names no parameter of the model: {sorted(unknown)[:5]}"))
@@ -206,9 +204,7 @@ class Trainer:
     def _build_optimizer(self) -> None:
         task = self.task
         if task.optimizer is not None:
-            opt = user("optimizer", task.optimizer, self.model, self.params)
-            if not (hasattr(opt, "param_groups") and callable(getattr(opt, "step", None))):
-                raise UserCodeError("optimizer", TypeError(f"returned a {type(opt).__name__}, not a torch optimizer"))
+            opt = returned.optimizer(user("optimizer", task.optimizer, self.model, self.params), task.scheduler is None)
             self.optimizer = opt
             self.optimizer_source = f"the task's optimizer ({type(opt).__name__}, {len(opt.param_groups)} groups)"
         else:
@@ -224,11 +220,7 @@ class Trainer:
                 self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=wd)
             self.optimizer_source = f"Cockpit's {kind} from [training] (lr {lr:g}, weight decay {wd:g})"
         if task.scheduler is not None:
-            self.scheduler = user("scheduler", task.scheduler, self.optimizer, self.params)
-            if not callable(getattr(self.scheduler, "step", None)):
-                raise UserCodeError(
-                    "scheduler", TypeError(f"returned a {type(self.scheduler).__name__}, not a scheduler")
-                )
+            self.scheduler = returned.scheduler(user("scheduler", task.scheduler, self.optimizer, self.params))
             said = getattr(self.scheduler, "description", None)
             self.scheduler_source = (
                 f"the task's scheduler ({said if isinstance(said, str) else type(self.scheduler).__name__})"

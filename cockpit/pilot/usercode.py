@@ -15,7 +15,7 @@ import torch
 
 from ..blame import UserCodeError
 
-__all__ = ["NonFinite", "UserCodeError", "is_collective_failure", "is_oom", "resolve_device", "user"]
+__all__ = ["NonFinite", "UserCodeError", "is_collective_failure", "is_oom", "resolve_device", "user", "user_int"]
 
 
 class NonFinite(Exception):
@@ -37,6 +37,26 @@ def user(where: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         if is_oom(exc) or is_collective_failure(exc):
             raise
         raise UserCodeError(where, exc) from exc
+
+
+def user_int(where: str, fn: Any, *args: Any, none: bool = False) -> Any:
+    """The task's function that must return a whole number (``length``, ``max_length``, ``vocab_size``): its value
+    as an int; None passes where ``none`` (no limit); anything else is the task's mistake, said in one line."""
+    value = user(where, fn, *args)
+    if value is None and none:
+        return None
+    try:
+        if isinstance(value, bool) or (torch.is_tensor(value) and value.numel() != 1):
+            raise TypeError
+        number = float(value.item() if hasattr(value, "item") else value)
+        if number != int(number):
+            raise ValueError
+        return int(number)
+    except (TypeError, ValueError, OverflowError):
+        said = f"a tensor of shape {tuple(value.shape)}" if torch.is_tensor(value) else repr(value)[:60]
+        raise UserCodeError(
+            where, TypeError(f"returned {said} ({type(value).__name__}): it must return a whole number")
+        ) from None
 
 
 def is_collective_failure(exc: BaseException) -> bool:

@@ -46,7 +46,8 @@ from ..context import Context
 from ..datascan import SCAN_SECONDS, SplitScan, collate, ids_text, scan, share_text
 from ..gate import Gate, Phase
 from ..splits import data_revision
-from ..trainer import Trainer, user
+from ..trainer import Trainer
+from ..usercode import user_int
 from . import alignment, dependence, ending, labelmap, ranges, semantics
 
 
@@ -325,7 +326,7 @@ def _batch_checks(ctx: Context, g: Gate, scans: dict[str, SplitScan], ml: int | 
             if task.kind == "classification" and task.label_names
             else "non-negative ids"
             if task.kind == "classification"
-            else f"the vocabulary 0..{int(user('vocab_size', vocab_size, ctx.params)) - 1}"
+            else f"the vocabulary 0..{user_int('vocab_size', vocab_size, ctx.params) - 1}"
             if vocab_size is not None
             else "the vocabulary"
         )

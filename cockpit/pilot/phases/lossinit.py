@@ -23,7 +23,7 @@ from ... import events as ev
 from ..context import Context
 from ..gate import Gate
 from ..task import Task
-from ..trainer import user
+from ..usercode import user_int
 from . import objective
 
 NAME = "initial loss as the objective implies"
@@ -35,7 +35,7 @@ def declared_classes(ctx: Context) -> tuple[int | None, str]:
     if task.kind == "classification" and task.label_names:
         return len(task.label_names), "classes"
     if task.kind == "generation" and task.vocab_size:
-        return int(user("vocab_size", task.vocab_size, ctx.params)), "vocabulary"
+        return user_int("vocab_size", task.vocab_size, ctx.params), "vocabulary"
     return None, ""
 
 

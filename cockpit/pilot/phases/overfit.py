@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import math
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
@@ -104,7 +105,8 @@ def run(ctx: Context, g: Gate) -> None:
     if "train" in scans:
         empty = {i for i, k in zip(scans["train"].ids, scans["train"].supervised, strict=True) if k == 0}
     pool = [train[i] for i in range(min(len(train), 4 * n_want + len(empty)))]
-    examples = [e for e in pool if e.get("id") not in empty][:n_want]
+    # an id that is not hashable (a dict) is the identifiers check's finding; here it is only never empty
+    examples = [e for e in pool if not isinstance(e.get("id"), Hashable) or e.get("id") not in empty][:n_want]
     if len(examples) < min(n_want, 8):
         examples = pool[:n_want]
     n = len(examples)

@@ -25,7 +25,7 @@ from ...contract import Batch
 from .. import outputs
 from ..context import Context
 from ..gate import Gate
-from ..trainer import user
+from ..usercode import user_int
 from .semantics import encoder_decoder
 
 NAME = "predictions read the context"
@@ -67,7 +67,7 @@ def _check(ctx: Context, g: Gate, batch: Batch) -> None:
     if int((lengths >= 2).sum()) < 1:
         g.not_applicable(NAME, "no text of two tokens or more in the first batch")
         return
-    vocab = int(user("vocab_size", task.vocab_size, ctx.params)) if task.vocab_size else int(inp.max()) + 1
+    vocab = user_int("vocab_size", task.vocab_size, ctx.params) if task.vocab_size else int(inp.max()) + 1
     width = inp.shape[1]
     pos = torch.arange(width, device=inp.device).expand_as(inp)
     first = pos == text.int().argmax(dim=1, keepdim=True)  # each text's first position

@@ -21,7 +21,7 @@ from .. import outputs
 from ..context import Context
 from ..datascan import batch_ids, ids_text
 from ..gate import Gate
-from ..trainer import user
+from ..usercode import user_int
 
 LOW = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -113,7 +113,7 @@ def causal_mask(ctx: Context, g: Gate, batch: Batch) -> None:
         return
     width = inp.shape[1]
     t = width // 2
-    vocab = int(user("vocab_size", task.vocab_size, ctx.params)) if task.vocab_size else int(inp.max()) + 1
+    vocab = user_int("vocab_size", task.vocab_size, ctx.params) if task.vocab_size else int(inp.max()) + 1
     changed = inp.clone()
     changed[:, t + 1 :] = (inp[:, t + 1 :] + 1) % max(vocab, 2)
     was = tr.model.training

@@ -88,6 +88,9 @@ def forward(ctx: Context, g: Gate) -> None:
         return
     if count is not None:
         g.check("count", float(count) > 0, f"{float(count):g} items count toward the loss")
+        if not float(count) > 0:  # nothing to divide by: the mean the later checks read does not exist
+            acc.close()
+            return
     v = float(value.detach())
     if not math.isfinite(v):
         raise NonFinite("loss", v, 1)
