@@ -140,9 +140,13 @@ def user_failed(ctx: Context, g: Gate, exc: BaseException, at: str) -> PhaseEnde
         return PhaseEnded(ev.Outcome.of(ev.Status.ERROR, reason, ev.ExitCode.USER_ERROR))
     line = f" at {b.where}" if b.where else ""
     fn = blame.called(err.where)
+    fix = f"fix {b.where}" if b.where else f"fix the task's {fn} where it raised"
+    defined = getattr(ctx.task, err.where, None) if ctx.task is not None and err.where.isidentifier() else None
+    if not b.where and callable(defined):  # a value it returned that Cockpit cannot use: no line of it raised
+        line = f" (defined at {blame.defined_at(defined)})"
+        fix = f"fix what {blame.defined_at(defined)} returns"
     g.fail("task code", f"{fn} raised {what}{line}")
     g.message = f"the task's {fn} raised {what}{line}; full traceback in output.log"
-    fix = f"fix {b.where}" if b.where else f"fix the task's {fn} where it raised"
     g.remedy = "; ".join(
         x
         for x in (
