@@ -170,7 +170,7 @@ def shown(filename: str) -> str:
 
 
 def defined_at(fn: object) -> str:
-    """Where a function of the user's is defined, as a message names it: ``tasks/gpt.py:41 (collate)``; its name
+    """Where a function of the user's is defined, as a message names it: ``campaigns/example/my_task.py:41 (collate)``; its name
     alone when it has no source (a builtin, a C extension's callable)."""
     f = getattr(fn, "__func__", fn)
     while hasattr(f, "__wrapped__"):
