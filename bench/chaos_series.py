@@ -280,11 +280,19 @@ def popen(rd: Round, argv: list[str], **kw: object) -> subprocess.Popen[bytes]:
         log.close()
 
 
-def ours(pid: int, token: str) -> bool:
-    """Whether a process carries this bench's token in its environment: only such processes are signalled."""
+def ours(pid: int, token: str) -> bool | None:
+    """Whether a process carries this bench's token in its environment: only such processes are signalled. None
+    when it is gone: exited, or a zombie (its environment reads empty), as a run that ended between the look that
+    chose it and the signal is (a race of the bench's own, not a stranger's process)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
             env = fh.read().split(b"\0")
+        if env == [b""]:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                if fh.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X"):
+                    return None
+    except (FileNotFoundError, ProcessLookupError):
+        return None
     except OSError:
         return False
     return f"{TOKEN_ENV}={token}".encode() in env
@@ -293,7 +301,10 @@ def ours(pid: int, token: str) -> bool:
 def kill_group(rd: Round, pid: int, what: str, child: bool = False) -> bool:
     """SIGKILL a process (its group when it leads one) that this bench started: a child it holds the handle of
     (``child``: its pid cannot be recycled before the bench reaps it), or one carrying the bench's token."""
-    if not child and not ours(pid, rd.token):
+    mine = True if child else ours(pid, rd.token)
+    if mine is None:  # ended before the signal: nothing to kill
+        return False
+    if not mine:
         rd.problems.append(f"refused to signal pid {pid} ({what}): not started by this bench")
         return False
     try:
@@ -357,7 +368,7 @@ def kill_node(rd: Round) -> bool:
     # the node's own processes name its temp dir (made by this bench) and carry the bench's token; the rest are
     # their descendants (Ray's agents and workers, whose command lines Ray rewrites)
     for p in procs:
-        if str(node.temp) in " ".join(_cmdline(p.pid)) and not ours(p.pid, rd.token):
+        if str(node.temp) in " ".join(_cmdline(p.pid)) and ours(p.pid, rd.token) is False:
             rd.problems.append(f"refused to signal pid {p.pid} (node {node.name}): not started by this bench")
             return False
     node.kill()

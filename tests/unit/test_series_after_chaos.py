@@ -6,8 +6,11 @@ A series whose sequencer was killed leaves its runs going on detached; starting 
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -127,3 +130,41 @@ def test_resume_leaves_out_a_crashed_run_that_a_newer_run_follows(campaign: Path
     assert sr.resumable(nbm.load(campaign)) == []
     with pytest.raises(Exception, match=f"{new}"):
         sr.resumable(nbm.load(campaign), [old])
+
+
+def test_the_chaos_bench_takes_a_run_that_ended_before_its_signal_for_gone_not_a_stranger() -> None:
+    """The Ray chaos series failed with 'refused to signal pid N (run r0004): not started by this bench': the run
+    ended between the look that chose it and the signal, and its zombie's environment reads empty."""
+    spec = importlib.util.spec_from_file_location(
+        "chaos_series", Path(__file__).resolve().parents[2] / "bench" / "chaos_series.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("chaos_series", bench)
+    spec.loader.exec_module(bench)
+    token = "t-123"
+    env = {**os.environ, bench.TOKEN_ENV: token}
+    proc = subprocess.Popen([sys.executable, "-c", "pass"], env=env)
+    try:
+        for _ in range(200):  # exited, not reaped: a zombie
+            with open(f"/proc/{proc.pid}/stat", "rb") as fh:
+                if fh.read().rsplit(b")", 1)[-1].split()[0] == b"Z":
+                    break
+            time.sleep(0.05)
+        assert bench.ours(proc.pid, token) is None
+    finally:
+        proc.wait()
+    assert bench.ours(proc.pid, token) is None  # reaped: gone
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        for _ in range(100):  # its environment is readable once exec has run
+            if bench.ours(live.pid, token):
+                break
+            time.sleep(0.05)
+        assert bench.ours(live.pid, token) is True
+        assert bench.ours(stranger.pid, token) is False
+    finally:
+        for p in (live, stranger):
+            p.kill()
+            p.wait()
