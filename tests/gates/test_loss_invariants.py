@@ -230,3 +230,23 @@ def test_an_auxiliary_term_measured_beside_the_objective_that_dominates_is_named
 def test_no_terms_is_not_applicable() -> None:
     c, _ = forward_check(classifier(), lossterms.AT_INIT)
     assert c.get("na") and "no named terms" in c["detail"], c
+
+
+def _nan_term(m: nn.Module, b: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    out = m(b["x"])
+    return F.cross_entropy(out, b["labels"]), {"aux": out.mean() * float("nan")}  # logged, left out of the total
+
+
+def _inf_term(m: nn.Module, b: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    ce = F.cross_entropy(m(b["x"]), b["labels"])
+    return ce, {"perplexity": torch.exp(ce * 1000)}  # past float32's range
+
+
+def test_a_nan_term_beside_a_finite_loss_fails_naming_the_loss() -> None:
+    """A term the loss returns as NaN while the total is finite is left out of the total: the run trains on and
+    every logged value of it is NaN (the fuzz's terms_nan passed every gate)."""
+    c, _ = forward_check(classifier(loss=_nan_term), lossterms.AT_INIT)
+    assert not c["ok"] and not c.get("warn") and "aux is NaN at init" in c["detail"], c
+    assert "test_loss_invariants.py:" in c["detail"] and "(_nan_term)" in c["detail"], c
+    c, _ = forward_check(classifier(loss=_inf_term), lossterms.AT_INIT)
+    assert c.get("warn") and "perplexity is infinite at init" in c["detail"], c

@@ -77,8 +77,9 @@ def aux_share(total: float, p: Parts) -> tuple[float, list[str]] | None:
     return sum(aux.values()) / total, sorted(aux, key=lambda k: -aux[k])
 
 
-def at_init(g: Gate, lo: LossOut, total: float, main: float | None) -> None:
-    """The check :data:`AT_INIT` on the first microbatch's loss (a mean) and its terms."""
+def at_init(g: Gate, lo: LossOut, total: float, main: float | None, where: str = "") -> None:
+    """The check :data:`AT_INIT` on the first microbatch's loss (a mean) and its terms; ``where`` names the code
+    that returns them (the task's loss, or the model's forward for a Hugging Face output's aux_loss)."""
     if not lo.terms:
         g.not_applicable(AT_INIT, NONE)
         return
@@ -94,6 +95,20 @@ def at_init(g: Gate, lo: LossOut, total: float, main: float | None) -> None:
     g.extra["loss_terms"] = record
     head = f"loss {total:.4g}: {_figures(total, terms, p)}" + (f" ({p.how})" if p.how else "")
     problems: list[str] = []
+    broken = [k for k, v in terms.items() if not math.isfinite(v)]
+    if broken:  # the total is finite (the forward gate stopped before this otherwise): the term is left out of it
+        nan = any(math.isnan(terms[k]) for k in broken)
+        words = (
+            f"{', '.join(broken)} {'is' if len(broken) == 1 else 'are'} {'NaN' if nan else 'infinite'} at init while "
+            f"the loss is {total:.4g}: {'it is' if len(broken) == 1 else 'they are'} not in the total, so training "
+            "goes on while every logged value of it says nothing (and adding it to the loss would end the run); "
+            "find where it divides by zero, takes the log of 0 or multiplies by NaN"
+            + (f", in {where}" if where else "")
+        )
+        if nan:  # a NaN is always a mistake; an infinity may be a perplexity past float32's range: a warning
+            g.check(AT_INIT, False, head + ": " + words)
+            return
+        problems.append(words)
     if lo.value.requires_grad:
         detached = [k for k, v in lo.terms.items() if not v.requires_grad]
         if detached:

@@ -15,6 +15,7 @@ import math
 
 import torch
 
+from ... import blame
 from ... import events as ev
 from ...contract import Batch
 from .. import frozenmode, loads, outputs, tensorscan, unregistered
@@ -128,7 +129,8 @@ def initial_loss(ctx: Context, g: Gate, lo: LossOut, loss: float, batch: Batch, 
     terms on its own (:mod:`.lossterms`)."""
     mean = lo.value / lo.count if lo.count is not None else lo.value
     im = lossinit.check(ctx, g, loss, batch, logits, mean, sorted(lo.terms))
-    lossterms.at_init(g, lo, loss, im.main if im is not None else None)
+    where = blame.defined_at(ctx.the_task.loss)
+    lossterms.at_init(g, lo, loss, im.main if im is not None else None, where)
 
 
 # --------------------------------------------------------------------------- backward
