@@ -19,6 +19,7 @@ from cockpit.pilot.gate import Gate
 from cockpit.pilot.phases import PHASES
 from cockpit.pilot.pilot import run_phase
 from cockpit.pilot.task import Task
+from tests.gates.test_phases import classifier, through
 
 PARAMS = {"microbatch": 4, "accumulation": 1, "lr": 1e-3, "device": "cpu", "updates": 4, "eval_microbatch": 8}
 VOCAB = 16
@@ -288,3 +289,14 @@ def test_decoder_targets_padded_with_a_real_token_fail() -> None:
     assert not c["ok"] and "padded with token 0" in c["detail"], c
     g, _ = data_gate(Task(**{**task.__dict__, "collate": t5_collate}))
     assert not [c for c in g.checks if c["name"] == "padding not in the loss" and not c["ok"]]
+
+
+def test_a_loss_mask_key_the_collate_never_writes_fails_naming_the_collate() -> None:
+    """Task.loss_mask_key names the batch's mask of the positions that count; a key the collate does not write
+    left every check that reads it skipped in silence (the fuzz's loss_mask_key_missing passed every gate)."""
+    from cockpit.pilot.phases import data
+
+    c = check(through(classifier(loss_mask_key="answer_mask"), "data")["data"], data.KEYS)
+    assert not c["ok"] and "Task.loss_mask_key is 'answer_mask'" in c["detail"], c
+    assert "(_cls_collate)" in c["detail"] and "labels, x" in c["detail"], c
+    assert all(x["name"] != data.KEYS for x in through(classifier(), "data")["data"].checks)
