@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .usercode import UserCodeError
+from .usercode import UserCodeError, user
 
 
 def model(value: Any) -> torch.nn.Module:
@@ -97,3 +97,48 @@ def names(value: Any) -> set[str]:
             ),
         )
     return set(items)
+
+
+def controls(value: Any, example: Any) -> list[Any]:
+    """What ``control_inputs`` returned: a non-empty list of examples like the datasets' (``example``, one of the
+    training split's), which the export collates and replays. Anything else failed deep in the collate at the last
+    phase, blamed on the collate."""
+    kind = type(example).__name__
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, (list, tuple)):
+        what = (
+            f"a dict (keys {', '.join(map(str, list(value)[:4]))})" if isinstance(value, dict) else type(value).__name__
+        )
+        raise UserCodeError(
+            "control_inputs",
+            TypeError(
+                f"returned {what}, not a list of examples: return the examples to replay after export, shaped like "
+                f"the datasets' ({kind}), e.g. datasets(params)['val'][:4]"
+            ),
+        )
+    if not value:
+        raise UserCodeError(
+            "control_inputs",
+            ValueError(
+                "returned no example: the replay after export needs at least one; leave it out to replay "
+                "the first validation examples"
+            ),
+        )
+    odd = [i for i, e in enumerate(value) if isinstance(example, dict) and not isinstance(e, dict)]
+    if odd:
+        raise UserCodeError(
+            "control_inputs",
+            TypeError(
+                f"returned {type(value[odd[0]]).__name__} at [{odd[0]}] where the datasets' examples are "
+                f"{kind}s: return examples shaped like the datasets', which the collate takes"
+            ),
+        )
+    return list(value)
+
+
+def control_examples(task: Any, params: Any, splits: Any) -> list[Any]:
+    """The examples the export replays: ``control_inputs``' (checked), else the first validation examples."""
+    val = splits["val"]
+    if task.control_inputs is None:
+        return [val[i] for i in range(min(4, len(val)))]
+    train = splits.get("train") or val
+    return controls(user("control_inputs", task.control_inputs, params), train[0] if len(train) else {})

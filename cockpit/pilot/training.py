@@ -39,7 +39,7 @@ import torch
 from .. import arithmetic, fsutil, runs
 from .. import events as ev
 from . import checkpoint as ck
-from . import resumable, signals
+from . import resumable, returned, signals
 from .checkpointing import CheckpointedRun, DiskFullSoon
 from .config import CheckpointConfig, StopConfig, ValidationConfig
 from .predictions import PredictionRow, predict_pass
@@ -47,7 +47,7 @@ from .process import outcome_of
 from .signals import Stopped
 from .splits import data_revision
 from .task import Task, load_task
-from .trainer import NonFinite, Trainer, user
+from .trainer import NonFinite, Trainer
 
 
 class Diverged(Exception):
@@ -361,11 +361,7 @@ class TrainingRun(CheckpointedRun):
         assert tr is not None and task is not None
         adir = self.rdir / runs.ARTIFACT_DIR
         t0 = time.perf_counter()
-        controls = (
-            user("control_inputs", task.control_inputs, self.params)
-            if task.control_inputs
-            else [tr.splits["val"][i] for i in range(min(4, len(tr.splits["val"])))]
-        )
+        controls = returned.control_examples(task, self.params, tr.splits)
         manifest = ck.export_trained(
             tr,
             adir,

@@ -294,9 +294,56 @@ def test_decoder_targets_padded_with_a_real_token_fail() -> None:
 def test_a_loss_mask_key_the_collate_never_writes_fails_naming_the_collate() -> None:
     """Task.loss_mask_key names the batch's mask of the positions that count; a key the collate does not write
     left every check that reads it skipped in silence (the fuzz's loss_mask_key_missing passed every gate)."""
-    from cockpit.pilot.phases import data
+    from cockpit.pilot.phases import declared
 
-    c = check(through(classifier(loss_mask_key="answer_mask"), "data")["data"], data.KEYS)
+    c = check(through(classifier(loss_mask_key="answer_mask"), "data")["data"], declared.KEYS)
     assert not c["ok"] and "Task.loss_mask_key is 'answer_mask'" in c["detail"], c
     assert "(_cls_collate)" in c["detail"] and "labels, x" in c["detail"], c
-    assert all(x["name"] != data.KEYS for x in through(classifier(), "data")["data"].checks)
+    assert all(x["name"] != declared.KEYS for x in through(classifier(), "data")["data"].checks)
+
+
+def _splits(params: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    return {"train": [{"id": "a", "x": [0.0] * 6, "y": 0}], "val": []}  # the splits, not examples
+
+
+def _no_x(params: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"id": "c0", "text": "hello", "y": 0}]  # not what the collate reads
+
+
+def _first_val(params: dict[str, Any]) -> list[dict[str, Any]]:
+    from tests.gates.test_phases import _cls_data
+
+    return _cls_data(params)["val"][:2]
+
+
+def test_control_inputs_are_checked_at_the_data_gate_not_after_the_whole_pilot() -> None:
+    """The examples control_inputs gives the export were first used at the last phase, and a mistake there was
+    blamed on the collate ('string indices must be integers' for a dict of splits)."""
+    from cockpit.pilot.phases import declared
+    from tests.gates.test_phases import PARAMS
+
+    ctx = Context.in_memory(classifier(control_inputs=_splits), PARAMS)
+    g, ended = run_phase(ctx, next(p for p in PHASES if p.name == "data"))
+    assert ended is not None and "control_inputs() raised TypeError in data" in str(ended), ended
+    said = " ".join(c["detail"] for c in g.checks if not c["ok"])
+    assert "control_inputs() raised TypeError: returned a dict (keys train, val), not a list of examples" in said, said
+    c = check(through(classifier(control_inputs=_no_x), "data")["data"], declared.CONTROLS)
+    assert not c["ok"] and "(_no_x) returns for the replay after export do not collate" in c["detail"], c
+    assert "KeyError" in c["detail"], c
+    c = check(through(classifier(control_inputs=_first_val), "data")["data"], declared.CONTROLS)
+    assert c["ok"] and c["detail"].startswith("2 examples from "), c
+
+
+def _one_id(examples: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+    from tests.gates.test_phases import _cls_collate
+
+    return {**_cls_collate(examples, params), "ids": [examples[0]["id"]]}  # one id for the whole batch
+
+
+def test_validation_says_why_ids_are_missing_when_every_example_was_evaluated() -> None:
+    """'80/80 examples evaluated; missing [...]' contradicted itself: the collate returned one id per batch."""
+    gates = through(classifier(collate=_one_id), "validation")
+    assert not check(gates["data"], "batch carries ids")["ok"]
+    c = check(gates["validation"], "complete outputs")
+    assert not c["ok"] and "16/16 examples evaluated, but the batches' ids name 2 (2 distinct)" in c["detail"], c
+    assert "(_one_id)" in c["detail"], c

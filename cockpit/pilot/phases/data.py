@@ -40,7 +40,6 @@ from typing import Any
 
 import torch
 
-from ... import blame
 from ... import events as ev
 from .. import inspection
 from ..context import Context
@@ -49,34 +48,13 @@ from ..gate import Gate, Phase
 from ..splits import data_revision
 from ..trainer import Trainer
 from ..usercode import user_int
-from . import alignment, dependence, ending, labelmap, ranges, semantics
+from . import alignment, declared, dependence, ending, labelmap, ranges, semantics
 
 
 def run(ctx: Context, g: Gate) -> None:
     ctx.trainer_ = Trainer(ctx.the_task, ctx.params, ctx.seed, ctx.device, rank=ctx.rank, world=ctx.world)
     ctx.trainer.load_data()
     data_gate(ctx, g)
-
-
-KEYS = "the task's keys are in the batch"
-
-
-def _declared_keys(g: Gate, task: Any, batch: dict[str, Any]) -> None:
-    """A key the task names for a mask of the positions that count (``loss_mask_key``, no default) must be one the
-    collate writes: else every check that reads it (instructions counted as targets) is skipped in silence."""
-    key = task.loss_mask_key
-    if not key:
-        return
-    if key in batch:
-        g.check(KEYS, True, f"loss_mask_key {key!r} is in the batch")
-        return
-    g.check(
-        KEYS,
-        False,
-        f"Task.loss_mask_key is {key!r}, but the batch {blame.defined_at(task.collate)} returns has no such key "
-        f"(its keys: {', '.join(sorted(map(str, batch)))}): name the key the collate writes the mask of the "
-        "positions that count under, or leave loss_mask_key out",
-    )
 
 
 def data_gate(ctx: Context, g: Gate) -> None:
@@ -91,7 +69,8 @@ def data_gate(ctx: Context, g: Gate) -> None:
     batch = collate(task, ctx.params, first)
     if "ids" not in batch:
         batch["ids"] = [e.get("id", f"train[{i}]") if isinstance(e, dict) else i for i, e in enumerate(first)]
-    _declared_keys(g, task, batch)
+    declared.keys(g, task, batch)
+    declared.controls(ctx, g)
     labelled = torch.is_tensor(batch.get(task.label_key))
     # the model, built apart, tells an encoder-decoder and where the loss scores each target (alignment.py), and
     # what each output depends on (dependence.py)

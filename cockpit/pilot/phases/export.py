@@ -8,7 +8,7 @@ from ... import runs
 from .. import checkpoint as ck
 from ..context import Context
 from ..gate import Gate, Phase
-from ..trainer import user
+from ..returned import control_examples
 
 
 def run(ctx: Context, g: Gate) -> None:
@@ -19,9 +19,7 @@ def run(ctx: Context, g: Gate) -> None:
     adir = ctx.rdir / runs.ARTIFACT_DIR
     t0 = time.perf_counter()
     task = tr.task
-    controls = (
-        user("control_inputs", task.control_inputs, ctx.params) if task.control_inputs else list(tr.splits["val"][:4])
-    )
+    controls = control_examples(task, ctx.params, tr.splits)
     manifest = ck.export_trained(
         tr,
         adir,
