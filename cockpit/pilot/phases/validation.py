@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ... import blame
 from ... import events as ev
 from .. import carried, inspection
 from ..context import Context
@@ -62,7 +63,13 @@ def run(ctx: Context, g: Gate) -> None:
         "complete outputs",
         out["n"] == len(val) and not missing and not dup,
         f"{out['n']}/{len(val)} examples evaluated"
-        + (f"; missing {sorted(missing)[:4]}" if missing else "")
+        + (
+            f", but the batches' ids name {len(ids)} ({len(set(ids))} distinct): the collate returns ids that are "
+            f"not one per example ({blame.defined_at(tr.task.collate)}), so the predictions cannot be told apart"
+            if len(ids) != out["n"]
+            else ""
+        )
+        + (f"; missing {sorted(map(str, missing))[:4]}" if missing else "")
         + (f"; {dup} duplicated" if dup else ""),
     )
     g.check("finite loss", math.isfinite(out["loss"]), f"val loss {out['loss']:.4f}")
