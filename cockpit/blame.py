@@ -186,6 +186,15 @@ def frame_words(f: traceback.FrameSummary) -> str:
     return f"{shown(f.filename)}:{f.lineno} in {f.name}"
 
 
+def calling_line(skip: int = 2) -> str:
+    """The deepest line of the user's own code on the current stack (the call into a function Cockpit wraps), as a
+    message names it; empty when none is the user's. ``skip``: the innermost frames left out (the wrapper's)."""
+    for f in reversed(traceback.extract_stack()[:-skip]):
+        if origin(f.filename) == "user":
+            return frame_words(f)
+    return ""
+
+
 def _library_words(f: traceback.FrameSummary) -> str:
     """A library frame from its package on: for transformers' modeling_utils.py at line 12, its package's folder
     and then 'modeling_utils.py:12 in forward'."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import traceback
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -142,10 +141,7 @@ class _Writes(TorchFunctionMode):
 
 def _site() -> str:
     """The deepest line of the user's own code on the stack: the call that loaded."""
-    for f in reversed(traceback.extract_stack()[:-2]):
-        if blame.origin(f.filename) == "user":
-            return blame.frame_words(f)
-    return ""
+    return blame.calling_line(3)
 
 
 def _sample(t: torch.Tensor) -> torch.Tensor | None:

@@ -26,7 +26,7 @@ from ..notebook.settings import Settings
 from . import adapter as adapter_
 from . import frozen as frozen_
 from . import loads as loads_
-from . import outputs, returned, splits
+from . import outputs, returned, seeding, splits
 from .microsteps import Accumulated, Accumulation, Applied, ControlOutputs, Evaluated, Updated
 from .order import DataOrder, Position
 from .rng import RngState, rng_state, seed_everything, set_rng_state
@@ -136,6 +136,7 @@ class Trainer:
         self.scheduler_start: dict[str, Any] | None = None  # the scheduler's state_dict before its first step
         self.nothing_trains = ""  # what froze the model, when no parameter requires grad
         self.loads: list[loads_.Load] = []  # the state dicts build_model loaded (loads.recorded)
+        self.seeded = seeding.Seeded()  # what build_model did to torch's generator (seeding.watched)
 
     @property
     def splits(self) -> dict[str, Sequence[Example]]:
@@ -169,7 +170,7 @@ class Trainer:
         seed_everything(self.seed)
         if self._splits is None:
             self.load_data()
-        with loads_.recorded() as self.loads:
+        with loads_.recorded() as self.loads, seeding.watched() as self.seeded:
             model = user("build_model", self.task.build_model, self.params)
         self.model = self.to_device_model(returned.model(model))
         names = {n for n, _ in self.model.named_parameters()}

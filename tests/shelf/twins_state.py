@@ -66,6 +66,17 @@ CASES: dict[str, Case] = {
         check="updates survive the weights' rounding",
         words=("stored in bfloat16", "rounds back to the same weight", "hf_gpt2_bf16_weights.py:17 (build_model)"),
     ),
+    # a fixed seed in build_model: every seed of the campaign trains the same run
+    "gpt2_seed_fixed": Case(
+        "hf_gpt2_seed_fixed.py:task",
+        GPT2,
+        training={"lr": 1e-3},
+        family="gpt2",
+        expect="failed",
+        gate="forward",
+        check="the run's seed reaches the model",
+        words=("seeded with 42", "hf_gpt2_seed_fixed.py:18 in build_model", "the same in every seed"),
+    ),
     # class 8: a tensor kept from each step, attached to its graph, so memory grows with the steps
     "regression_loss_history": Case(
         "regression_loss_history.py:task",

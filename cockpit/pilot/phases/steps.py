@@ -18,7 +18,7 @@ import torch
 from ... import blame
 from ... import events as ev
 from ...contract import Batch
-from .. import frozenmode, loads, outputs, tensorscan, unregistered
+from .. import frozenmode, loads, outputs, seeding, tensorscan, unregistered
 from ..context import Context
 from ..gate import Gate, Phase
 from ..microsteps import Accumulation, FirstUpdate
@@ -54,6 +54,9 @@ def forward(ctx: Context, g: Gate) -> None:
         g.not_applicable(loads.NAME, words)
     else:
         g.check(loads.NAME, verdict == "pass", words, warn=verdict == "warn")
+    verdict, words = seeding.judge(tr.seeded, blame.defined_at(tr.task.build_model))
+    if verdict != "na":
+        g.check(seeding.NAME, verdict == "pass", words)
     before = param_fingerprint(tr.model)
     mbs = tr.next_microbatches()
     g.inputs.update(ctx.batch_inputs(mbs[0]))
