@@ -37,8 +37,9 @@ def watched() -> Iterator[Seeded]:
     in_torch, in_random = torch.manual_seed, torch.random.manual_seed
 
     def manual_seed(seed: Any) -> Any:
-        out.calls.append((int(seed), blame.calling_line(2)))
-        return in_random(seed)
+        result = in_random(seed)  # torch's own error for a seed it refuses, raised in the user's call
+        out.calls.append((torch.initial_seed(), blame.calling_line(2)))  # the seed as the generator holds it
+        return result
 
     torch.manual_seed = torch.random.manual_seed = manual_seed
     try:

@@ -44,3 +44,12 @@ def test_the_watch_leaves_torch_as_it_was() -> None:
         torch.manual_seed(5)
     assert (torch.manual_seed, torch.random.manual_seed) == before
     assert s.left == 5 and [v for v, _ in s.calls] == [5]
+
+
+def test_a_seed_torch_refuses_is_torchs_error_in_the_users_call() -> None:
+    import pytest
+
+    with torch.random.fork_rng(), seeding.watched() as s, pytest.raises((TypeError, RuntimeError, ValueError)) as e:
+        torch.manual_seed("forty-two")  # type: ignore[arg-type]
+    assert "seeding.py" not in "".join(str(f) for f in e.traceback[-1:]), e.traceback
+    assert s.calls == []
