@@ -338,10 +338,14 @@ def node_runs(rd: Round) -> list[tuple[str, int]]:
     import psutil
 
     key = f"/cockpit/{rd.camp.name}-r"
+    # this cluster's nodes only: a second bench on the machine (two CI runs at once, the same seed) names its
+    # campaign alike, and its runs, which carry its own token, were taken for this one's and refused
+    roots = [str(n.temp) for n in rd.cluster.nodes]
     out = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "cockpit.pilot" in cmd and key in cmd and p.pid == _leader(p.pid):
+        mine = any(r in cmd for r in roots)
+        if "cockpit.pilot" in cmd and key in cmd and mine and p.pid == _leader(p.pid):
             rid = cmd.split(key, 1)[1].split("-", 1)[0]
             out.append((f"r{rid}", int(p.pid)))
     return out
